@@ -1,0 +1,181 @@
+/* dlfuse/dlfuse.h: the host API of libdlfuse, for applications in any language.
+ *
+ *   dlfuse_registry_t reg;
+ *   dlfuse_registry_create(NULL, &reg);          // discovers plugins (see below)
+ *   dlfuse_matmul_add_relu(reg, &a, &b, &bias, &out, NULL);
+ *   dlfuse_registry_destroy(reg);
+ *
+ * Conventions:
+ *  - Every function returns a dlfuse_status_t. On failure the calling thread's last
+ *    error (dlfuse_last_error) names the argument, the expected and the actual value.
+ *    Success leaves the last error as it was. Nothing throws, nothing aborts.
+ *  - Tensors are DLTensor views owned by the caller; outputs are caller-allocated.
+ *    Every call is validated before a plugin sees it (docs/abi.md, "Validation").
+ *  - Strings returned by the registry live until the registry is destroyed.
+ *  - All functions are thread-safe. Loading is serialized; calls do not lock.
+ */
+#ifndef DLFUSE_DLFUSE_H_
+#define DLFUSE_DLFUSE_H_
+
+#include "dlfuse/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dlfuse_registry* dlfuse_registry_t; /* a set of loaded plugins */
+typedef struct dlfuse_op* dlfuse_op_t;             /* a cached op look-up, owned by its registry */
+
+/* ---- version, errors ---------------------------------------------------------- */
+
+DLFUSE_EXPORT void dlfuse_abi_version(uint32_t* major, uint32_t* minor);
+/* The calling thread's last error message; "" if none. Valid until the thread's next
+ * failing dlfuse call. */
+DLFUSE_EXPORT const char* dlfuse_last_error(void);
+DLFUSE_EXPORT const char* dlfuse_status_string(dlfuse_status_t status);
+
+/* ---- registry ----------------------------------------------------------------- */
+
+/* Where dlfuse_registry_create looks for plugins, in this order. Within one folder
+ * files named libdlfuse_*.so are loaded in name order. The current directory is never
+ * searched. */
+typedef enum dlfuse_discovery_flags_t {
+  DLFUSE_DISCOVER_NONE = 0,
+  DLFUSE_DISCOVER_ENV = 1,         /* folders or files in $DLFUSE_PLUGIN_PATH (':'-separated) */
+  DLFUSE_DISCOVER_INSTALL_DIR = 2, /* <dir of libdlfuse>/dlfuse/plugins */
+  DLFUSE_DISCOVER_DEFAULT = 3
+} dlfuse_discovery_flags_t;
+
+typedef struct dlfuse_registry_options_t {
+  size_t struct_size;
+  uint32_t discovery;       /* dlfuse_discovery_flags_t bits */
+  const char* plugin_paths; /* extra ':'-separated folders or files, loaded first; may be NULL */
+} dlfuse_registry_options_t;
+
+/* options may be NULL: DLFUSE_DISCOVER_DEFAULT. Plugins that fail to load are kept in
+ * the list as unavailable, with the reason; they never fail creation. */
+DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_create(const dlfuse_registry_options_t* options,
+                                                     dlfuse_registry_t* registry);
+/* Closes every plugin. No call on this registry may be in flight. NULL is ignored. */
+DLFUSE_EXPORT void dlfuse_registry_destroy(dlfuse_registry_t registry);
+
+/* Load one plugin file. On failure the file is still listed as unavailable and the
+ * status says why (LOAD_FAILED, ABI_MISMATCH, UNAVAILABLE, INVALID_ARGUMENT).
+ * *index (may be NULL) receives the plugin's index either way. Loading a file whose
+ * plugin name is already loaded is refused with INVALID_ARGUMENT. */
+DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_load(dlfuse_registry_t registry, const char* path,
+                                                   int32_t* index);
+
+DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_plugin_count(dlfuse_registry_t registry,
+                                                           int32_t* count);
+
+typedef struct dlfuse_plugin_info_t {
+  size_t struct_size;        /* set by the caller to sizeof(dlfuse_plugin_info_t) */
+  const char* name;          /* the plugin's name, or the file's stem if it did not load */
+  const char* version;       /* "" if it did not load */
+  const char* path;          /* the file */
+  int32_t available;         /* 1: open() succeeded and kernels dispatch to it */
+  const char* reason;        /* why not available; "" if available */
+  int32_t device_type;       /* a DLDeviceType; 0 if it did not load */
+  int32_t device_count;      /* 0 if unavailable */
+  uint32_t abi_major;        /* as the plugin declared; 0 if it did not load */
+  uint32_t abi_minor;
+  int32_t num_kernels;       /* 0 if unavailable */
+} dlfuse_plugin_info_t;
+
+DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_plugin_info(dlfuse_registry_t registry,
+                                                          int32_t plugin, dlfuse_plugin_info_t* info);
+
+typedef struct dlfuse_kernel_info_t {
+  size_t struct_size;       /* set by the caller to sizeof(dlfuse_kernel_info_t) */
+  const char* op;
+  int32_t device_type;
+  int32_t num_dtypes;
+  const DLDataType* dtypes;
+  int32_t priority;
+} dlfuse_kernel_info_t;
+
+DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_kernel_info(dlfuse_registry_t registry,
+                                                          int32_t plugin, int32_t kernel,
+                                                          dlfuse_kernel_info_t* info);
+
+/* Dispatch order for (op, device type, dtype): plugins preferred by the user first (the
+ * latest dlfuse_registry_prefer call first), then higher kernel priority, then load
+ * order. op may be NULL for every op; plugin_name NULL clears the preferences for op
+ * (NULL: all). The env var DLFUSE_PREFER (comma-separated plugin names) is applied at
+ * creation as if passed to prefer() for every op, first name winning. */
+DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_prefer(dlfuse_registry_t registry, const char* op,
+                                                     const char* plugin_name);
+
+/* ---- generic call --------------------------------------------------------------- */
+
+/* Look an op up once; the handle stays valid until the registry is destroyed and
+ * follows later loads and preferences. An op no plugin offers is NOT_FOUND. */
+DLFUSE_EXPORT dlfuse_status_t dlfuse_op_get(dlfuse_registry_t registry, const char* op_name,
+                                            dlfuse_op_t* op);
+
+/* Run an op: inputs, outputs (an entry may be NULL where the op allows it), attributes
+ * (may be NULL when num_attrs is 0; missing ones take their defaults), and a stream for
+ * the device of the tensors (NULL: the plugin's default). The plugin is picked by the
+ * tensors' device type and dtype. */
+DLFUSE_EXPORT dlfuse_status_t dlfuse_op_call(dlfuse_op_t op, const DLTensor* const* inputs,
+                                             int32_t num_inputs, DLTensor* const* outputs,
+                                             int32_t num_outputs, const dlfuse_attr_t* attrs,
+                                             int32_t num_attrs, void* stream);
+
+/* The plugin that op_call would run for this device type and dtype, or NOT_FOUND /
+ * UNSUPPORTED. */
+DLFUSE_EXPORT dlfuse_status_t dlfuse_op_resolve(dlfuse_op_t op, int32_t device_type,
+                                                DLDataType dtype, int32_t* plugin);
+
+/* ---- the four kernels of ABI 1 (docs/ops.md) --------------------------------------- */
+
+/* out = relu(a @ b + bias). a [..., M, K], b [..., K, N], bias broadcastable to out
+ * [batch..., M, N]. allow_tf32 = 0 is exact fp32. */
+DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_relu(dlfuse_registry_t registry, const DLTensor* a,
+                                                     const DLTensor* b, const DLTensor* bias,
+                                                     DLTensor* out, int32_t allow_tf32,
+                                                     void* stream);
+
+/* Gradients of matmul_add_relu from grad_out and the saved a, b, out. Any of grad_a,
+ * grad_b, grad_bias may be NULL; each present one has its input's shape. */
+DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_relu_backward(
+    dlfuse_registry_t registry, const DLTensor* grad_out, const DLTensor* a, const DLTensor* b,
+    const DLTensor* out, DLTensor* grad_a, DLTensor* grad_b, DLTensor* grad_bias,
+    int32_t allow_tf32, void* stream);
+
+/* out = act(x + bias + multiplier * y), NumPy broadcasting; out may be exactly x. */
+DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation(dlfuse_registry_t registry,
+                                                        const DLTensor* x, const DLTensor* y,
+                                                        const DLTensor* bias, double multiplier,
+                                                        dlfuse_activation_t activation,
+                                                        DLTensor* out, void* stream);
+
+/* Gradients of add_mul_activation from grad_out and the forward's inputs (the
+ * pre-activation is recomputed). Any of grad_x, grad_y, grad_bias may be NULL. */
+DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation_backward(
+    dlfuse_registry_t registry, const DLTensor* grad_out, const DLTensor* x, const DLTensor* y,
+    const DLTensor* bias, double multiplier, dlfuse_activation_t activation, DLTensor* grad_x,
+    DLTensor* grad_y, DLTensor* grad_bias, void* stream);
+
+/* ---- device services (served by the first available plugin for the device type) ---- */
+
+DLFUSE_EXPORT dlfuse_status_t dlfuse_device_count(dlfuse_registry_t registry,
+                                                  int32_t device_type, int32_t* count);
+DLFUSE_EXPORT dlfuse_status_t dlfuse_device_alloc(dlfuse_registry_t registry, DLDevice device,
+                                                  size_t nbytes, void** ptr);
+DLFUSE_EXPORT dlfuse_status_t dlfuse_device_free(dlfuse_registry_t registry, DLDevice device,
+                                                 void* ptr);
+/* Copies as in dlfuse/plugin.h: host memory is done with when the call returns. */
+DLFUSE_EXPORT dlfuse_status_t dlfuse_device_copy(dlfuse_registry_t registry, DLDevice device,
+                                                 dlfuse_copy_kind_t kind, void* dst,
+                                                 size_t dst_offset, const void* src,
+                                                 size_t src_offset, size_t nbytes, void* stream);
+DLFUSE_EXPORT dlfuse_status_t dlfuse_device_synchronize(dlfuse_registry_t registry,
+                                                        DLDevice device, void* stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* DLFUSE_DLFUSE_H_ */
