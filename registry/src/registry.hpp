@@ -1,0 +1,103 @@
+// The registry's state. Loading and preferences are serialized by `mutex`; calls read
+// an immutable dispatch snapshot through one atomic pointer and never lock.
+#pragma once
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "dlfuse/dlfuse.h"
+#include "dlfuse/plugin.h"
+
+namespace dlfuse {
+
+struct OpSpec;
+
+// A kernel table entry, copied out of the plugin (it may be shorter than ours).
+struct Kernel {
+  std::string op;
+  int32_t device_type = 0;
+  std::vector<DLDataType> dtypes;
+  int32_t priority = 0;
+  dlfuse_kernel_fn_t fn = nullptr;
+  void* kernel_data = nullptr;
+  bool accepts(int32_t dev, DLDataType dt) const {
+    if (dev != device_type) return false;
+    for (const DLDataType& d : dtypes)
+      if (d.code == dt.code && d.bits == dt.bits) return true;
+    return false;
+  }
+};
+
+// A plugin file, loaded or not. Never moves once created (held by unique_ptr).
+struct Plugin {
+  int32_t index = 0;
+  std::string path, name, version, reason;
+  void* handle = nullptr;  // dlopen handle; kept for the registry's lifetime
+  dlfuse_plugin_t api{};   // the descriptor, zero past the plugin's struct_size
+  void* state = nullptr;
+  bool available = false;
+  dlfuse_status_t status = DLFUSE_STATUS_OK;  // why it is unavailable
+  int32_t device_count = 0;
+  std::vector<Kernel> kernels;
+};
+
+// Dispatch order for one op: candidates in preference order.
+struct Candidate {
+  Plugin* plugin;
+  const Kernel* kernel;
+};
+struct OpTable {
+  std::vector<Candidate> candidates;
+};
+
+// Immutable once published; old ones live until the registry dies, so a call that
+// read a pointer can always finish with it.
+struct Snapshot {
+  std::vector<OpTable> by_op_id;  // indexed by dlfuse_op::id
+  std::vector<Plugin*> service_order;  // available plugins, preferred first, for device services
+};
+
+}  // namespace dlfuse
+
+struct dlfuse_op {
+  dlfuse_registry* registry;
+  int32_t id;
+  std::string name;
+  const dlfuse::OpSpec* spec;  // NULL for ops the registry does not know
+};
+
+struct dlfuse_registry {
+  std::mutex mutex;
+  std::vector<std::unique_ptr<dlfuse::Plugin>> plugins;
+  std::unordered_map<std::string, std::unique_ptr<dlfuse_op>> ops;  // by name
+  std::vector<dlfuse_op*> ops_by_id;
+  // (op or "" for every op, plugin name); the latest first.
+  std::vector<std::pair<std::string, std::string>> preferences;
+  std::vector<std::unique_ptr<const dlfuse::Snapshot>> snapshots;
+  std::atomic<const dlfuse::Snapshot*> current{nullptr};
+  dlfuse_op* builtin[4] = {};  // the typed functions' handles, by known-op order
+};
+
+namespace dlfuse {
+
+// Under registry->mutex: the op's handle, created on first use.
+dlfuse_op* op_handle_locked(dlfuse_registry* r, const std::string& name);
+// Under registry->mutex: rebuilds and publishes the dispatch snapshot.
+void publish_snapshot_locked(dlfuse_registry* r);
+// Loads one file (under the mutex); always leaves an entry describing the outcome.
+dlfuse_status_t load_plugin_locked(dlfuse_registry* r, const std::string& path, int32_t* index);
+// Under the mutex: lists `path` as unavailable without opening it.
+void record_refusal_locked(dlfuse_registry* r, const std::string& path, dlfuse_status_t status,
+                           const std::string& why);
+// The plugin serving device services for a device type, or NULL (last error set).
+Plugin* device_plugin(dlfuse_registry* r, int32_t device_type, const char* caller);
+dlfuse_status_t resolve_op(dlfuse_op* op, int32_t device_type, DLDataType dtype, int32_t* plugin);
+// Runs a validated call (shared by dlfuse_op_call and the typed functions).
+dlfuse_status_t call_op(dlfuse_op* op, const DLTensor* const* inputs, int32_t num_inputs,
+                        DLTensor* const* outputs, int32_t num_outputs, const dlfuse_attr_t* attrs,
+                        int32_t num_attrs, void* stream);
+
+}  // namespace dlfuse

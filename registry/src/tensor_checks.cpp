@@ -1,0 +1,168 @@
+#include "tensor_checks.hpp"
+
+#include <cstring>
+
+#include "error.hpp"
+#include "format.hpp"
+
+namespace dlfuse {
+namespace {
+
+bool mul_ok(int64_t a, int64_t b, int64_t* r) { return !__builtin_mul_overflow(a, b, r); }
+bool add_ok(int64_t a, int64_t b, int64_t* r) { return !__builtin_add_overflow(a, b, r); }
+
+// An output written through two index tuples to one address would race with itself.
+// Sufficient test: with dims sorted by stride, each stride clears the span of the
+// smaller ones. Size-1 dims never repeat an address.
+bool self_overlapping(const DLTensor* t, const int64_t* strides) {
+  int64_t s[kMaxNdim], n[kMaxNdim];
+  int32_t k = 0;
+  for (int32_t i = 0; i < t->ndim; ++i) {
+    if (t->shape[i] == 0) return false;
+    if (t->shape[i] == 1) continue;
+    int32_t j = k++;
+    while (j > 0 && s[j - 1] > strides[i]) {
+      s[j] = s[j - 1];
+      n[j] = n[j - 1];
+      --j;
+    }
+    s[j] = strides[i];
+    n[j] = t->shape[i];
+  }
+  int64_t span = 1;  // elements a stride must reach past
+  for (int32_t i = 0; i < k; ++i) {
+    if (s[i] < span) return true;
+    span = s[i] * n[i];  // cannot overflow: bounded by the checked extent
+  }
+  return false;
+}
+
+}  // namespace
+
+dlfuse_status_t check_tensor(const char* op, const char* arg, const DLTensor* t, bool is_output,
+                             TensorView* v) {
+  const auto bad = [&](const char* what, const std::string& expected, const std::string& actual) {
+    return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s': %s is %s; expected %s", op,
+                arg, what, actual.c_str(), expected.c_str());
+  };
+  if (!t) return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s' is NULL; expected a DLTensor", op, arg);
+  if (t->ndim < 0 || t->ndim > kMaxNdim)
+    return bad("ndim", "0.." + std::to_string(kMaxNdim), std::to_string(t->ndim));
+  if (t->ndim > 0 && !t->shape) return bad("shape", "a pointer to ndim sizes", "NULL");
+  if (t->dtype.lanes != 1) return bad("dtype", "lanes == 1", dtype_name(t->dtype));
+  if (t->dtype.bits == 0 || t->dtype.bits % 8 != 0)
+    return bad("dtype", "a whole number of bytes per element", dtype_name(t->dtype));
+  v->t = t;
+  v->itemsize = t->dtype.bits / 8;
+
+  int64_t numel = 1;
+  for (int32_t i = 0; i < t->ndim; ++i) {
+    if (t->shape[i] < 0)
+      return bad(("shape[" + std::to_string(i) + "]").c_str(), ">= 0", std::to_string(t->shape[i]));
+    if (!mul_ok(numel, t->shape[i], &numel))
+      return bad("element count", "<= 2^63-1", "larger (shape " + shape_string(t->shape, t->ndim) + ")");
+  }
+  v->numel = numel;
+
+  if (t->strides) {
+    for (int32_t i = 0; i < t->ndim; ++i) {
+      if (t->strides[i] < 0)
+        return bad(("strides[" + std::to_string(i) + "]").c_str(),
+                   ">= 0 (negative strides are not supported)", std::to_string(t->strides[i]));
+      v->strides[i] = t->strides[i];
+    }
+  } else {
+    int64_t s = 1;
+    for (int32_t i = t->ndim - 1; i >= 0; --i) {
+      v->strides[i] = s;
+      // Only matters when another dim is 0 and numel stayed small.
+      if (!mul_ok(s, t->shape[i] > 0 ? t->shape[i] : 1, &s))
+        return bad("compact strides", "<= 2^63-1", "larger (shape " + shape_string(t->shape, t->ndim) + ")");
+    }
+  }
+
+  v->space = t->device.device_type == kDLOpenCL ? reinterpret_cast<uintptr_t>(t->data) : 0;
+  v->lo = v->hi = 0;
+  if (t->byte_offset > static_cast<uint64_t>(INT64_MAX))
+    return bad("byte_offset", "<= 2^63-1", std::to_string(t->byte_offset));
+  if (numel == 0) return DLFUSE_STATUS_OK;
+
+  int64_t last = 0;  // index of the farthest element
+  for (int32_t i = 0; i < t->ndim; ++i) {
+    int64_t step;
+    if (!mul_ok(t->shape[i] - 1, v->strides[i], &step) || !add_ok(last, step, &last))
+      return bad("extent", "<= 2^63-1 elements", "larger (shape " + shape_string(t->shape, t->ndim) +
+                                                       ", strides " + shape_string(v->strides, t->ndim) + ")");
+  }
+  int64_t bytes, end;
+  if (!add_ok(last, 1, &bytes) || !mul_ok(bytes, v->itemsize, &bytes) ||
+      !add_ok(bytes, static_cast<int64_t>(t->byte_offset), &end))
+    return bad("byte extent", "<= 2^63-1", "larger (shape " + shape_string(t->shape, t->ndim) + ")");
+  if (!t->data) return bad("data", "a non-NULL pointer for a non-empty tensor", "NULL");
+
+  if (v->space == 0) {
+    const uintptr_t addr = reinterpret_cast<uintptr_t>(t->data);
+    if (addr > UINTPTR_MAX - static_cast<uint64_t>(end))
+      return bad("data + byte extent", "inside the address space", "past its end");
+    const uintptr_t first = addr + t->byte_offset;
+    if ((v->itemsize & (v->itemsize - 1)) == 0 && first % v->itemsize != 0)
+      return bad("data + byte_offset", "aligned to " + std::to_string(v->itemsize) + " bytes",
+                 "misaligned address");
+    v->lo = first;
+    v->hi = first + static_cast<uint64_t>(bytes);
+  } else {
+    if (t->byte_offset % v->itemsize != 0)
+      return bad("byte_offset", "a multiple of " + std::to_string(v->itemsize), std::to_string(t->byte_offset));
+    v->lo = t->byte_offset;
+    v->hi = static_cast<uint64_t>(end);
+  }
+
+  if (is_output && self_overlapping(t, v->strides))
+    return bad("layout", "no two elements at one address (an output cannot be a broadcast view)",
+               "strides " + shape_string(v->strides, t->ndim) + " for shape " + shape_string(t->shape, t->ndim));
+  return DLFUSE_STATUS_OK;
+}
+
+bool views_overlap(const TensorView& a, const TensorView& b) {
+  if (a.numel == 0 || b.numel == 0 || a.space != b.space) return false;
+  return a.lo < b.hi && b.lo < a.hi;
+}
+
+bool same_view(const TensorView& a, const TensorView& b) {
+  const DLTensor* x = a.t;
+  const DLTensor* y = b.t;
+  if (x->data != y->data || x->byte_offset != y->byte_offset || x->ndim != y->ndim) return false;
+  if (x->dtype.code != y->dtype.code || x->dtype.bits != y->dtype.bits) return false;
+  for (int32_t i = 0; i < x->ndim; ++i)
+    if (x->shape[i] != y->shape[i] || (x->shape[i] > 1 && a.strides[i] != b.strides[i])) return false;
+  return true;
+}
+
+bool broadcast_shapes(const int64_t* a, int32_t na, const int64_t* b, int32_t nb, int64_t* out,
+                      int32_t* nout) {
+  const int32_t n = na > nb ? na : nb;
+  if (n > kMaxNdim) return false;
+  for (int32_t i = 0; i < n; ++i) {
+    const int64_t da = i < n - na ? 1 : a[i - (n - na)];
+    const int64_t db = i < n - nb ? 1 : b[i - (n - nb)];
+    if (da != db && da != 1 && db != 1) return false;
+    out[i] = da == 1 ? db : da;
+  }
+  *nout = n;
+  return true;
+}
+
+bool broadcasts_to(const int64_t* from, int32_t nfrom, const int64_t* to, int32_t nto) {
+  if (nfrom > nto) return false;
+  for (int32_t i = 0; i < nfrom; ++i) {
+    const int64_t f = from[i], d = to[nto - nfrom + i];
+    if (f != d && f != 1) return false;
+  }
+  return true;
+}
+
+bool same_shape(const int64_t* a, int32_t na, const int64_t* b, int32_t nb) {
+  return na == nb && (na == 0 || std::memcmp(a, b, sizeof(int64_t) * na) == 0);
+}
+
+}  // namespace dlfuse

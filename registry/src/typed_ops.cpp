@@ -1,0 +1,80 @@
+// The typed convenience functions: argument packing over the cached built-in handles.
+#include "error.hpp"
+#include "registry.hpp"
+
+using namespace dlfuse;
+
+namespace {
+
+enum Builtin { kMatmul = 0, kMatmulBackward = 1, kAddMul = 2, kAddMulBackward = 3 };
+
+dlfuse_status_t run(dlfuse_registry_t r, Builtin which, const char* fn, const DLTensor* const* in, int32_t n_in,
+                    DLTensor* const* out, int32_t n_out, const dlfuse_attr_t* attrs, int32_t n_attrs, void* stream) {
+  return guarded(fn, [&] {
+    if (!r) return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument 'registry' is NULL; expected a registry", fn);
+    return call_op(r->builtin[which], in, n_in, out, n_out, attrs, n_attrs, stream);
+  });
+}
+
+dlfuse_attr_t int_attr(int32_t key, int64_t v) {
+  dlfuse_attr_t a{};
+  a.key = key;
+  a.type = DLFUSE_ATTR_INT64;
+  a.value.i64 = v;
+  return a;
+}
+
+dlfuse_attr_t float_attr(int32_t key, double v) {
+  dlfuse_attr_t a{};
+  a.key = key;
+  a.type = DLFUSE_ATTR_FLOAT64;
+  a.value.f64 = v;
+  return a;
+}
+
+}  // namespace
+
+extern "C" {
+
+DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_relu(dlfuse_registry_t registry, const DLTensor* a, const DLTensor* b,
+                                                     const DLTensor* bias, DLTensor* out, int32_t allow_tf32,
+                                                     void* stream) {
+  const DLTensor* in[3] = {a, b, bias};
+  DLTensor* outs[1] = {out};
+  const dlfuse_attr_t attrs[1] = {int_attr(DLFUSE_ATTR_ALLOW_TF32, allow_tf32)};
+  return run(registry, kMatmul, "dlfuse_matmul_add_relu", in, 3, outs, 1, attrs, 1, stream);
+}
+
+DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_relu_backward(dlfuse_registry_t registry, const DLTensor* grad_out,
+                                                              const DLTensor* a, const DLTensor* b, const DLTensor* out,
+                                                              DLTensor* grad_a, DLTensor* grad_b, DLTensor* grad_bias,
+                                                              int32_t allow_tf32, void* stream) {
+  const DLTensor* in[4] = {grad_out, a, b, out};
+  DLTensor* outs[3] = {grad_a, grad_b, grad_bias};
+  const dlfuse_attr_t attrs[1] = {int_attr(DLFUSE_ATTR_ALLOW_TF32, allow_tf32)};
+  return run(registry, kMatmulBackward, "dlfuse_matmul_add_relu_backward", in, 4, outs, 3, attrs, 1, stream);
+}
+
+DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation(dlfuse_registry_t registry, const DLTensor* x, const DLTensor* y,
+                                                        const DLTensor* bias, double multiplier,
+                                                        dlfuse_activation_t activation, DLTensor* out, void* stream) {
+  const DLTensor* in[3] = {x, y, bias};
+  DLTensor* outs[1] = {out};
+  const dlfuse_attr_t attrs[2] = {int_attr(DLFUSE_ATTR_ACTIVATION, activation),
+                                  float_attr(DLFUSE_ATTR_MULTIPLIER, multiplier)};
+  return run(registry, kAddMul, "dlfuse_add_mul_activation", in, 3, outs, 1, attrs, 2, stream);
+}
+
+DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation_backward(dlfuse_registry_t registry, const DLTensor* grad_out,
+                                                                 const DLTensor* x, const DLTensor* y,
+                                                                 const DLTensor* bias, double multiplier,
+                                                                 dlfuse_activation_t activation, DLTensor* grad_x,
+                                                                 DLTensor* grad_y, DLTensor* grad_bias, void* stream) {
+  const DLTensor* in[4] = {grad_out, x, y, bias};
+  DLTensor* outs[3] = {grad_x, grad_y, grad_bias};
+  const dlfuse_attr_t attrs[2] = {int_attr(DLFUSE_ATTR_ACTIVATION, activation),
+                                  float_attr(DLFUSE_ATTR_MULTIPLIER, multiplier)};
+  return run(registry, kAddMulBackward, "dlfuse_add_mul_activation_backward", in, 4, outs, 3, attrs, 2, stream);
+}
+
+}  // extern "C"
