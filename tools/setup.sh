@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what dlfuse builds and tests with, from Debian's packages and PyPI.
+# Idempotent: packages already present are not fetched again.
+set -euo pipefail
+
+apt_packages=(cmake g++ make pkg-config python3 python3-pip libgtest-dev libgmock-dev)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# DLPack >= 1.0 (docs/abi.md): the header ships in apache-tvm-ffi. NumPy/pytest for the
+# Python tests.
+python3 -m pip install -q --disable-pip-version-check "apache-tvm-ffi>=0.1" "numpy>=2.1" "pytest>=8" 2>&1 |
+  grep -v "Running pip as the 'root' user" || true
+python3 -c "import tvm_ffi.libinfo as l; print('setup: DLPack header from', l.find_dlpack_include_path())"
