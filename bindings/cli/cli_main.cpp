@@ -1,0 +1,75 @@
+// dlfuse: the command-line face of libdlfuse.
+#include <cstring>
+#include <exception>
+#include <iostream>
+
+#include "cli.h"
+
+namespace dlfuse_cli {
+
+const char* const kUsage =
+    "usage: dlfuse <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  list [--plugin PATH]...          every discovered plugin, its devices and kernels\n"
+    "  run OP|all [options]             run ops on random data, check against the float64\n"
+    "                                   reference, time them\n"
+    "      --shape M,K,N | M,N  --batch B  --dtype f32|f64|f16|bf16  --plugin NAME|PATH\n"
+    "      --act relu|identity|sigmoid|tanh|gelu_erf|gelu_tanh|silu  --multiplier X\n"
+    "      --device-type cpu|cuda|opencl  --device-id I  --repeat N  --seed S\n"
+    "      `run all` without --plugin runs every available plugin, device and dtype\n"
+    "  conform PLUGIN.so [--dtype D] [--op OP] [--device-id I] [--seed S] [--verbose]\n"
+    "                    [--no-bad-inputs]   the conformance suite for one plugin file\n"
+    "  version                          versions of the tool and the ABI\n"
+    "  --help                           this text\n"
+    "\n"
+    "ops: matmul_add_relu, matmul_add_relu_backward, add_mul_activation,\n"
+    "     add_mul_activation_backward\n";
+
+namespace {
+
+int cmd_version() {
+  uint32_t major = 0, minor = 0;
+  dlfuse_abi_version(&major, &minor);
+  std::cout << "dlfuse " << DLFUSE_VERSION_STRING << " (libdlfuse ABI " << major << "." << minor
+            << ", built against ABI " << DLFUSE_ABI_MAJOR << "." << DLFUSE_ABI_MINOR << ")\n";
+  return 0;
+}
+
+int dispatch(int argc, char** argv) {
+  if (argc < 2) throw UsageError("no command");
+  const std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (cmd == "version" || cmd == "--version") {
+    parse_args(argc, argv, 2, {}, {});
+    return cmd_version();
+  }
+  if (cmd == "list") return cmd_list(parse_args(argc, argv, 2, {"--plugin"}, {}));
+  if (cmd == "run")
+    return cmd_run(parse_args(argc, argv, 2,
+                              {"--shape", "--batch", "--dtype", "--plugin", "--act", "--multiplier",
+                               "--device-type", "--device-id", "--repeat", "--seed"},
+                              {}));
+  if (cmd == "conform")
+    return cmd_conform(parse_args(argc, argv, 2, {"--dtype", "--op", "--device-id", "--seed"},
+                                  {"--verbose", "--no-bad-inputs"}));
+  throw UsageError("unknown command '" + cmd + "'");
+}
+
+}  // namespace
+}  // namespace dlfuse_cli
+
+int main(int argc, char** argv) {
+  try {
+    return dlfuse_cli::dispatch(argc, argv);
+  } catch (const dlfuse_cli::UsageError& e) {
+    std::cerr << "dlfuse: " << e.what() << "\n\n" << dlfuse_cli::kUsage;
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "dlfuse: internal error: " << e.what() << "\n";
+    return 3;
+  }
+}

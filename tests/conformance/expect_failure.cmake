@@ -1,0 +1,26 @@
+# cmake -DCLI=... -DPLUGIN=... -DKERNEL=... [-DTEXT=...] -P expect_failure.cmake
+# Passes when `dlfuse conform PLUGIN` exits nonzero, every FAIL row names KERNEL (and no
+# other kernel), the failure details mention TEXT, and the summary counts the failures.
+execute_process(COMMAND ${CLI} conform ${PLUGIN}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 0)
+  message(FATAL_ERROR "expected a nonzero exit from conform ${PLUGIN}, got 0\n${out}")
+endif()
+string(REGEX MATCHALL "\nFAIL +[a-z_-]+ " rows "\n${out}")
+list(LENGTH rows nrows)
+if(nrows EQUAL 0)
+  message(FATAL_ERROR "exit code ${rc} but no FAIL row:\n${out}\n${err}")
+endif()
+foreach(row IN LISTS rows)
+  string(REGEX REPLACE "\nFAIL +([a-z_-]+) " "\\1" kernel "${row}")
+  if(NOT kernel STREQUAL KERNEL)
+    message(FATAL_ERROR "a FAIL row names '${kernel}', expected only '${KERNEL}':\n${out}")
+  endif()
+endforeach()
+if(DEFINED TEXT AND NOT out MATCHES "${TEXT}")
+  message(FATAL_ERROR "no failure detail mentions '${TEXT}':\n${out}")
+endif()
+if(NOT out MATCHES "\n[0-9]+ passed, ${nrows} failed\n")
+  message(FATAL_ERROR "summary line missing or does not count ${nrows} failures:\n${out}")
+endif()
+message(STATUS "${nrows} rows of ${KERNEL} failed, as they must")

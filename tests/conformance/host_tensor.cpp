@@ -1,0 +1,113 @@
+#include "host_tensor.h"
+
+#include <cmath>
+#include <utility>
+
+#include "dtypes.h"
+
+namespace dlfuse_conformance {
+
+const char* layout_name(Layout l) {
+  switch (l) {
+    case Layout::kCompact: return "compact";
+    case Layout::kCompactExplicit: return "compact-explicit";
+    case Layout::kPadded: return "padded";
+    case Layout::kTransposed: return "transposed";
+    case Layout::kZeroStride: return "zero-stride";
+  }
+  return "?";
+}
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+namespace {
+
+std::vector<int64_t> row_major(const std::vector<int64_t>& shape, int64_t pitch_pad) {
+  std::vector<int64_t> s(shape.size());
+  int64_t acc = 1;
+  for (int i = int(shape.size()) - 1; i >= 0; --i) {
+    s[i] = acc;
+    acc *= shape[i] + (i == int(shape.size()) - 1 ? pitch_pad : 0);
+  }
+  return s;
+}
+
+}  // namespace
+
+HostTensor::HostTensor(DLDataType dtype, std::vector<int64_t> shape, Layout layout, int64_t offset)
+    : dtype_(dtype), esize_(dtype_size(dtype)), shape_(std::move(shape)), offset_(offset) {
+  const int r = int(shape_.size());
+  switch (layout) {
+    case Layout::kCompact:
+      null_strides_ = true;
+      strides_ = row_major(shape_, 0);
+      break;
+    case Layout::kCompactExplicit: strides_ = row_major(shape_, 0); break;
+    case Layout::kPadded: strides_ = row_major(shape_, r >= 2 ? 3 : 0); break;
+    case Layout::kTransposed: {
+      if (r < 2) { strides_ = row_major(shape_, 0); break; }
+      std::vector<int64_t> mem = shape_;
+      std::swap(mem[r - 1], mem[r - 2]);
+      strides_ = row_major(mem, 0);
+      std::swap(strides_[r - 1], strides_[r - 2]);
+      break;
+    }
+    case Layout::kZeroStride: {
+      strides_ = row_major(shape_, 0);
+      for (int i = 0; i < r; ++i)
+        if (shape_[i] > 1) { strides_[i] = 0; break; }
+      break;
+    }
+  }
+  int64_t last = -1;  // highest slot the view touches
+  if (numel() > 0) {
+    last = 0;
+    for (int i = 0; i < r; ++i) last += (shape_[i] - 1) * strides_[i];
+  }
+  const int64_t slots = offset_ + last + 1 + 2;
+  bytes_.assign(size_t(slots) * esize_, 0);
+}
+
+int64_t HostTensor::slot(int64_t i) const {
+  int64_t s = offset_;
+  for (int d = int(shape_.size()) - 1; d >= 0; --d) {
+    s += (i % shape_[d]) * strides_[d];
+    i /= shape_[d];
+  }
+  return s;
+}
+
+double HostTensor::get(int64_t i) const { return decode(bytes_.data() + slot(i) * esize_, dtype_); }
+
+void HostTensor::set(int64_t i, double v) { encode(v, dtype_, bytes_.data() + slot(i) * esize_); }
+
+std::vector<double> HostTensor::values() const {
+  std::vector<double> v(static_cast<size_t>(numel()));
+  for (int64_t i = 0; i < numel(); ++i) v[size_t(i)] = get(i);
+  return v;
+}
+
+void HostTensor::fill_random(std::mt19937_64& rng, double lo, double hi, int grid) {
+  std::uniform_real_distribution<double> dist(lo, hi);
+  for (int64_t i = 0; i < numel(); ++i) {
+    double v = dist(rng);
+    if (grid > 0) v = std::ldexp(std::nearbyint(std::ldexp(v, grid)), -grid);
+    set(i, v);
+  }
+}
+
+void HostTensor::fill_buffer(double v) {
+  for (size_t s = 0; s < bytes_.size() / esize_; ++s) encode(v, dtype_, bytes_.data() + s * esize_);
+}
+
+std::vector<bool> HostTensor::covered() const {
+  std::vector<bool> c(bytes_.size() / esize_, false);
+  for (int64_t i = 0; i < numel(); ++i) c[size_t(slot(i))] = true;
+  return c;
+}
+
+}  // namespace dlfuse_conformance

@@ -1,0 +1,307 @@
+#include "op_case.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "dtypes.h"
+
+namespace dlfuse_conformance {
+
+const char* op_name(OpKind op) {
+  switch (op) {
+    case OpKind::kMatmul: return DLFUSE_OP_MATMUL_ADD_RELU;
+    case OpKind::kMatmulBackward: return DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD;
+    case OpKind::kAddMul: return DLFUSE_OP_ADD_MUL_ACTIVATION;
+    case OpKind::kAddMulBackward: return DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD;
+  }
+  return "?";
+}
+
+bool parse_op(const std::string& name, OpKind* op) {
+  for (OpKind k : kAllOps)
+    if (name == op_name(k)) { *op = k; return true; }
+  return false;
+}
+
+namespace {
+const char* const kActNames[DLFUSE_ACT_COUNT] = {"identity",  "relu",      "sigmoid", "tanh",
+                                                 "gelu_erf", "gelu_tanh", "silu"};
+}
+
+const char* activation_name(int act) {
+  return act >= 0 && act < DLFUSE_ACT_COUNT ? kActNames[act] : "?";
+}
+
+bool parse_activation(const std::string& name, int* act) {
+  for (int i = 0; i < DLFUSE_ACT_COUNT; ++i)
+    if (name == kActNames[i]) { *act = i; return true; }
+  return false;
+}
+
+namespace {
+
+std::string join(const std::vector<int64_t>& s) {
+  std::ostringstream o;
+  for (size_t i = 0; i < s.size(); ++i) o << (i ? "x" : "") << s[i];
+  return s.empty() ? "scalar" : o.str();
+}
+
+std::vector<int64_t> cat(std::vector<int64_t> a, std::initializer_list<int64_t> tail) {
+  a.insert(a.end(), tail);
+  return a;
+}
+
+bool is_matmul(OpKind op) { return op == OpKind::kMatmul || op == OpKind::kMatmulBackward; }
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Activations whose formula at -Inf is NaN in IEEE arithmetic (-Inf * 0) while the limit is 0;
+// docs/ops.md does not pick one, so the suite feeds them no -Inf.
+bool minus_inf_ambiguous(int act) {
+  return act == DLFUSE_ACT_GELU_ERF || act == DLFUSE_ACT_GELU_TANH || act == DLFUSE_ACT_SILU;
+}
+
+}  // namespace
+
+std::string shape_summary(const CaseSpec& s) {
+  if (is_matmul(s.op)) return join(cat(s.a_batch, {s.M, s.K})) + "@" + join(cat(s.b_batch, {s.K, s.N}));
+  std::vector<int64_t> xy, out;
+  broadcast_shapes(s.x_shape, s.y_shape, &xy);
+  broadcast_shapes(xy, s.bias_shape, &out);
+  return join(out);
+}
+
+PreparedCall::Tensor& PreparedCall::add(std::vector<Tensor>& list, const std::string& role,
+                                        const std::vector<int64_t>& shape) {
+  auto lay = spec_.layout.find(role);
+  auto off = spec_.offset.find(role);
+  Tensor t;
+  t.role = role;
+  t.host = HostTensor(dtype_, shape, lay == spec_.layout.end() ? Layout::kCompact : lay->second,
+                      off == spec_.offset.end() ? 0 : off->second);
+  t.present = spec_.absent.count(role) == 0;
+  list.push_back(std::move(t));
+  return list.back();
+}
+
+void PreparedCall::make_inputs(std::mt19937_64& rng) {
+  const CaseSpec& s = spec_;
+  if (is_matmul(s.op)) {
+    // Full-precision values: a kernel that drops mantissa bits (TF32) is caught.
+    const std::vector<int64_t> a_shape = cat(s.a_batch, {s.M, s.K}), b_shape = cat(s.b_batch, {s.K, s.N});
+    std::vector<int64_t> out_shape;
+    broadcast_shapes(s.a_batch, s.b_batch, &out_shape);
+    out_shape = cat(out_shape, {s.M, s.N});
+    if (s.op == OpKind::kMatmul) {
+      add(inputs_, "a", a_shape).host.fill_random(rng, -1, 1);
+      add(inputs_, "b", b_shape).host.fill_random(rng, -1, 1);
+      add(inputs_, "bias", s.bias_shape).host.fill_random(rng, -1, 1);
+      add(outputs_, "out", out_shape);
+      return;
+    }
+    add(inputs_, "grad_out", out_shape).host.fill_random(rng, -1, 1);
+    add(inputs_, "a", a_shape).host.fill_random(rng, -1, 1);
+    add(inputs_, "b", b_shape).host.fill_random(rng, -1, 1);
+    HostTensor bias(dtype_, s.bias_shape, Layout::kCompact, 0);
+    bias.fill_random(rng, -1, 1);
+    hidden_bias_ = Dense{bias.shape(), bias.values()};
+    // The saved `out` is what a forward would have produced, rounded to the dtype.
+    const RefOut fwd = ref_matmul_forward(dense(inputs_[1]), dense(inputs_[2]), hidden_bias_);
+    HostTensor& out = add(inputs_, "out", out_shape).host;
+    for (int64_t i = 0; i < out.numel(); ++i) out.set(i, fwd.val[size_t(i)]);
+    add(outputs_, "grad_a", a_shape);
+    add(outputs_, "grad_b", b_shape);
+    add(outputs_, "grad_bias", s.bias_shape);
+    return;
+  }
+  // add_mul data sit on a 2^-12 grid and multipliers are dyadic in the relu-backward cases,
+  // so the pre-activation is exact in float32 and its sign (relu's select) is not up to
+  // rounding. Values in [-2, 2) keep relu active about half the time.
+  std::vector<int64_t> xy, out_shape;
+  broadcast_shapes(s.x_shape, s.y_shape, &xy);
+  broadcast_shapes(xy, s.bias_shape, &out_shape);
+  if (s.op == OpKind::kAddMulBackward) add(inputs_, "grad_out", out_shape).host.fill_random(rng, -2, 2, 12);
+  add(inputs_, "x", s.x_shape).host.fill_random(rng, -2, 2, 12);
+  add(inputs_, "y", s.y_shape).host.fill_random(rng, -2, 2, 12);
+  add(inputs_, "bias", s.bias_shape).host.fill_random(rng, -2, 2, 12);
+  if (s.op == OpKind::kAddMul) {
+    add(outputs_, "out", out_shape);
+  } else {
+    add(outputs_, "grad_x", s.x_shape);
+    add(outputs_, "grad_y", s.y_shape);
+    add(outputs_, "grad_bias", s.bias_shape);
+  }
+}
+
+void PreparedCall::apply_specials() {
+  const double nan = std::nan(""), inf = INFINITY;
+  auto by_role = [&](const std::string& role) -> HostTensor& {
+    for (Tensor& t : inputs_)
+      if (t.role == role) return t.host;
+    return inputs_[0].host;
+  };
+  if (spec_.special == Special::kNanInf) {
+    if (is_matmul(spec_.op)) {
+      HostTensor &a = by_role("a"), &b = by_role("b");
+      if (a.numel() > 0) a.set(0, nan);
+      if (a.numel() > 1) a.set(a.numel() - 1, inf);
+      if (b.numel() > 1) b.set(b.numel() - 1, -inf);
+    } else {
+      HostTensor &x = by_role("x"), &y = by_role("y");
+      if (x.numel() > 0) x.set(0, nan);
+      if (x.numel() > 1) x.set(1, inf);
+      if (y.numel() > 2 && !minus_inf_ambiguous(spec_.act)) y.set(y.numel() - 1, -inf);
+    }
+  }
+  if (spec_.special != Special::kReluSelect) return;
+  HostTensor& g = by_role("grad_out");
+  std::vector<double> gate;  // where relu passes (> 0 or NaN) the gradient must pass
+  if (spec_.op == OpKind::kMatmulBackward) {
+    HostTensor& out = by_role("out");
+    for (int64_t i = 3; i < out.numel(); i += 7) out.set(i, nan);
+    gate = out.values();
+  } else {
+    // pre is exactly 0 where y = 0 and x = -bias (relu'(0) = 0), NaN where x is NaN.
+    HostTensor &x = by_role("x"), &y = by_role("y"), &bias = by_role("bias");
+    for (int64_t i = 0; i < x.numel() && bias.numel() > 0; i += 5) {
+      y.set(i, 0.0);
+      x.set(i, -bias.get(i % bias.numel()));
+    }
+    for (int64_t i = 3; i < x.numel(); i += 7) x.set(i, nan);
+    gate = ref_pre_activation(dense(inputs_[1]), dense(inputs_[2]), dense(inputs_[3]), spec_.multiplier).v;
+  }
+  for (int64_t i = 0; i < g.numel(); ++i)
+    if (gate[size_t(i)] <= 0) g.set(i, i % 3 == 0 ? nan : (i % 3 == 1 ? inf : -inf));
+}
+
+bool PreparedCall::place(Tensor& t, std::string* err) {
+  t.shape = t.host.shape();
+  t.strides = t.host.strides();
+  if (!t.buf.allocate(reg_, dev_, t.host.nbytes(), err) || !t.buf.upload(t.host.data(), t.host.nbytes(), err))
+    return false;
+  t.dl = DLTensor{};
+  t.dl.data = t.buf.ptr();
+  t.dl.device = dev_;
+  t.dl.ndim = int32_t(t.shape.size());
+  t.dl.dtype = dtype_;
+  t.dl.shape = t.shape.data();
+  t.dl.strides = t.host.null_strides() ? nullptr : t.strides.data();
+  t.dl.byte_offset = uint64_t(t.host.byte_offset());
+  return true;
+}
+
+bool PreparedCall::prepare(const CaseSpec& spec, uint64_t seed, std::string* err) {
+  spec_ = spec;
+  inputs_.clear();
+  outputs_.clear();
+  inputs_.reserve(4);  // Tensors hold DLTensors pointing into themselves: no reallocation
+  outputs_.reserve(3);
+  std::mt19937_64 rng(seed ^ fnv1a(spec.name + "/" + op_name(spec.op) + "/" + dtype_name(dtype_)));
+  make_inputs(rng);
+  apply_specials();
+  for (Tensor& t : outputs_) t.host.fill_buffer(kPoison);
+  if (spec_.in_place) outputs_[0].host = inputs_[0].host;  // out is x: same buffer and view
+  for (Tensor& t : inputs_)
+    if (!place(t, err)) return false;
+  for (Tensor& t : outputs_)
+    if (t.present && !(spec_.in_place && t.role == "out") && !place(t, err)) return false;
+  return true;
+}
+
+DLTensor* PreparedCall::out(size_t i) {
+  if (!outputs_[i].present) return nullptr;
+  if (spec_.in_place && i == 0) return &inputs_[0].dl;
+  return &outputs_[i].dl;
+}
+
+dlfuse_status_t PreparedCall::invoke() {
+  const int32_t tf32 = spec_.allow_tf32 ? 1 : 0;
+  if (spec_.generic_call) {
+    if (!op_handle_) {
+      const dlfuse_status_t st = dlfuse_op_get(reg_, op_name(spec_.op), &op_handle_);
+      if (st != DLFUSE_STATUS_OK) return st;
+    }
+    const DLTensor* ins[4];
+    DLTensor* outs[3];
+    for (size_t i = 0; i < inputs_.size(); ++i) ins[i] = in(i);
+    for (size_t i = 0; i < outputs_.size(); ++i) outs[i] = out(i);
+    std::vector<dlfuse_attr_t> attrs;
+    dlfuse_attr_t a{};
+    if (is_matmul(spec_.op)) {
+      if (tf32) { a.key = DLFUSE_ATTR_ALLOW_TF32; a.type = DLFUSE_ATTR_INT64; a.value.i64 = 1; attrs.push_back(a); }
+    } else {
+      a.key = DLFUSE_ATTR_ACTIVATION; a.type = DLFUSE_ATTR_INT64; a.value.i64 = spec_.act;
+      attrs.push_back(a);
+      // A multiplier of 1 is left out on purpose: the registry must fill in the default.
+      if (spec_.multiplier != 1.0) {
+        a.key = DLFUSE_ATTR_MULTIPLIER; a.type = DLFUSE_ATTR_FLOAT64; a.value.f64 = spec_.multiplier;
+        attrs.push_back(a);
+      }
+    }
+    return dlfuse_op_call(op_handle_, ins, int32_t(inputs_.size()), outs, int32_t(outputs_.size()),
+                          attrs.empty() ? nullptr : attrs.data(), int32_t(attrs.size()), nullptr);
+  }
+  const auto act = dlfuse_activation_t(spec_.act);
+  switch (spec_.op) {
+    case OpKind::kMatmul:
+      return dlfuse_matmul_add_relu(reg_, in(0), in(1), in(2), out(0), tf32, nullptr);
+    case OpKind::kMatmulBackward:
+      return dlfuse_matmul_add_relu_backward(reg_, in(0), in(1), in(2), in(3), out(0), out(1), out(2),
+                                             tf32, nullptr);
+    case OpKind::kAddMul:
+      return dlfuse_add_mul_activation(reg_, in(0), in(1), in(2), spec_.multiplier, act, out(0), nullptr);
+    case OpKind::kAddMulBackward:
+      return dlfuse_add_mul_activation_backward(reg_, in(0), in(1), in(2), in(3), spec_.multiplier, act,
+                                                out(0), out(1), out(2), nullptr);
+  }
+  return DLFUSE_STATUS_INTERNAL;
+}
+
+bool PreparedCall::verify(CheckStats* stats, std::string* err) {
+  // Reference first, from the host copies of what was uploaded (x before an in-place call).
+  std::vector<RefOut> ref;
+  switch (spec_.op) {
+    case OpKind::kMatmul:
+      ref.push_back(ref_matmul_forward(dense(inputs_[0]), dense(inputs_[1]), dense(inputs_[2])));
+      break;
+    case OpKind::kMatmulBackward: {
+      Grads g = ref_matmul_backward(dense(inputs_[0]), dense(inputs_[1]), dense(inputs_[2]),
+                                    dense(inputs_[3]), hidden_bias_.shape);
+      ref = {g.first, g.second, g.bias};
+      break;
+    }
+    case OpKind::kAddMul:
+      ref.push_back(ref_add_mul_forward(dense(inputs_[0]), dense(inputs_[1]), dense(inputs_[2]), spec_.act,
+                                        spec_.multiplier));
+      break;
+    case OpKind::kAddMulBackward: {
+      Grads g = ref_add_mul_backward(dense(inputs_[0]), dense(inputs_[1]), dense(inputs_[2]),
+                                     dense(inputs_[3]), spec_.act, spec_.multiplier);
+      ref = {g.first, g.second, g.bias};
+      break;
+    }
+  }
+  const Tolerance tol = tolerance_for(dtype_, spec_.allow_tf32 && is_matmul(spec_.op));
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    const Tensor& t = outputs_[i];
+    if (!t.present) continue;
+    HostTensor got = t.host;
+    const DeviceBuffer& buf = spec_.in_place && i == 0 ? inputs_[0].buf : t.buf;
+    if (!buf.download(got.data(), got.nbytes(), err)) return false;
+    check_values(t.role, got, ref[i], tol, stats);
+    check_outside_view(t.role, got, t.host, stats);
+  }
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    if (spec_.in_place && i == 0) continue;
+    HostTensor got = inputs_[i].host;
+    if (!inputs_[i].buf.download(got.data(), got.nbytes(), err)) return false;
+    check_unchanged(inputs_[i].role, got, inputs_[i].host, stats);
+  }
+  return true;
+}
+
+}  // namespace dlfuse_conformance

@@ -1,0 +1,225 @@
+#include "reference.h"
+
+#include <cmath>
+
+#include "host_tensor.h"
+
+namespace dlfuse_conformance {
+namespace {
+
+// Row-major strides of `shape` aligned to the right of a rank-`rank` space, 0 where the
+// shape is broadcast (size 1 or missing): maps an output index to the input's element.
+std::vector<int64_t> bstrides(const std::vector<int64_t>& shape, size_t rank) {
+  std::vector<int64_t> s(rank, 0);
+  int64_t acc = 1;
+  for (int j = int(shape.size()) - 1; j >= 0; --j) {
+    const int i = int(rank) - int(shape.size()) + j;
+    if (shape[j] != 1) s[size_t(i)] = acc;
+    acc *= shape[j];
+  }
+  return s;
+}
+
+// Calls f(linear output index, multi-index) over every element of `shape`.
+template <class F> void for_each_index(const std::vector<int64_t>& shape, F f) {
+  const int64_t n = numel(shape);
+  std::vector<int64_t> idx(shape.size(), 0);
+  for (int64_t lin = 0; lin < n; ++lin) {
+    f(lin, idx);
+    for (int d = int(shape.size()) - 1; d >= 0; --d) {
+      if (++idx[size_t(d)] < shape[size_t(d)]) break;
+      idx[size_t(d)] = 0;
+    }
+  }
+}
+
+int64_t at(const std::vector<int64_t>& idx, const std::vector<int64_t>& s) {
+  int64_t o = 0;
+  for (size_t i = 0; i < idx.size(); ++i) o += idx[i] * s[i];
+  return o;
+}
+
+RefOut zeros(const std::vector<int64_t>& shape) {
+  RefOut r;
+  r.shape = shape;
+  r.val.assign(size_t(numel(shape)), 0.0);
+  r.scale.assign(size_t(numel(shape)), 0.0);
+  return r;
+}
+
+std::vector<int64_t> head(const std::vector<int64_t>& s, size_t drop) {
+  return std::vector<int64_t>(s.begin(), s.end() - long(drop));
+}
+
+// The matmul problem in one place: batch shape, dims, and how each operand's batch maps.
+struct Mm {
+  std::vector<int64_t> batch;
+  int64_t M, K, N;
+  std::vector<int64_t> a_b, b_b;  // batch strides of a and b, in elements of their dense values
+};
+
+Mm matmul_dims(const Dense& a, const Dense& b) {
+  Mm d;
+  broadcast_shapes(head(a.shape, 2), head(b.shape, 2), &d.batch);
+  d.M = a.shape[a.shape.size() - 2];
+  d.K = a.shape.back();
+  d.N = b.shape.back();
+  d.a_b = bstrides(head(a.shape, 2), d.batch.size());
+  d.b_b = bstrides(head(b.shape, 2), d.batch.size());
+  for (auto& s : d.a_b) s *= d.M * d.K;
+  for (auto& s : d.b_b) s *= d.K * d.N;
+  return d;
+}
+
+}  // namespace
+
+bool broadcast_shapes(const std::vector<int64_t>& a, const std::vector<int64_t>& b,
+                      std::vector<int64_t>* out) {
+  const size_t r = std::max(a.size(), b.size());
+  out->assign(r, 1);
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    const int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (da != db && da != 1 && db != 1) return false;
+    (*out)[i] = da == 1 ? db : da;
+  }
+  return true;
+}
+
+double ref_activate(int act, double p) {
+  switch (act) {
+    case 0: return p;
+    case 1: return std::isnan(p) ? p : (p > 0 ? p : 0.0);
+    case 2: return 1.0 / (1.0 + std::exp(-p));
+    case 3: return std::tanh(p);
+    case 4: return 0.5 * p * (1.0 + std::erf(p / std::sqrt(2.0)));
+    case 5: return 0.5 * p * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (p + 0.044715 * p * p * p)));
+    default: return p / (1.0 + std::exp(-p));
+  }
+}
+
+double ref_activate_grad(int act, double p, double g) {
+  switch (act) {
+    case 0: return g;
+    case 1: return (p > 0 || std::isnan(p)) ? g : 0.0;
+    case 2: { const double s = 1.0 / (1.0 + std::exp(-p)); return g * s * (1.0 - s); }
+    case 3: { const double t = std::tanh(p); return g * (1.0 - t * t); }
+    case 4: {
+      const double cdf = 0.5 * (1.0 + std::erf(p / std::sqrt(2.0)));
+      return g * (cdf + p * std::exp(-0.5 * p * p) / std::sqrt(2.0 * M_PI));
+    }
+    case 5: {
+      const double c = std::sqrt(2.0 / M_PI), t = std::tanh(c * (p + 0.044715 * p * p * p));
+      return g * (0.5 * (1.0 + t) + 0.5 * p * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * p * p));
+    }
+    default: { const double s = 1.0 / (1.0 + std::exp(-p)); return g * s * (1.0 + p * (1.0 - s)); }
+  }
+}
+
+RefOut ref_matmul_forward(const Dense& a, const Dense& b, const Dense& bias) {
+  const Mm d = matmul_dims(a, b);
+  std::vector<int64_t> out_shape = d.batch;
+  out_shape.push_back(d.M);
+  out_shape.push_back(d.N);
+  RefOut r = zeros(out_shape);
+  const std::vector<int64_t> bias_s = bstrides(bias.shape, out_shape.size());
+  for_each_index(d.batch, [&](int64_t bl, const std::vector<int64_t>& bi) {
+    const double* pa = a.v.data() + at(bi, d.a_b);
+    const double* pb = b.v.data() + at(bi, d.b_b);
+    std::vector<int64_t> oi = bi;
+    oi.resize(bi.size() + 2);
+    for (int64_t m = 0; m < d.M; ++m)
+      for (int64_t n = 0; n < d.N; ++n) {
+        oi[bi.size()] = m;
+        oi[bi.size() + 1] = n;
+        const double bv = bias.v[size_t(at(oi, bias_s))];
+        double s = bv, sc = std::fabs(bv);
+        for (int64_t k = 0; k < d.K; ++k) {
+          const double t = pa[m * d.K + k] * pb[k * d.N + n];
+          s += t;
+          sc += std::fabs(t);
+        }
+        const size_t o = size_t((bl * d.M + m) * d.N + n);
+        r.val[o] = ref_activate(1, s);
+        r.scale[o] = sc;
+      }
+  });
+  return r;
+}
+
+Grads ref_matmul_backward(const Dense& grad_out, const Dense& a, const Dense& b, const Dense& out,
+                          const std::vector<int64_t>& bias_shape) {
+  const Mm d = matmul_dims(a, b);
+  Grads g{zeros(a.shape), zeros(b.shape), zeros(bias_shape)};
+  const size_t rank = d.batch.size() + 2;
+  const std::vector<int64_t> bias_s = bstrides(bias_shape, rank);
+  for_each_index(d.batch, [&](int64_t bl, const std::vector<int64_t>& bi) {
+    const int64_t ao = at(bi, d.a_b), bo = at(bi, d.b_b);
+    std::vector<int64_t> oi = bi;
+    oi.resize(rank);
+    for (int64_t m = 0; m < d.M; ++m)
+      for (int64_t n = 0; n < d.N; ++n) {
+        const size_t o = size_t((bl * d.M + m) * d.N + n);
+        const double dz = ref_activate_grad(1, out.v[o], grad_out.v[o]);
+        oi[rank - 2] = m;
+        oi[rank - 1] = n;
+        const size_t bo2 = size_t(at(oi, bias_s));
+        g.bias.val[bo2] += dz;
+        g.bias.scale[bo2] += std::fabs(dz);
+        for (int64_t k = 0; k < d.K; ++k) {
+          const size_t ia = size_t(ao + m * d.K + k), ib = size_t(bo + k * d.N + n);
+          const double ta = dz * b.v[ib], tb = a.v[ia] * dz;
+          g.first.val[ia] += ta;
+          g.first.scale[ia] += std::fabs(ta);
+          g.second.val[ib] += tb;
+          g.second.scale[ib] += std::fabs(tb);
+        }
+      }
+  });
+  return g;
+}
+
+Dense ref_pre_activation(const Dense& x, const Dense& y, const Dense& bias, double mult) {
+  Dense pre;
+  std::vector<int64_t> xy;
+  broadcast_shapes(x.shape, y.shape, &xy);
+  broadcast_shapes(xy, bias.shape, &pre.shape);
+  const size_t r = pre.shape.size();
+  const auto xs = bstrides(x.shape, r), ys = bstrides(y.shape, r), bs = bstrides(bias.shape, r);
+  pre.v.resize(size_t(numel(pre.shape)));
+  for_each_index(pre.shape, [&](int64_t lin, const std::vector<int64_t>& i) {
+    pre.v[size_t(lin)] = x.v[size_t(at(i, xs))] + bias.v[size_t(at(i, bs))] + mult * y.v[size_t(at(i, ys))];
+  });
+  return pre;
+}
+
+RefOut ref_add_mul_forward(const Dense& x, const Dense& y, const Dense& bias, int act, double mult) {
+  const Dense pre = ref_pre_activation(x, y, bias, mult);
+  RefOut r = zeros(pre.shape);
+  for (size_t i = 0; i < pre.v.size(); ++i) {
+    r.val[i] = ref_activate(act, pre.v[i]);
+    r.scale[i] = std::fabs(r.val[i]);
+  }
+  return r;
+}
+
+Grads ref_add_mul_backward(const Dense& grad_out, const Dense& x, const Dense& y, const Dense& bias,
+                           int act, double mult) {
+  const Dense pre = ref_pre_activation(x, y, bias, mult);
+  Grads g{zeros(x.shape), zeros(y.shape), zeros(bias.shape)};
+  const size_t r = pre.shape.size();
+  const auto xs = bstrides(x.shape, r), ys = bstrides(y.shape, r), bs = bstrides(bias.shape, r);
+  for_each_index(pre.shape, [&](int64_t lin, const std::vector<int64_t>& i) {
+    const double d = ref_activate_grad(act, pre.v[size_t(lin)], grad_out.v[size_t(lin)]);
+    const size_t ix = size_t(at(i, xs)), iy = size_t(at(i, ys)), ib = size_t(at(i, bs));
+    g.first.val[ix] += d;
+    g.first.scale[ix] += std::fabs(d);
+    g.second.val[iy] += mult * d;
+    g.second.scale[iy] += std::fabs(mult * d);
+    g.bias.val[ib] += d;
+    g.bias.scale[ib] += std::fabs(d);
+  });
+  return g;
+}
+
+}  // namespace dlfuse_conformance

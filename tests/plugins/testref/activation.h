@@ -1,0 +1,56 @@
+// The activations of add_mul_activation and their gradients, in the accumulation type.
+#ifndef DLFUSE_TESTREF_ACTIVATION_H_
+#define DLFUSE_TESTREF_ACTIVATION_H_
+
+#include <dlfuse/types.h>
+
+#include <cmath>
+
+namespace testref {
+
+// relu must keep NaN (fmax(p, 0) would turn it into 0).
+template <class A> A relu(A p) { return std::isnan(p) ? p : (p > A(0) ? p : A(0)); }
+
+template <class A> A sigmoid(A p) { return A(1) / (A(1) + std::exp(-p)); }
+
+template <class A> A gelu_tanh_u(A p) {
+  const A k = A(0.7978845608028654);  // sqrt(2/pi)
+  return k * (p + A(0.044715) * p * p * p);
+}
+
+template <class A> A activate(int act, A p) {
+  switch (act) {
+    case DLFUSE_ACT_IDENTITY: return p;
+    case DLFUSE_ACT_RELU: return relu(p);
+    case DLFUSE_ACT_SIGMOID: return sigmoid(p);
+    case DLFUSE_ACT_TANH: return std::tanh(p);
+    case DLFUSE_ACT_GELU_ERF: return A(0.5) * p * (A(1) + std::erf(p * A(0.7071067811865476)));
+    case DLFUSE_ACT_GELU_TANH: return A(0.5) * p * (A(1) + std::tanh(gelu_tanh_u(p)));
+    default: return p * sigmoid(p);  // SILU; the activation was checked before the loop
+  }
+}
+
+// grad * act'(p). relu is a select so that a NaN/Inf grad where p <= 0 gives exactly 0.
+template <class A> A activate_grad(int act, A p, A grad) {
+  switch (act) {
+    case DLFUSE_ACT_IDENTITY: return grad;
+    case DLFUSE_ACT_RELU: return (p > A(0) || std::isnan(p)) ? grad : A(0);
+    case DLFUSE_ACT_SIGMOID: { const A s = sigmoid(p); return grad * (s * (A(1) - s)); }
+    case DLFUSE_ACT_TANH: { const A t = std::tanh(p); return grad * (A(1) - t * t); }
+    case DLFUSE_ACT_GELU_ERF: {
+      const A cdf = A(0.5) * (A(1) + std::erf(p * A(0.7071067811865476)));
+      const A pdf = std::exp(A(-0.5) * p * p) * A(0.3989422804014327);  // 1/sqrt(2 pi)
+      return grad * (cdf + p * pdf);
+    }
+    case DLFUSE_ACT_GELU_TANH: {
+      const A t = std::tanh(gelu_tanh_u(p));
+      const A du = A(0.7978845608028654) * (A(1) + A(3 * 0.044715) * p * p);
+      return grad * (A(0.5) * (A(1) + t) + A(0.5) * p * (A(1) - t * t) * du);
+    }
+    default: { const A s = sigmoid(p); return grad * (s * (A(1) + p * (A(1) - s))); }
+  }
+}
+
+}  // namespace testref
+
+#endif

@@ -1,0 +1,127 @@
+// add_mul_activation forward and backward: one pass over the broadcast output shape.
+#include <vector>
+
+#include "activation.h"
+#include "strided.h"
+#include "testref.h"
+
+namespace testref {
+namespace {
+
+// One reduction target: a float accumulator per element of the gradient's own shape.
+template <class Acc> struct Reduced {
+  DLTensor* t;
+  std::vector<Acc> sum;
+  std::vector<int64_t> index;  // compact strides of t's shape aligned to the output's rank
+
+  Reduced(DLTensor* grad, int rank) : t(grad) {
+    if (!grad) return;
+    sum.assign(size_t(numel(shape_of(grad))), Acc(0));
+    index = aligned_strides(shape_of(grad), nullptr, rank);
+  }
+  void add(const std::vector<int64_t>& idx, Acc v) {
+    if (t) sum[size_t(dot(idx, index))] += v;
+  }
+  template <class T> void store() const {
+    if (!t || sum.empty()) return;
+    const std::vector<int64_t> shape = shape_of(t);
+    const std::vector<int64_t> strided = aligned_strides(t, t->ndim);
+    std::vector<int64_t> idx(shape.size(), 0);
+    int64_t linear = 0;
+    do {
+      Convert<T, Acc>::store(base_of(t) + dot(idx, strided) * int64_t(sizeof(T)), sum[size_t(linear++)]);
+    } while (next_index(idx, shape));
+  }
+};
+
+template <class T, class Acc>
+dlfuse_status_t forward(const DLTensor* x, const DLTensor* y, const DLTensor* bias, DLTensor* out,
+                        int act, Acc mult) {
+  using C = Convert<T, Acc>;
+  const int64_t es = sizeof(T);
+  const int rank = out->ndim;
+  const std::vector<int64_t> shape = shape_of(out);
+  const std::vector<int64_t> xs = aligned_strides(x, rank), ys = aligned_strides(y, rank);
+  const std::vector<int64_t> bs = aligned_strides(bias, rank), os = aligned_strides(out, rank);
+  if (numel(shape) == 0) return DLFUSE_STATUS_OK;
+  std::vector<int64_t> idx(rank, 0);
+  // In place (out == x) is safe: each element of x is read right before its own slot is written.
+  do {
+    const Acc pre = C::load(base_of(x) + dot(idx, xs) * es) + C::load(base_of(bias) + dot(idx, bs) * es) +
+                    mult * C::load(base_of(y) + dot(idx, ys) * es);
+    C::store(base_of(out) + dot(idx, os) * es, activate(act, pre));
+  } while (next_index(idx, shape));
+  return DLFUSE_STATUS_OK;
+}
+
+template <class T, class Acc>
+dlfuse_status_t backward(const DLTensor* grad_out, const DLTensor* x, const DLTensor* y,
+                         const DLTensor* bias, DLTensor* grad_x, DLTensor* grad_y,
+                         DLTensor* grad_bias, int act, Acc mult) {
+  using C = Convert<T, Acc>;
+  const int64_t es = sizeof(T);
+  const int rank = grad_out->ndim;
+  const std::vector<int64_t> shape = shape_of(grad_out);
+  const std::vector<int64_t> gs = aligned_strides(grad_out, rank), xs = aligned_strides(x, rank);
+  const std::vector<int64_t> ys = aligned_strides(y, rank), bs = aligned_strides(bias, rank);
+  Reduced<Acc> gx(grad_x, rank), gy(grad_y, rank), gb(grad_bias, rank);
+  std::vector<int64_t> idx(rank, 0);
+  if (numel(shape) > 0) do {
+    const Acc pre = C::load(base_of(x) + dot(idx, xs) * es) + C::load(base_of(bias) + dot(idx, bs) * es) +
+                    mult * C::load(base_of(y) + dot(idx, ys) * es);
+    const Acc d_pre = activate_grad(act, pre, C::load(base_of(grad_out) + dot(idx, gs) * es));
+    gx.add(idx, d_pre);
+#if DLFUSE_TESTREF_INJECT_BUG == 1
+    gy.add(idx, d_pre);  // the injected bug: the multiplier is forgotten
+#else
+    gy.add(idx, mult * d_pre);
+#endif
+    gb.add(idx, d_pre);
+  } while (next_index(idx, shape));
+  gx.template store<T>();
+  gy.template store<T>();
+  gb.template store<T>();
+  return DLFUSE_STATUS_OK;
+}
+
+dlfuse_status_t bad_activation(const dlfuse_kernel_args_t* args) {
+  return fail(args->err, args->err_size, DLFUSE_STATUS_INVALID_ARGUMENT,
+              "attribute ACTIVATION is missing or not one of the 7 activations");
+}
+
+}  // namespace
+
+dlfuse_status_t add_mul_activation(void*, void*, const dlfuse_kernel_args_t* args) {
+  return guarded(args->err, args->err_size, [&]() -> dlfuse_status_t {
+    const dlfuse_status_t st = check_call(args, 3, 1, true);
+    if (st != DLFUSE_STATUS_OK) return st;
+    int act = 0;
+    if (!read_activation(args, &act)) return bad_activation(args);
+    const double mult = read_multiplier(args);
+    const DLTensor* const* in = args->inputs;
+    return with_dtype(in[0]->dtype, args->err, args->err_size, [&](auto t, auto acc) {
+      using T = typename decltype(t)::type;
+      using Acc = typename decltype(acc)::type;
+      return forward<T, Acc>(in[0], in[1], in[2], args->outputs[0], act, Acc(mult));
+    });
+  });
+}
+
+dlfuse_status_t add_mul_activation_backward(void*, void*, const dlfuse_kernel_args_t* args) {
+  return guarded(args->err, args->err_size, [&]() -> dlfuse_status_t {
+    const dlfuse_status_t st = check_call(args, 4, 3, false);
+    if (st != DLFUSE_STATUS_OK) return st;
+    int act = 0;
+    if (!read_activation(args, &act)) return bad_activation(args);
+    const double mult = read_multiplier(args);
+    const DLTensor* const* in = args->inputs;
+    DLTensor* const* out = args->outputs;
+    return with_dtype(in[0]->dtype, args->err, args->err_size, [&](auto t, auto acc) {
+      using T = typename decltype(t)::type;
+      using Acc = typename decltype(acc)::type;
+      return backward<T, Acc>(in[0], in[1], in[2], in[3], out[0], out[1], out[2], act, Acc(mult));
+    });
+  });
+}
+
+}  // namespace testref

@@ -1,0 +1,90 @@
+// The test plugin's descriptor, kernel table and the argument sanity shared by its kernels.
+#include <string>
+
+#include "testref.h"
+
+namespace testref {
+
+dlfuse_status_t open_plugin(const dlfuse_host_info_t*, void**, char*, size_t) noexcept;
+void close_plugin(void*) noexcept;
+dlfuse_status_t device_count(void*, int32_t*, char*, size_t) noexcept;
+dlfuse_status_t alloc(void*, int32_t, size_t, void**, char*, size_t) noexcept;
+dlfuse_status_t release(void*, int32_t, void*, char*, size_t) noexcept;
+dlfuse_status_t copy(void*, int32_t, dlfuse_copy_kind_t, void*, size_t, const void*, size_t, size_t,
+                     void*, char*, size_t) noexcept;
+dlfuse_status_t synchronize(void*, int32_t, void*, char*, size_t) noexcept;
+
+namespace {
+
+const DLDataType kDtypes[] = {
+    {kDLFloat, 32, 1}, {kDLFloat, 64, 1}, {kDLFloat, 16, 1}, {kDLBfloat, 16, 1}};
+constexpr int32_t kPriority = -100;  // loses to every real CPU plugin
+
+dlfuse_kernel_t kernel(const char* op, dlfuse_kernel_fn_t fn) {
+  return dlfuse_kernel_t{sizeof(dlfuse_kernel_t), op, kDLCPU, 4, kDtypes, kPriority, fn, nullptr};
+}
+
+const dlfuse_kernel_t kKernels[] = {
+    kernel(DLFUSE_OP_MATMUL_ADD_RELU, matmul_add_relu),
+    kernel(DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD, matmul_add_relu_backward),
+    kernel(DLFUSE_OP_ADD_MUL_ACTIVATION, add_mul_activation),
+    kernel(DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, add_mul_activation_backward),
+};
+
+dlfuse_status_t get_kernels(void*, const dlfuse_kernel_t** kernels, int32_t* num, char* err,
+                            size_t err_size) noexcept {
+  if (!kernels || !num) return fail(err, err_size, DLFUSE_STATUS_INVALID_ARGUMENT, "NULL out-pointer");
+  *kernels = kKernels;
+  *num = int32_t(sizeof(kKernels) / sizeof(kKernels[0]));
+  return DLFUSE_STATUS_OK;
+}
+
+const dlfuse_plugin_t kPlugin = {
+    sizeof(dlfuse_plugin_t), DLFUSE_ABI_MAJOR, DLFUSE_ABI_MINOR, DLFUSE_TESTREF_NAME, "1.0.0", kDLCPU,
+    open_plugin, close_plugin, get_kernels, device_count, alloc, release, copy, synchronize};
+
+bool same_dtype(DLDataType a, DLDataType b) {
+  return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
+}
+
+}  // namespace
+
+dlfuse_status_t check_call(const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs,
+                           bool first_output_required) {
+  auto bad = [&](const std::string& m) {
+    return fail(args->err, args->err_size, DLFUSE_STATUS_INVALID_ARGUMENT, m);
+  };
+  if (args->num_inputs != num_inputs || args->num_outputs != num_outputs || !args->inputs ||
+      !args->outputs)
+    return bad(std::string(args->op ? args->op : "?") + ": wrong number of tensors");
+  if (first_output_required && !args->outputs[0]) return bad("output 0 is NULL");
+  const DLDataType dt = args->inputs[0] ? args->inputs[0]->dtype : DLDataType{};
+  for (int i = 0; i < num_inputs + num_outputs; ++i) {
+    const DLTensor* t = i < num_inputs ? args->inputs[i] : args->outputs[i - num_inputs];
+    if (!t) {
+      if (i < num_inputs) return bad("input " + std::to_string(i) + " is NULL");
+      continue;
+    }
+    if (!same_dtype(t->dtype, dt)) return bad("tensors of one call must share a dtype");
+    if (t->device.device_type != kDLCPU || t->device.device_id != 0) return bad("tensor not on cpu:0");
+  }
+  return DLFUSE_STATUS_OK;
+}
+
+bool read_activation(const dlfuse_kernel_args_t* args, int* act) {
+  const dlfuse_attr_t* a = dlfuse_find_attr(args, DLFUSE_ATTR_ACTIVATION);
+  if (!a || a->type != DLFUSE_ATTR_INT64 || a->value.i64 < 0 || a->value.i64 >= DLFUSE_ACT_COUNT)
+    return false;
+  *act = int(a->value.i64);
+  return true;
+}
+
+double read_multiplier(const dlfuse_kernel_args_t* args) {
+  const dlfuse_attr_t* a = dlfuse_find_attr(args, DLFUSE_ATTR_MULTIPLIER);
+  if (a && a->type == DLFUSE_ATTR_FLOAT64) return a->value.f64;
+  return 1.0;
+}
+
+}  // namespace testref
+
+extern "C" DLFUSE_EXPORT const dlfuse_plugin_t* dlfuse_plugin_v1(void) { return &testref::kPlugin; }

@@ -1,0 +1,72 @@
+// Addressing DLTensor views: element strides (NULL = row-major), byte_offset, and the
+// NumPy alignment of a tensor's dims to the right of a wider iteration space.
+#ifndef DLFUSE_TESTREF_STRIDED_H_
+#define DLFUSE_TESTREF_STRIDED_H_
+
+#include <dlpack/dlpack.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace testref {
+
+inline int64_t elem_stride(const DLTensor* t, int dim) {
+  if (t->strides) return t->strides[dim];
+  int64_t s = 1;
+  for (int j = dim + 1; j < t->ndim; ++j) s *= t->shape[j];
+  return s;
+}
+
+inline int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+inline std::vector<int64_t> shape_of(const DLTensor* t) {
+  return std::vector<int64_t>(t->shape, t->shape + t->ndim);
+}
+
+// Strides of `shape` (rank r) aligned to the last r of `rank` dims: a dim the tensor
+// lacks or has size 1 in gets stride 0, so the same element is read (or accumulated)
+// for every index of the wider space. `strides` NULL: row-major over `shape`.
+inline std::vector<int64_t> aligned_strides(const std::vector<int64_t>& shape,
+                                            const int64_t* strides, int rank) {
+  const int r = int(shape.size());
+  std::vector<int64_t> out(rank, 0);
+  int64_t compact = 1;
+  for (int j = r - 1; j >= 0; --j) {
+    const int i = rank - r + j;
+    const int64_t s = strides ? strides[j] : compact;
+    compact *= shape[j];
+    if (i >= 0 && shape[j] != 1) out[i] = s;
+  }
+  return out;
+}
+
+inline std::vector<int64_t> aligned_strides(const DLTensor* t, int rank) {
+  return aligned_strides(shape_of(t), t->strides, rank);
+}
+
+inline char* base_of(const DLTensor* t) {
+  return static_cast<char*>(t->data) + t->byte_offset;
+}
+
+inline int64_t dot(const std::vector<int64_t>& idx, const std::vector<int64_t>& strides) {
+  int64_t o = 0;
+  for (size_t i = 0; i < idx.size(); ++i) o += idx[i] * strides[i];
+  return o;
+}
+
+// Advances a multi-index over `shape` in row-major order; false after the last one.
+inline bool next_index(std::vector<int64_t>& idx, const std::vector<int64_t>& shape) {
+  for (int i = int(shape.size()) - 1; i >= 0; --i) {
+    if (++idx[i] < shape[i]) return true;
+    idx[i] = 0;
+  }
+  return false;
+}
+
+}  // namespace testref
+
+#endif

@@ -1,0 +1,68 @@
+// Shared glue of the test plugin: errors, the exception wall, argument sanity, dtype dispatch.
+#ifndef DLFUSE_TESTREF_TESTREF_H_
+#define DLFUSE_TESTREF_TESTREF_H_
+
+#include <dlfuse/plugin.h>
+
+#include <cstdio>
+#include <exception>
+#include <new>
+#include <string>
+
+#include "scalar.h"
+
+#ifndef DLFUSE_TESTREF_INJECT_BUG
+#define DLFUSE_TESTREF_INJECT_BUG 0
+#endif
+
+namespace testref {
+
+inline dlfuse_status_t fail(char* err, size_t err_size, dlfuse_status_t status,
+                            const std::string& msg) {
+  if (err && err_size > 0) std::snprintf(err, err_size, "%s: %s", DLFUSE_TESTREF_NAME, msg.c_str());
+  return status;
+}
+
+// Nothing may cross the C boundary: every entry point runs its body through this.
+template <class F>
+dlfuse_status_t guarded(char* err, size_t err_size, F&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return fail(err, err_size, DLFUSE_STATUS_OUT_OF_MEMORY, "out of host memory");
+  } catch (const std::exception& e) {
+    return fail(err, err_size, DLFUSE_STATUS_INTERNAL, std::string("exception: ") + e.what());
+  } catch (...) {
+    return fail(err, err_size, DLFUSE_STATUS_INTERNAL, "unknown exception");
+  }
+}
+
+template <class T> struct Tag { using type = T; };
+
+// Runs body(Tag<storage>, Tag<accumulator>) for a dtype the plugin declares.
+template <class F>
+dlfuse_status_t with_dtype(DLDataType dt, char* err, size_t err_size, F&& body) {
+  if (dt.lanes == 1) {
+    if (dt.code == kDLFloat && dt.bits == 32) return body(Tag<float>{}, Tag<float>{});
+    if (dt.code == kDLFloat && dt.bits == 64) return body(Tag<double>{}, Tag<double>{});
+    if (dt.code == kDLFloat && dt.bits == 16) return body(Tag<Half>{}, Tag<float>{});
+    if (dt.code == kDLBfloat && dt.bits == 16) return body(Tag<BFloat16>{}, Tag<float>{});
+  }
+  return fail(err, err_size, DLFUSE_STATUS_UNSUPPORTED, "dtype not supported");
+}
+
+// The registry validates calls fully; this only keeps a call that slipped through
+// (a bypassing host, a registry bug) from crashing the process.
+dlfuse_status_t check_call(const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs,
+                           bool first_output_required);
+bool read_activation(const dlfuse_kernel_args_t* args, int* act);
+double read_multiplier(const dlfuse_kernel_args_t* args);
+
+dlfuse_status_t matmul_add_relu(void*, void*, const dlfuse_kernel_args_t* args);
+dlfuse_status_t matmul_add_relu_backward(void*, void*, const dlfuse_kernel_args_t* args);
+dlfuse_status_t add_mul_activation(void*, void*, const dlfuse_kernel_args_t* args);
+dlfuse_status_t add_mul_activation_backward(void*, void*, const dlfuse_kernel_args_t* args);
+
+}  // namespace testref
+
+#endif
