@@ -230,5 +230,35 @@ TEST(Discovery, InstallDirAfterEnv) {
   EXPECT_GE(find_plugin(reg, "testref"), 1);
 }
 
+
+TEST(Discovery, RelativeEntryNotLoadedAndListedAsRefused) {
+  // docs/abi.md: "an empty or relative entry in a path list is not loaded and is listed
+  // as refused, with the reason" (a relative entry would depend on the cwd).
+  TempDir tmp;
+  const fs::path cwd = tmp.dir("cwd");
+  tmp.copy_plugin("unit_echo", "cwd/rel", "libdlfuse_rel.so");
+  ScopedCwd in(cwd);
+  ScopedEnv e("DLFUSE_PLUGIN_PATH", "rel");
+  Registry reg(DLFUSE_DISCOVER_ENV);
+  ASSERT_EQ(reg.create_status, DLFUSE_STATUS_OK) << last_error();
+  EXPECT_EQ(find_plugin(reg, "unit_echo"), -1) << "a relative entry was loaded";
+  const auto list = plugins(reg);
+  ASSERT_EQ(list.size(), 1u) << "the refused entry is not listed";
+  EXPECT_EQ(list[0].available, 0);
+  EXPECT_FALSE(list[0].reason.empty());
+  EXPECT_MSG_IHAS(list[0].reason, "relative");
+}
+
+TEST(Discovery, FileSeenTwiceLoadedOnce) {
+  TempDir tmp;
+  const std::string p = tmp.copy_plugin("unit_echo", "P", "libdlfuse_a.so");
+  const std::string env = join({tmp.dir("P").string(), p});
+  ScopedEnv e("DLFUSE_PLUGIN_PATH", env.c_str());
+  Registry reg(DLFUSE_DISCOVER_ENV, p.c_str());  // in plugin_paths, the folder and the file
+  ASSERT_EQ(reg.create_status, DLFUSE_STATUS_OK) << last_error();
+  EXPECT_EQ(plugin_paths_of(reg), (std::vector<std::string>{p}));
+  EXPECT_EQ(plugin_info(reg, 0).available, 1);
+}
+
 }  // namespace
 }  // namespace unit
