@@ -65,6 +65,11 @@ bool minus_inf_ambiguous(int act) {
   return act == DLFUSE_ACT_GELU_ERF || act == DLFUSE_ACT_GELU_TANH || act == DLFUSE_ACT_SILU;
 }
 
+std::vector<double> abs_all(std::vector<double> v) {
+  for (double& e : v) e = std::fabs(e);
+  return v;
+}
+
 }  // namespace
 
 std::string shape_summary(const CaseSpec& s) {
@@ -156,6 +161,19 @@ void PreparedCall::apply_specials() {
       if (x.numel() > 1) x.set(1, inf);
       if (y.numel() > 2 && !minus_inf_ambiguous(spec_.act)) y.set(y.numel() - 1, -inf);
     }
+  }
+  if (spec_.op == OpKind::kAddMulBackward && spec_.act == DLFUSE_ACT_RELU &&
+      spec_.special != Special::kReluSelect) {
+    // A kernel may form pre in float32, so where |pre| is within its rounding of 0 the sign,
+    // and with it relu's select, is not defined by the inputs. A zero gradient there makes
+    // the select irrelevant (this only matters for multipliers that are not dyadic).
+    const Dense x = dense(inputs_[1]), y = dense(inputs_[2]), b = dense(inputs_[3]);
+    const Dense pre = ref_pre_activation(x, y, b, spec_.multiplier);
+    const Dense mag = ref_pre_activation(Dense{x.shape, abs_all(x.v)}, Dense{y.shape, abs_all(y.v)},
+                                         Dense{b.shape, abs_all(b.v)}, std::fabs(spec_.multiplier));
+    HostTensor& g = inputs_[0].host;
+    for (int64_t i = 0; i < g.numel(); ++i)
+      if (std::fabs(pre.v[size_t(i)]) <= 1e-6 * mag.v[size_t(i)] && !std::isnan(pre.v[size_t(i)])) g.set(i, 0.0);
   }
   if (spec_.special != Special::kReluSelect) return;
   HostTensor& g = by_role("grad_out");
