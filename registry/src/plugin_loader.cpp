@@ -80,12 +80,16 @@ dlfuse_status_t copy_kernels(Plugin* p, const dlfuse_kernel_t* table, int32_t n)
     return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT,
                   "get_kernels gave " + std::to_string(n) + " kernels at " + (table ? "a table" : "NULL") +
                       "; expected a count >= 0 and a table when > 0");
+  // The table's stride is the plugin's sizeof(dlfuse_kernel_t), which a newer minor
+  // may have grown: step by the first entry's struct_size, never by ours.
+  const size_t stride = n > 0 ? table[0].struct_size : 0;
   for (int32_t i = 0; i < n; ++i) {
-    const dlfuse_kernel_t& k = table[i];
+    const auto& k = *reinterpret_cast<const dlfuse_kernel_t*>(reinterpret_cast<const char*>(table) + i * stride);
     const std::string where = "kernel " + std::to_string(i) + ": ";
-    if (k.struct_size < kKernelV1_0Size)
-      return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT, where + "struct_size is " + std::to_string(k.struct_size) +
-                                                            "; expected at least " + std::to_string(kKernelV1_0Size));
+    if (k.struct_size < kKernelV1_0Size || k.struct_size != stride)
+      return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT,
+                    where + "struct_size is " + std::to_string(k.struct_size) + "; expected at least " +
+                        std::to_string(kKernelV1_0Size) + " and the same in every entry");
     if (!k.op || !*k.op) return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT, where + "op is NULL or empty; expected an op name");
     if (!k.fn) return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT, where + "fn is NULL; expected a function");
     if (k.device_type != p->api.device_type)

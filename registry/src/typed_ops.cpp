@@ -60,7 +60,7 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation(dlfuse_registry_t regist
                                                         dlfuse_activation_t activation, DLTensor* out, void* stream) {
   const DLTensor* in[3] = {x, y, bias};
   DLTensor* outs[1] = {out};
-  const dlfuse_attr_t attrs[2] = {int_attr(DLFUSE_ATTR_ACTIVATION, activation),
+  const dlfuse_attr_t attrs[2] = {int_attr(DLFUSE_ATTR_ACTIVATION, static_cast<int32_t>(activation)),
                                   float_attr(DLFUSE_ATTR_MULTIPLIER, multiplier)};
   return run(registry, kAddMul, "dlfuse_add_mul_activation", in, 3, outs, 1, attrs, 2, stream);
 }
@@ -72,7 +72,7 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation_backward(dlfuse_registry
                                                                  DLTensor* grad_y, DLTensor* grad_bias, void* stream) {
   const DLTensor* in[4] = {grad_out, x, y, bias};
   DLTensor* outs[3] = {grad_x, grad_y, grad_bias};
-  const dlfuse_attr_t attrs[2] = {int_attr(DLFUSE_ATTR_ACTIVATION, activation),
+  const dlfuse_attr_t attrs[2] = {int_attr(DLFUSE_ATTR_ACTIVATION, static_cast<int32_t>(activation)),
                                   float_attr(DLFUSE_ATTR_MULTIPLIER, multiplier)};
   return run(registry, kAddMulBackward, "dlfuse_add_mul_activation_backward", in, 4, outs, 3, attrs, 2, stream);
 }

@@ -61,8 +61,9 @@ DLFUSE_EXPORT void dlfuse_registry_destroy(dlfuse_registry_t registry);
 
 /* Load one plugin file. On failure the file is still listed as unavailable and the
  * status says why (LOAD_FAILED, ABI_MISMATCH, UNAVAILABLE, INVALID_ARGUMENT).
- * *index (may be NULL) receives the plugin's index either way. Loading a file whose
- * plugin name is already loaded is refused with INVALID_ARGUMENT. */
+ * *index (may be NULL) receives the plugin's index either way. Loading the same file
+ * again returns its first index and outcome; another file whose plugin name is already
+ * loaded is refused with INVALID_ARGUMENT. */
 DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_load(dlfuse_registry_t registry, const char* path,
                                                    int32_t* index);
 

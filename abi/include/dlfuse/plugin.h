@@ -88,7 +88,8 @@ typedef struct dlfuse_plugin_t {
                           size_t err_size);
   /* Release what open() made. Called once, when the registry is destroyed. */
   void (*close)(void* state);
-  /* The kernel table, valid until close(). Called once after a successful open(). */
+  /* The kernel table, valid until close(). Called once after a successful open().
+   * Entries are read with a stride of kernels[0].struct_size, so all must share it. */
   dlfuse_status_t (*get_kernels)(void* state, const dlfuse_kernel_t** kernels,
                                  int32_t* num_kernels, char* err, size_t err_size);
 
