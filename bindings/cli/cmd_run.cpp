@@ -195,15 +195,15 @@ int cmd_run(const Args& args) {
   int passed = 0, failed = 0;
   for (const Target& t : targets) {
     const std::string pname = t.plugin >= 0 ? plugin_info(reg, t.plugin).name : "";
+    // Force kernels *and* device services to this row's plugin (docs/abi.md, "Device
+    // services"); every target sets its own, so the previous one needs no clearing.
+    if (t.plugin >= 0) dlfuse_registry_prefer(reg, nullptr, pname.c_str());
     for (OpKind op : ops) {
       std::vector<DLDataType> dtypes;
       if (dtype_given) dtypes = {dtype};
       else if (t.plugin >= 0) dtypes = declared_dtypes(reg, t.plugin, op, t.dev.device_type);
       else dtypes = {DLDataType{kDLFloat, 32, 1}};
-      // Force dispatch to the plugin of this row; cleared again below.
-      if (t.plugin >= 0) dlfuse_registry_prefer(reg, op_name(op), pname.c_str());
       for (DLDataType dt : dtypes) (run_one(reg, t, op, dt, cfg) ? passed : failed)++;
-      if (t.plugin >= 0) dlfuse_registry_prefer(reg, op_name(op), nullptr);
     }
   }
   if (passed + failed == 0) {
