@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "attrs.hpp"
 #include "error.hpp"
 #include "format.hpp"
 #include "tensor_checks.hpp"
@@ -145,22 +146,6 @@ dlfuse_status_t check_add_mul_backward(const char* op, const TensorView* in, con
     if (auto s = expect_shape(op, names[i], out[i], in[1 + i].t->shape, in[1 + i].t->ndim, whose[i])) return s;
   }
   return DLFUSE_STATUS_OK;
-}
-
-dlfuse_attr_t int_attr(int32_t key, int64_t v) {
-  dlfuse_attr_t a{};
-  a.key = key;
-  a.type = DLFUSE_ATTR_INT64;
-  a.value.i64 = v;
-  return a;
-}
-
-dlfuse_attr_t float_attr(int32_t key, double v) {
-  dlfuse_attr_t a{};
-  a.key = key;
-  a.type = DLFUSE_ATTR_FLOAT64;
-  a.value.f64 = v;
-  return a;
 }
 
 const AttrSpec kTf32 = {DLFUSE_ATTR_ALLOW_TF32, "ALLOW_TF32", DLFUSE_ATTR_INT64, false,

@@ -1,4 +1,5 @@
 // The typed convenience functions: argument packing over the cached built-in handles.
+#include "attrs.hpp"
 #include "error.hpp"
 #include "registry.hpp"
 
@@ -14,22 +15,6 @@ dlfuse_status_t run(dlfuse_registry_t r, Builtin which, const char* fn, const DL
     if (!r) return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument 'registry' is NULL; expected a registry", fn);
     return call_op(r->builtin[which], in, n_in, out, n_out, attrs, n_attrs, stream);
   });
-}
-
-dlfuse_attr_t int_attr(int32_t key, int64_t v) {
-  dlfuse_attr_t a{};
-  a.key = key;
-  a.type = DLFUSE_ATTR_INT64;
-  a.value.i64 = v;
-  return a;
-}
-
-dlfuse_attr_t float_attr(int32_t key, double v) {
-  dlfuse_attr_t a{};
-  a.key = key;
-  a.type = DLFUSE_ATTR_FLOAT64;
-  a.value.f64 = v;
-  return a;
 }
 
 }  // namespace
