@@ -2,10 +2,11 @@
 # libdlpack-dev is 0.6 (no DLManagedTensorVersioned), so the default source is the
 # header shipped in the PyPI wheel apache-tvm-ffi; DLPACK_INCLUDE_DIR overrides.
 if(NOT DLPACK_INCLUDE_DIR)
-  find_package(Python3 COMPONENTS Interpreter QUIET)
-  if(Python3_Interpreter_FOUND)
+  # The python3 first on PATH is the one `python3 -m pip` (tools/setup.sh) installed into.
+  find_program(DLFUSE_PYTHON3 python3)
+  if(DLFUSE_PYTHON3)
     execute_process(
-      COMMAND ${Python3_EXECUTABLE} -c "import tvm_ffi.libinfo as l; print(l.find_dlpack_include_path())"
+      COMMAND ${DLFUSE_PYTHON3} -c "import tvm_ffi.libinfo as l; print(l.find_dlpack_include_path())"
       OUTPUT_VARIABLE _dlpack_hint OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
   endif()
 endif()
