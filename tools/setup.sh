@@ -3,7 +3,10 @@
 # Idempotent: packages already present are not fetched again.
 set -euo pipefail
 
-apt_packages=(cmake g++ make pkg-config python3 python3-pip libgtest-dev libgmock-dev)
+# oneDNN (CPU plugin), the Khronos OpenCL headers + ICD loader with PoCL as the CPU device
+# (OpenCL plugin), clinfo to list platforms, Google Benchmark for bench/.
+apt_packages=(cmake g++ make pkg-config python3 python3-pip libgtest-dev libgmock-dev
+  libdnnl-dev opencl-headers ocl-icd-opencl-dev pocl-opencl-icd clinfo libbenchmark-dev)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
