@@ -1,19 +1,40 @@
-# dlfuse_add_plugin(<name> SOURCES ... [OUTPUT_DIR dir] [NO_INSTALL])
-# Builds libdlfuse_<name>.so against the public headers only; by default into the
-# plugin folder that the registry searches relative to libdlfuse.
+# dlfuse_add_plugin(<name> SOURCES ... [OUTPUT_DIR dir] [INSTALL_DIR dir] [NO_INSTALL])
+#
+# Builds libdlfuse_<name>.so: a MODULE (it is dlopen()ed, never linked) against the
+# plugin SDK only (headers, hidden visibility, no undefined symbols). Used by the
+# first-party plugins in this tree and, through find_package(dlfuse), by third parties.
+#   OUTPUT_DIR   where the build puts it; in this tree, the plugin folder that libdlfuse
+#                searches by default.
+#   INSTALL_DIR  where `cmake --install` puts it; default lib/dlfuse/plugins under the
+#                installing project's prefix (DLFUSE_PLUGIN_DIR is the one the installed
+#                libdlfuse searches itself).
 function(dlfuse_add_plugin name)
-  cmake_parse_arguments(P "NO_INSTALL" "OUTPUT_DIR" "SOURCES" ${ARGN})
+  cmake_parse_arguments(P "NO_INSTALL" "OUTPUT_DIR;INSTALL_DIR" "SOURCES" ${ARGN})
+  if(NOT P_SOURCES)
+    message(FATAL_ERROR "dlfuse_add_plugin(${name}): SOURCES is empty; expected the plugin's source files")
+  endif()
+  if(NOT name MATCHES "^[a-z0-9_]+$")
+    message(FATAL_ERROR "dlfuse_add_plugin(${name}): expected a name of [a-z0-9_] (the registry refuses others)")
+  endif()
   set(target dlfuse_${name})
   add_library(${target} MODULE ${P_SOURCES})
-  target_link_libraries(${target} PRIVATE dlfuse::headers)
-  if(NOT P_OUTPUT_DIR)
+  target_link_libraries(${target} PRIVATE dlfuse::plugin_sdk)
+  if(NOT P_OUTPUT_DIR AND DLFUSE_PLUGIN_OUTPUT_DIR)
     set(P_OUTPUT_DIR ${DLFUSE_PLUGIN_OUTPUT_DIR})
   endif()
   set_target_properties(${target} PROPERTIES PREFIX "lib" OUTPUT_NAME dlfuse_${name}
-                        LIBRARY_OUTPUT_DIRECTORY ${P_OUTPUT_DIR})
-  # A plugin must not resolve against symbols of whoever loads it.
-  target_link_options(${target} PRIVATE "LINKER:--no-undefined")
+                        C_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden
+                        CUDA_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+  if(P_OUTPUT_DIR)
+    set_target_properties(${target} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${P_OUTPUT_DIR})
+  endif()
   if(NOT P_NO_INSTALL)
-    install(TARGETS ${target} LIBRARY DESTINATION ${DLFUSE_PLUGIN_INSTALL_DIR})
+    if(NOT P_INSTALL_DIR)
+      set(P_INSTALL_DIR ${DLFUSE_PLUGIN_INSTALL_DIR})
+    endif()
+    if(NOT P_INSTALL_DIR)
+      set(P_INSTALL_DIR lib/dlfuse/plugins)
+    endif()
+    install(TARGETS ${target} LIBRARY DESTINATION ${P_INSTALL_DIR})
   endif()
 endfunction()
