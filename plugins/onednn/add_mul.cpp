@@ -1,0 +1,393 @@
+// add_mul_activation forward and backward.
+//  forward : one oneDNN binary primitive, dst = x + multiplier * y (scale on src1), with
+//            post-ops binary-add(bias) and the activation's eltwise: one pass over memory.
+//  backward: one tiled pass. Per tile (64 KiB, cache resident): pre = x + bias + m*y,
+//            d_pre = oneDNN eltwise_backward(pre, grad_out) (relu and identity inline),
+//            then grad_x, grad_y and grad_bias partial sums.
+//  Layouts outside these fast paths (broadcast x or y, strided views) run a generic loop.
+#include <omp.h>
+
+#include <cmath>
+
+#include "common.h"
+
+namespace dlfuse_onednn {
+namespace {
+
+using dnnl::algorithm;
+using dnnl::memory;
+
+enum KeyKind : int64_t { kBinary = 10, kEltwiseBwd = 11 };
+
+// ---- scalar activations for the generic path (float math) -----------------------------
+inline float act_fwd(int act, float p) {
+  switch (act) {
+    case DLFUSE_ACT_IDENTITY: return p;
+    case DLFUSE_ACT_RELU: return (p > 0.f || p != p) ? p : 0.f;
+    case DLFUSE_ACT_SIGMOID: return 1.f / (1.f + std::exp(-p));
+    case DLFUSE_ACT_TANH: return std::tanh(p);
+    case DLFUSE_ACT_GELU_ERF: return 0.5f * p * (1.f + std::erf(p * 0.70710678118654752f));
+    case DLFUSE_ACT_GELU_TANH: {
+      const float u = 0.79788456080286536f * (p + 0.044715f * p * p * p);
+      return 0.5f * p * (1.f + std::tanh(u));
+    }
+    default: return p / (1.f + std::exp(-p));  // SILU
+  }
+}
+
+inline float act_bwd(int act, float p, float g) {
+  switch (act) {
+    case DLFUSE_ACT_IDENTITY: return g;
+    case DLFUSE_ACT_RELU: return (p > 0.f || p != p) ? g : 0.f;
+    case DLFUSE_ACT_SIGMOID: {
+      const float s = 1.f / (1.f + std::exp(-p));
+      return g * (s * (1.f - s));
+    }
+    case DLFUSE_ACT_TANH: {
+      const float t = std::tanh(p);
+      return g * (1.f - t * t);
+    }
+    case DLFUSE_ACT_GELU_ERF: {
+      const float cdf = 0.5f * (1.f + std::erf(p * 0.70710678118654752f));
+      const float pdf = 0.39894228040143268f * std::exp(-0.5f * p * p);
+      return g * (cdf + p * pdf);
+    }
+    case DLFUSE_ACT_GELU_TANH: {
+      const float k = 0.79788456080286536f;
+      const float t = std::tanh(k * (p + 0.044715f * p * p * p));
+      return g * (0.5f * (1.f + t) + 0.5f * p * (1.f - t * t) * k * (1.f + 3.f * 0.044715f * p * p));
+    }
+    default: {
+      const float s = 1.f / (1.f + std::exp(-p));
+      return g * (s * (1.f + p * (1.f - s)));
+    }
+  }
+}
+
+// The oneDNN eltwise algorithm (and alpha) of a transcendental activation.
+bool eltwise_alg(int act, algorithm* alg, float* alpha) {
+  *alpha = 0.f;
+  switch (act) {
+    case DLFUSE_ACT_SIGMOID: *alg = algorithm::eltwise_logistic; return true;
+    case DLFUSE_ACT_TANH: *alg = algorithm::eltwise_tanh; return true;
+    case DLFUSE_ACT_GELU_ERF: *alg = algorithm::eltwise_gelu_erf; return true;
+    case DLFUSE_ACT_GELU_TANH: *alg = algorithm::eltwise_gelu_tanh; return true;
+    case DLFUSE_ACT_SILU: *alg = algorithm::eltwise_swish; *alpha = 1.f; return true;
+    default: return false;
+  }
+}
+
+// ---- layout classification for the fast paths -----------------------------------------
+// The fast paths see every tensor as [rows, N] compact; bias (and grad_bias) is a row
+// vector over N (unit stride), a scalar, or a compact full tensor.
+enum class BiasKind { kRow, kScalar, kFull, kOther };
+
+bool full_compact(const View& v, const std::vector<int64_t>& shape) {
+  if (v.rank() > int(shape.size())) return false;
+  const View a = aligned(v, int(shape.size()));
+  return a.shape == shape && is_compact(a);
+}
+
+BiasKind bias_kind(const View& bias, const std::vector<int64_t>& shape) {
+  const int r = int(shape.size());
+  const View b = aligned(bias, r);
+  bool ones = true, row = r > 0 && b.shape[r - 1] == shape[r - 1] && (b.strides[r - 1] == 1 || shape[r - 1] == 1);
+  for (int i = 0; i < r; ++i) {
+    if (b.shape[i] != 1) ones = false;
+    if (i < r - 1 && b.shape[i] != 1) row = false;
+  }
+  if (ones) return BiasKind::kScalar;
+  if (row) return BiasKind::kRow;
+  if (full_compact(bias, shape)) return BiasKind::kFull;
+  return BiasKind::kOther;
+}
+
+// ---- forward -----------------------------------------------------------------------------
+void forward_generic(const View& x, const View& y, const View& bias, const View& out, int act, float mult) {
+  const int r = out.rank();
+  const View xa = aligned(x, r), ya = aligned(y, r), ba = aligned(bias, r);
+  auto st = [](const View& v, int i) { return v.shape[i] == 1 ? int64_t(0) : v.strides[i]; };
+  int64_t rows = 1;
+  for (int i = 0; i + 1 < r; ++i) rows *= out.shape[i];
+  const int64_t n = r ? out.shape[r - 1] : 1;
+  const int64_t xs = r ? st(xa, r - 1) : 0, ys = r ? st(ya, r - 1) : 0, bs = r ? st(ba, r - 1) : 0,
+                os = r ? out.strides[r - 1] : 0;
+#pragma omp parallel for schedule(static) if (rows * n > (1 << 14))
+  for (int64_t i = 0; i < rows; ++i) {
+    int64_t rem = i, ox = 0, oy = 0, ob = 0, oo = 0;
+    for (int d = r - 2; d >= 0; --d) {
+      const int64_t idx = rem % out.shape[d];
+      rem /= out.shape[d];
+      ox += idx * st(xa, d);
+      oy += idx * st(ya, d);
+      ob += idx * st(ba, d);
+      oo += idx * out.strides[d];
+    }
+    // In place (out == x) is safe: each x element is read before its own slot is written.
+    for (int64_t j = 0; j < n; ++j) {
+      const float pre = xa.data[ox + j * xs] + ba.data[ob + j * bs] + mult * ya.data[oy + j * ys];
+      out.data[oo + j * os] = act_fwd(act, pre);
+    }
+  }
+}
+
+bool forward_onednn(State& st, const View& x, const View& y, const View& bias, const View& out, int act, float mult) {
+  const std::vector<int64_t>& shape = out.shape;
+  const int r = out.rank();
+  if (r == 0 || !is_compact(out) || !full_compact(x, shape) || !full_compact(y, shape)) return false;
+  const BiasKind bk = bias_kind(bias, shape);
+  if (bk == BiasKind::kOther) return false;
+  const int64_t n = shape[r - 1], rows = out.numel() / n;
+  const View X{x.data, {rows, n}, {n, 1}}, Y{y.data, {rows, n}, {n, 1}}, O{out.data, {rows, n}, {n, 1}};
+  View B{bias.data, {1, 1}, {1, 1}};
+  if (bk == BiasKind::kRow) B = View{bias.data, {1, n}, {n, 1}};
+  if (bk == BiasKind::kFull) B = View{bias.data, {rows, n}, {n, 1}};
+  Key key{kBinary, act, int64_t(bk)};
+  key_add(key, O);
+  key_add(key, B);
+  key_add_f(key, mult);
+  auto p = st.get<dnnl::binary>(key, [&] {
+    dnnl::primitive_attr attr = base_attr();
+    if (mult != 1.f) attr.set_scales(DNNL_ARG_SRC_1, 0, {mult});
+    dnnl::post_ops po;
+    po.append_binary(algorithm::binary_add, md_of(B));
+    algorithm alg;
+    float alpha;
+    if (act == DLFUSE_ACT_RELU) append_relu_keep_nan(po);
+    else if (eltwise_alg(act, &alg, &alpha)) po.append_eltwise(1.f, alg, alpha, 0.f);
+    attr.set_post_ops(po);
+    dnnl::binary::desc d(algorithm::binary_add, md_of(X), md_of(Y), md_of(O));
+    return dnnl::binary::primitive_desc(d, attr, st.engine);
+  });
+  execute(st, *p,
+          {{DNNL_ARG_SRC_0, mem(st, md_of(X), X.data)},
+           {DNNL_ARG_SRC_1, mem(st, md_of(Y), Y.data)},
+           {DNNL_ARG_DST, mem(st, md_of(O), O.data)},
+           {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, mem(st, md_of(B), B.data)}});
+  return true;
+}
+
+// ---- backward ----------------------------------------------------------------------------
+// Sums into float64 per element of each gradient's shape; one serial pass (small or odd
+// layouts only).
+void backward_generic(const View& g, const View& x, const View& y, const View& bias, const View* gx, const View* gy,
+                      const View* gb, int act, float mult) {
+  const int r = g.rank();
+  const std::vector<int64_t>& shape = g.shape;
+  const View xa = aligned(x, r), ya = aligned(y, r), ba = aligned(bias, r);
+  struct Acc {
+    const View* t;
+    std::vector<double> sum;
+    std::vector<int64_t> idx;  // compact strides over the grad's own shape, 0 where broadcast
+  };
+  auto make = [&](const View* t) {
+    Acc a{t, {}, {}};
+    if (!t) return a;
+    const View al = aligned(*t, r);
+    a.sum.assign(size_t(t->numel()), 0.0);
+    const std::vector<int64_t> cs = compact_strides(al.shape);
+    a.idx.resize(size_t(r));
+    for (int i = 0; i < r; ++i) a.idx[size_t(i)] = al.shape[i] == 1 ? 0 : cs[size_t(i)];
+    return a;
+  };
+  Acc ax = make(gx), ay = make(gy), ab = make(gb);
+  auto off = [&](const View& v, const std::vector<int64_t>& i) {
+    int64_t o = 0;
+    for (int d = 0; d < r; ++d) o += v.shape[d] == 1 ? 0 : i[size_t(d)] * v.strides[d];
+    return o;
+  };
+  std::vector<int64_t> i(size_t(r), 0);
+  const int64_t total = g.numel();
+  for (int64_t e = 0; e < total; ++e) {
+    const float pre = xa.data[off(xa, i)] + ba.data[off(ba, i)] + mult * ya.data[off(ya, i)];
+    const float d = act_bwd(act, pre, g.data[off(g, i)]);
+    for (Acc* a : {&ax, &ay, &ab}) {
+      if (!a->t) continue;
+      int64_t o = 0;
+      for (int k = 0; k < r; ++k) o += i[size_t(k)] * a->idx[size_t(k)];
+      a->sum[size_t(o)] += a == &ay ? double(mult * d) : double(d);
+    }
+    for (int k = r - 1; k >= 0; --k) {
+      if (++i[size_t(k)] < shape[k]) break;
+      i[size_t(k)] = 0;
+    }
+  }
+  for (Acc* a : {&ax, &ay, &ab}) {
+    if (!a->t) continue;
+    // Store the compact sums through the gradient's own strides.
+    std::vector<float> f(a->sum.begin(), a->sum.end());
+    View src{f.data(), a->t->shape, compact_strides(a->t->shape)};
+    if (a->t->numel() > 0) copy_view(src, *a->t);
+  }
+}
+
+constexpr int64_t kTile = 16384;  // elements per tile: 64 KiB per float stream, L2 resident
+
+bool backward_tiled(State& st, const View& g, const View& x, const View& y, const View& bias, const View* gx,
+                    const View* gy, const View* gb, int act, float mult) {
+  const std::vector<int64_t>& shape = g.shape;
+  const int r = g.rank();
+  if (r == 0 || !is_compact(g) || !full_compact(x, shape) || !full_compact(y, shape)) return false;
+  if ((gx && !full_compact(*gx, shape)) || (gy && !full_compact(*gy, shape))) return false;
+  const BiasKind bk = bias_kind(bias, shape);
+  if (bk == BiasKind::kOther || (gb && bias_kind(*gb, shape) != bk)) return false;
+  const int64_t n = shape[r - 1], total = g.numel();
+  if (total == 0) return false;
+
+  algorithm alg = algorithm::eltwise_relu;
+  float alpha = 0.f;
+  const bool use_eltwise = eltwise_alg(act, &alg, &alpha);
+  auto eltwise_bwd = [&](int64_t len) {
+    Key key{kEltwiseBwd, int64_t(alg), len};
+    return st.get<dnnl::eltwise_backward>(key, [&] {
+      const memory::desc md({len}, memory::data_type::f32, memory::format_tag::a);
+      dnnl::eltwise_forward::primitive_desc hint(
+          dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, alg, md, alpha, 0.f), st.engine);
+      return dnnl::eltwise_backward::primitive_desc(dnnl::eltwise_backward::desc(alg, md, md, alpha, 0.f), base_attr(),
+                                                    st.engine, hint);
+    });
+  };
+  const int64_t ntiles = (total + kTile - 1) / kTile, tail = total - (ntiles - 1) * kTile;
+  std::shared_ptr<const CachedPrimitive> p_full, p_tail;
+  if (use_eltwise) {
+    p_full = eltwise_bwd(std::min(kTile, total));
+    p_tail = tail == std::min(kTile, total) ? p_full : eltwise_bwd(tail);
+  }
+  const int64_t gbn = bk == BiasKind::kRow ? n : bk == BiasKind::kScalar ? 1 : 0;
+  const int nthr = total > (1 << 15) ? omp_get_max_threads() : 1;
+  std::vector<double> partial(gb ? size_t(nthr) * size_t(gbn) : 0, 0.0);
+  const float* bp = bias.data;
+  std::exception_ptr error;
+#pragma omp parallel num_threads(nthr)
+  {
+    const int t = omp_get_thread_num();
+    Buffer pre_buf{size_t(kTile)}, dpre_buf{size_t(kTile)};
+    float* pre = pre_buf.get();
+    float* dpre = dpre_buf.get();
+    double* acc = gb && gbn ? partial.data() + size_t(t) * size_t(gbn) : nullptr;
+#pragma omp for schedule(static)
+    for (int64_t tile = 0; tile < ntiles; ++tile) {
+      const int64_t e0 = tile * kTile, len = std::min(kTile, total - e0);
+      const float* xp = x.data + e0;
+      const float* yp = y.data + e0;
+      const float* gp = g.data + e0;
+      // pre = x + bias + mult * y, one row segment at a time so the bias index is a column.
+      for (int64_t s = 0; s < len;) {
+        const int64_t col = (e0 + s) % n, seg = std::min(len - s, n - col);
+        if (bk == BiasKind::kRow) {
+#pragma omp simd
+          for (int64_t j = 0; j < seg; ++j) pre[s + j] = xp[s + j] + bp[col + j] + mult * yp[s + j];
+        } else if (bk == BiasKind::kScalar) {
+          const float b0 = bp[0];
+#pragma omp simd
+          for (int64_t j = 0; j < seg; ++j) pre[s + j] = xp[s + j] + b0 + mult * yp[s + j];
+        } else {
+          const float* bf = bp + e0;
+#pragma omp simd
+          for (int64_t j = 0; j < seg; ++j) pre[s + j] = xp[s + j] + bf[s + j] + mult * yp[s + j];
+        }
+        s += seg;
+      }
+      if (use_eltwise) {
+        try {
+          const CachedPrimitive& prim = len == kTile || !p_tail ? *p_full : *p_tail;
+          const memory::desc md({len}, memory::data_type::f32, memory::format_tag::a);
+          execute(st, prim,
+                  {{DNNL_ARG_SRC, mem(st, md, pre)}, {DNNL_ARG_DIFF_DST, mem(st, md, gp)},
+                   {DNNL_ARG_DIFF_SRC, mem(st, md, dpre)}});
+        } catch (...) {
+#pragma omp critical(dlfuse_onednn_error)
+          if (!error) error = std::current_exception();
+        }
+      } else if (act == DLFUSE_ACT_RELU) {
+#pragma omp simd
+        for (int64_t j = 0; j < len; ++j) {
+          const float p = pre[j];
+          dpre[j] = (p > 0.f || p != p) ? gp[j] : 0.f;
+        }
+      } else {
+        std::memcpy(dpre, gp, size_t(len) * sizeof(float));
+      }
+      if (gx) std::memcpy(gx->data + e0, dpre, size_t(len) * sizeof(float));
+      if (gy) {
+        float* q = gy->data + e0;
+#pragma omp simd
+        for (int64_t j = 0; j < len; ++j) q[j] = mult * dpre[j];
+      }
+      if (gb && bk == BiasKind::kFull) std::memcpy(gb->data + e0, dpre, size_t(len) * sizeof(float));
+      if (acc && bk == BiasKind::kRow) {
+        for (int64_t s = 0; s < len;) {
+          const int64_t col = (e0 + s) % n, seg = std::min(len - s, n - col);
+#pragma omp simd
+          for (int64_t j = 0; j < seg; ++j) acc[col + j] += double(dpre[s + j]);
+          s += seg;
+        }
+      } else if (acc) {
+        double s0 = 0.0;
+#pragma omp simd reduction(+ : s0)
+        for (int64_t j = 0; j < len; ++j) s0 += double(dpre[j]);
+        acc[0] += s0;
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
+  if (gb && gbn) {
+    const int64_t sn = gb->rank() ? gb->strides[gb->rank() - 1] : 1;
+    for (int64_t j = 0; j < gbn; ++j) {
+      double s = 0.0;
+      for (int t = 0; t < nthr; ++t) s += partial[size_t(t) * size_t(gbn) + size_t(j)];
+      gb->data[j * sn] = float(s);
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_t* args) {
+  return guarded(args->err, args->err_size, [&]() -> dlfuse_status_t {
+    check_call(args, 3, 1, true);
+    const int act = read_activation(args);
+    const float mult = float(read_multiplier(args));
+    State& st = *static_cast<State*>(state);
+    const DLTensor* const* in = args->inputs;
+    const Storage s = storage_of(in[0]->dtype);
+    Buffer bx, by, bb, bo;
+    const View x = input_f32(in[0], s, bx), y = input_f32(in[1], s, by), bias = input_f32(in[2], s, bb);
+    const View out = output_f32(args->outputs[0], s, bo);
+    if (out.numel() > 0 && !forward_onednn(st, x, y, bias, out, act, mult))
+      forward_generic(x, y, bias, out, act, mult);
+    store_output(out, args->outputs[0], s);
+    return DLFUSE_STATUS_OK;
+  });
+}
+
+dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) {
+  return guarded(args->err, args->err_size, [&]() -> dlfuse_status_t {
+    check_call(args, 4, 3, false);
+    const int act = read_activation(args);
+    const float mult = float(read_multiplier(args));
+    State& st = *static_cast<State*>(state);
+    const DLTensor* const* in = args->inputs;
+    DLTensor* const* out = args->outputs;
+    const Storage s = storage_of(in[0]->dtype);
+    Buffer bg, bx, by, bb, bgx, bgy, bgb;
+    const View g = input_f32(in[0], s, bg), x = input_f32(in[1], s, bx), y = input_f32(in[2], s, by),
+               bias = input_f32(in[3], s, bb);
+    View gx, gy, gb;
+    if (out[0]) gx = output_f32(out[0], s, bgx);
+    if (out[1]) gy = output_f32(out[1], s, bgy);
+    if (out[2]) gb = output_f32(out[2], s, bgb);
+    const View* pgx = out[0] ? &gx : nullptr;
+    const View* pgy = out[1] ? &gy : nullptr;
+    const View* pgb = out[2] ? &gb : nullptr;
+    if (!backward_tiled(st, g, x, y, bias, pgx, pgy, pgb, act, mult))
+      backward_generic(g, x, y, bias, pgx, pgy, pgb, act, mult);
+    if (out[0]) store_output(gx, out[0], s);
+    if (out[1]) store_output(gy, out[1], s);
+    if (out[2]) store_output(gb, out[2], s);
+    return DLFUSE_STATUS_OK;
+  });
+}
+
+}  // namespace dlfuse_onednn

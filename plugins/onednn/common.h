@@ -1,0 +1,280 @@
+// Shared pieces of the oneDNN plugin: errors and the exception wall, strided views of
+// DLTensors in float32, the plugin state (engine + primitive cache) and helpers to build
+// oneDNN memory descriptors and run primitives.
+#ifndef DLFUSE_ONEDNN_COMMON_H_
+#define DLFUSE_ONEDNN_COMMON_H_
+
+#include <dlfuse/plugin.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace dlfuse_onednn {
+
+// A failure with a status, thrown inside the plugin and turned into a status + message at
+// the C boundary by guarded(); never crosses it.
+struct Failure : std::runtime_error {
+  dlfuse_status_t status;
+  Failure(dlfuse_status_t s, const std::string& m) : std::runtime_error(m), status(s) {}
+};
+
+inline dlfuse_status_t fail(char* err, size_t err_size, dlfuse_status_t status, const std::string& msg) {
+  if (err && err_size > 0) std::snprintf(err, err_size, "onednn: %s", msg.c_str());
+  return status;
+}
+
+// Nothing may cross the C boundary: every entry point runs its body through this.
+template <class F>
+dlfuse_status_t guarded(char* err, size_t err_size, F&& body) noexcept {
+  try {
+    return body();
+  } catch (const Failure& f) {
+    return fail(err, err_size, f.status, f.what());
+  } catch (const dnnl::error& e) {
+    return fail(err, err_size, e.status == dnnl_out_of_memory ? DLFUSE_STATUS_OUT_OF_MEMORY : DLFUSE_STATUS_INTERNAL,
+                std::string("oneDNN error: ") + e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(err, err_size, DLFUSE_STATUS_OUT_OF_MEMORY, "out of host memory");
+  } catch (const std::exception& e) {
+    return fail(err, err_size, DLFUSE_STATUS_INTERNAL, std::string("exception: ") + e.what());
+  } catch (...) {
+    return fail(err, err_size, DLFUSE_STATUS_INTERNAL, "unknown exception");
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Strided float32 views. Every kernel works on these; bf16/f16 calls are converted to
+// compact float32 views first (convert.cpp) because oneDNN 2.6.3 has no bf16/f16
+// primitives on an AVX2-only CPU (see docs/onednn.md).
+struct View {
+  float* data = nullptr;
+  std::vector<int64_t> shape;    // sizes
+  std::vector<int64_t> strides;  // in elements, explicit (never NULL)
+  int rank() const { return int(shape.size()); }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+};
+
+inline std::vector<int64_t> compact_strides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (int i = int(shape.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * (shape[i + 1] > 0 ? shape[i + 1] : 1);
+  return s;
+}
+
+// The float32 view of a float32 DLTensor (honors byte_offset; NULL strides = compact).
+inline View view_of(const DLTensor* t) {
+  View v;
+  v.data = reinterpret_cast<float*>(static_cast<char*>(t->data) + t->byte_offset);
+  v.shape.assign(t->shape, t->shape + t->ndim);
+  if (t->strides) v.strides.assign(t->strides, t->strides + t->ndim);
+  else v.strides = compact_strides(v.shape);
+  return v;
+}
+
+// The same view padded on the left to `rank` dims of size 1 (NumPy alignment).
+inline View aligned(const View& v, int rank) {
+  View o;
+  o.data = v.data;
+  const int pad = rank - v.rank();
+  o.shape.assign(size_t(pad), 1);
+  o.strides.assign(size_t(pad), 0);
+  o.shape.insert(o.shape.end(), v.shape.begin(), v.shape.end());
+  o.strides.insert(o.strides.end(), v.strides.begin(), v.strides.end());
+  return o;
+}
+
+// True when the view is compact row-major (size-1 dims' strides do not matter).
+inline bool is_compact(const View& v) {
+  int64_t expect = 1;
+  for (int i = v.rank() - 1; i >= 0; --i) {
+    if (v.shape[i] != 1 && v.strides[i] != expect) return false;
+    expect *= v.shape[i];
+  }
+  return true;
+}
+
+// Element strides usable in a oneDNN memory descriptor: oneDNN wants strides that look
+// like a real layout, so size-1 dims get the extent of the dims inside them.
+inline dnnl::memory::dims dnnl_strides(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
+  const int r = int(shape.size());
+  dnnl::memory::dims s(strides.begin(), strides.end());
+  for (int i = r - 1; i >= 0; --i) {
+    if (shape[i] != 1) continue;
+    int64_t extent = 1;
+    for (int j = i + 1; j < r; ++j) extent = std::max<int64_t>(extent, shape[j] * s[size_t(j)]);
+    s[size_t(i)] = extent;
+  }
+  return s;
+}
+
+inline dnnl::memory::desc md_of(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
+  return dnnl::memory::desc(dnnl::memory::dims(shape.begin(), shape.end()), dnnl::memory::data_type::f32,
+                            dnnl_strides(shape, strides));
+}
+inline dnnl::memory::desc md_of(const View& v) { return md_of(v.shape, v.strides); }
+
+// A float buffer the plugin owns (compact temporaries), 64-byte aligned.
+struct Buffer {
+  std::unique_ptr<float, void (*)(void*)> p{nullptr, std::free};
+  size_t n = 0;
+  explicit Buffer(size_t count = 0) { resize(count); }
+  void resize(size_t count) {
+    if (count <= n && p) return;
+    const size_t bytes = ((count ? count : 1) * sizeof(float) + 63) / 64 * 64;
+    void* q = std::aligned_alloc(64, bytes);
+    if (!q) throw std::bad_alloc();
+    p.reset(static_cast<float*>(q));
+    n = count;
+  }
+  float* get() const { return p.get(); }
+};
+
+inline View compact_view(Buffer& buf, const std::vector<int64_t>& shape) {
+  View v;
+  v.shape = shape;
+  v.strides = compact_strides(shape);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  buf.resize(size_t(n));
+  v.data = buf.get();
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------
+// The primitive cache: a key of integers (op kind, dims, strides, attributes) maps to a
+// built primitive. A repeated call with the same shapes and layouts builds nothing.
+struct CachedPrimitive {
+  dnnl::primitive prim;
+  size_t scratchpad_bytes = 0;
+  std::string impl;  // oneDNN's implementation name, for traces
+};
+
+using Key = std::vector<int64_t>;
+struct KeyHash {
+  size_t operator()(const Key& k) const noexcept {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t v : k) h = (h ^ uint64_t(v)) * 1099511628211ull;
+    return size_t(h);
+  }
+};
+
+struct State {
+  dnnl::engine engine;
+  std::mutex mu;
+  std::unordered_map<Key, std::shared_ptr<const CachedPrimitive>, KeyHash> cache;
+  std::atomic<long long> built{0}, hits{0};
+  bool trace = false;
+
+  // The cached primitive for `key`, built by `make` (returning a primitive_desc) on a miss.
+  template <class Prim, class F>
+  std::shared_ptr<const CachedPrimitive> get(const Key& key, F&& make) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = cache.find(key);
+      if (it != cache.end()) {
+        hits.fetch_add(1, std::memory_order_relaxed);
+        return it->second;
+      }
+    }
+    // Built outside the lock: two threads may build the same primitive once each; the
+    // first one stored wins. Builds of other shapes are not serialized behind a slow one.
+    const auto pd = make();
+    auto c = std::make_shared<CachedPrimitive>();
+    c->prim = Prim(pd);
+    c->scratchpad_bytes = pd.scratchpad_desc().get_size();
+    c->impl = pd.impl_info_str();
+    built.fetch_add(1, std::memory_order_relaxed);
+    if (trace) std::fprintf(stderr, "dlfuse_onednn: built primitive %s\n", c->impl.c_str());
+    std::lock_guard<std::mutex> lock(mu);
+    if (cache.size() >= kCapacity) cache.clear();  // bounded: many distinct shapes start over
+    auto ins = cache.emplace(key, std::move(c));
+    return ins.first->second;
+  }
+  static constexpr size_t kCapacity = 4096;
+};
+
+// Appends a memory descriptor's shape and strides to a key.
+inline void key_add(Key& k, const View& v) {
+  k.push_back(v.rank());
+  k.insert(k.end(), v.shape.begin(), v.shape.end());
+  k.insert(k.end(), v.strides.begin(), v.strides.end());
+}
+inline void key_add_f(Key& k, double d) {
+  int64_t bits;
+  static_assert(sizeof(bits) == sizeof(d), "double is 64-bit");
+  std::memcpy(&bits, &d, sizeof(d));
+  k.push_back(bits);
+}
+
+// Runs a cached primitive with a user scratchpad owned by the calling thread, on a stream
+// of the calling thread: concurrent calls share no mutable oneDNN state.
+void execute(State& st, const CachedPrimitive& p, std::unordered_map<int, dnnl::memory> args);
+
+inline dnnl::memory mem(State& st, const dnnl::memory::desc& md, const void* data) {
+  return dnnl::memory(md, st.engine, const_cast<void*>(data));
+}
+
+// The attributes every primitive of the plugin uses: user scratchpad, exact fp32.
+inline dnnl::primitive_attr base_attr() {
+  dnnl::primitive_attr a;
+  a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return a;
+}
+
+// Post-ops giving relu with NaN kept: oneDNN's relu (and clip, binary max) turn NaN into 0,
+// elu with alpha = 0 gives x for x > 0, NaN for NaN and 0 * (exp(x) - 1) = -0 for x <= 0;
+// the linear step x * 1 + 0 turns -0 into +0.
+inline void append_relu_keep_nan(dnnl::post_ops& po) {
+  po.append_eltwise(1.f, dnnl::algorithm::eltwise_elu, 0.f, 0.f);
+  po.append_eltwise(1.f, dnnl::algorithm::eltwise_linear, 1.f, 0.f);
+}
+
+// Kernel entry points (matmul.cpp, add_mul.cpp).
+dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* args);
+dlfuse_status_t matmul_add_relu_backward(void* state, void*, const dlfuse_kernel_args_t* args);
+dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_t* args);
+dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args);
+
+// Argument sanity the registry already checked; kept so a bypassing host cannot crash us.
+void check_call(const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs, bool first_output_required);
+int read_activation(const dlfuse_kernel_args_t* args);
+double read_multiplier(const dlfuse_kernel_args_t* args);
+
+// ---------------------------------------------------------------------------------------
+// dtype handling (convert.cpp). Kind of storage of a call's tensors.
+enum class Storage { kF32, kBF16, kF16 };
+Storage storage_of(DLDataType dt);  // throws UNSUPPORTED for anything else
+
+// Float32 view of an input: the tensor itself for float32, else a compact float32 copy.
+View input_f32(const DLTensor* t, Storage s, Buffer& buf);
+// Float32 view to write an output into: the tensor itself for float32, else a compact
+// temporary that store_output() converts back.
+View output_f32(const DLTensor* t, Storage s, Buffer& buf);
+void store_output(const View& f32, DLTensor* t, Storage s);
+
+// Copies any strided float view into another of the same shape (parallel).
+void copy_view(const View& src, const View& dst);
+// Fills a view with a value.
+void fill_view(const View& dst, float value);
+
+}  // namespace dlfuse_onednn
+
+#endif
