@@ -1,0 +1,79 @@
+/* add_mul_activation forward/backward, relu's backward select, and reductions.
+ * Every pointwise kernel runs on a 3-D grid over the (collapsed) output shape
+ * [n0, n1, n2]: global id 0 walks n2 (innermost), id 1 n1, id 2 n0. The host rounds the
+ * grid up to the work-group size, hence the bounds test. */
+
+#define PW_INDEX                                                      \
+  const long i2 = get_global_id(0), i1 = get_global_id(1), i0 = get_global_id(2); \
+  if (i2 >= n2 || i1 >= n1 || i0 >= n0) return;
+#define AT(v) ((v).off + i0 * (v).s0 + i1 * (v).s1 + i2 * (v).s2)
+
+/* out = act(x + bias + multiplier * y), one pass; out may be x itself. */
+__kernel void amx_fwd(__global const T* x, view_t vx, __global const T* y, view_t vy,
+                      __global const T* b, view_t vb, __global T* o, view_t vo, long n0, long n1,
+                      long n2, float mult, int act) {
+  PW_INDEX
+  const float p = LD(x, AT(vx)) + LD(b, AT(vb)) + mult * LD(y, AT(vy));
+  ST(o, AT(vo), act_fwd(p, act));
+}
+
+/* d_pre = grad_out * act'(x + bias + multiplier * y), one pass over the inputs. Each
+ * gradient is written here when it has the output's shape (flag bit set in `direct`:
+ * 1 grad_x, 2 grad_y, 4 grad_bias); a gradient that needs a reduction reads d_pre from
+ * `tmp` (float, written when `tmp` is not NULL) in reduce_f. */
+__kernel void amx_bwd(__global const T* g, view_t vg, __global const T* x, view_t vx,
+                      __global const T* y, view_t vy, __global const T* b, view_t vb,
+                      __global T* gx, view_t vgx, __global T* gy, view_t vgy, __global T* gb,
+                      view_t vgb, __global float* tmp, view_t vt, int direct, long n0, long n1,
+                      long n2, float mult, int act) {
+  PW_INDEX
+  const float p = LD(x, AT(vx)) + LD(b, AT(vb)) + mult * LD(y, AT(vy));
+  const float d = d_pre(LD(g, AT(vg)), p, act);
+  if (direct & 1) ST(gx, AT(vgx), d);
+  if (direct & 2) ST(gy, AT(vgy), mult * d);
+  if (direct & 4) ST(gb, AT(vgb), d);
+  if (tmp) tmp[AT(vt)] = d;
+}
+
+/* relu's backward select for matmul: dz = (out > 0 or NaN) ? grad_out : 0. */
+__kernel void relu_select(__global const T* g, view_t vg, __global const T* out, view_t vout,
+                          __global T* dz, view_t vdz, long n0, long n1, long n2) {
+  PW_INDEX
+  const float o = LD(out, AT(vout));
+  ST(dz, AT(vdz), (o > 0.0f || isnan(o)) ? LD(g, AT(vg)) : 0.0f);
+}
+
+/* dst[kept] = scale * sum over the reduced dims of src. The kept dims (up to three,
+ * collapsed) are the grid; `vs` holds src's strides along them, `vd` dst's. Compensated
+ * (Kahan) summation keeps long sums accurate. */
+#define REDUCE_BODY(LOADSRC)                                               \
+  const long i2 = get_global_id(0), i1 = get_global_id(1), i0 = get_global_id(2); \
+  if (i2 >= n2 || i1 >= n1 || i0 >= n0) return;                             \
+  long total = 1;                                                           \
+  for (int d = 0; d < red.nr; ++d) total *= red.n[d];                       \
+  long idx[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                   \
+  long off = AT(vs);                                                        \
+  float sum = 0.0f, comp = 0.0f;                                            \
+  for (long t = 0; t < total; ++t) {                                        \
+    const float yv = LOADSRC - comp;                                        \
+    const float s2 = sum + yv;                                              \
+    comp = (s2 - sum) - yv;                                                 \
+    sum = s2;                                                               \
+    for (int d = red.nr - 1; d >= 0; --d) {                                 \
+      off += red.s[d];                                                      \
+      if (++idx[d] < red.n[d]) break;                                       \
+      off -= red.n[d] * red.s[d];                                           \
+      idx[d] = 0;                                                           \
+    }                                                                       \
+  }                                                                         \
+  ST(dst, AT(vd), scale * sum);
+
+__kernel void reduce_f(__global const float* src, view_t vs, red_t red, __global T* dst, view_t vd,
+                       long n0, long n1, long n2, float scale) {
+  REDUCE_BODY(src[off])
+}
+
+__kernel void reduce_t(__global const T* src, view_t vs, red_t red, __global T* dst, view_t vd,
+                       long n0, long n1, long n2, float scale) {
+  REDUCE_BODY(LD(src, off))
+}

@@ -1,0 +1,105 @@
+// add_mul_activation forward (one pass, in place allowed) and backward (one pass over the
+// inputs; a gradient of the output's shape is written there, a broadcast one is reduced
+// from the d_pre the same pass leaves in a float scratch).
+#include "ops.h"
+
+namespace dlfuse_opencl {
+namespace {
+
+const char* const kFwdNames[] = {"x", "y", "bias", "out"};
+const char* const kBwdNames[] = {"grad_out", "x", "y", "bias", "grad_x", "grad_y", "grad_bias"};
+
+void read_attrs(const dlfuse_kernel_args_t* args, cl_int* act, cl_float* mult) {
+  const dlfuse_attr_t* a = dlfuse_find_attr(args, DLFUSE_ATTR_ACTIVATION);
+  if (!a || a->type != DLFUSE_ATTR_INT64 || a->value.i64 < 0 || a->value.i64 >= DLFUSE_ACT_COUNT)
+    throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "attribute ACTIVATION missing or out of range; expected 0.." +
+                                                    std::to_string(DLFUSE_ACT_COUNT - 1));
+  *act = cl_int(a->value.i64);
+  const dlfuse_attr_t* m = dlfuse_find_attr(args, DLFUSE_ATTR_MULTIPLIER);
+  *mult = m && m->type == DLFUSE_ATTR_FLOAT64 ? cl_float(m->value.f64) : 1.0f;
+}
+
+}  // namespace
+
+dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
+  return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
+    Call c = prepare_call(static_cast<State*>(state), args, 3, 1, kFwdNames);
+    const DLTensor *x = args->inputs[0], *y = args->inputs[1], *b = args->inputs[2], *out = args->outputs[0];
+    if (!out) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "argument 'out' is NULL");
+    cl_int act;
+    cl_float mult;
+    read_attrs(args, &act, &mult);
+    const int rank = out->ndim;
+    KernelRef k(c.dev->kernel(c.prec, "amx_fwd"));
+    for_each_block(shape_of(out),
+                   {aligned_strides(x, rank), aligned_strides(y, rank), aligned_strides(b, rank), strides_of(out)},
+                   {elem_offset(x), elem_offset(y), elem_offset(b), elem_offset(out)},
+                   [&](const std::vector<ClView>& v, int64_t n0, int64_t n1, int64_t n2) {
+                     set_args(k.k, mem_of(x), v[0], mem_of(y), v[1], mem_of(b), v[2], mem_of(out), v[3], cl_long(n0),
+                              cl_long(n1), cl_long(n2), mult, act);
+                     size_t global[3] = {size_t(n2), size_t(n1), size_t(n0)}, local[3];
+                     pointwise_local(*c.dev, n2, n1, local);
+                     enqueue(c.queue, k.k, global, local, "amx_fwd");
+                     return true;
+                   });
+    return DLFUSE_STATUS_OK;
+  });
+}
+
+dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
+  return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
+    Call c = prepare_call(static_cast<State*>(state), args, 4, 3, kBwdNames);
+    const DLTensor *g = args->inputs[0], *x = args->inputs[1], *y = args->inputs[2], *b = args->inputs[3];
+    const DLTensor* grads[3] = {args->outputs[0], args->outputs[1], args->outputs[2]};
+    cl_int act;
+    cl_float mult;
+    read_attrs(args, &act, &mult);
+    const Dims oshape = shape_of(g);
+    const int rank = int(oshape.size());
+    const int64_t n = numel(oshape);
+
+    // Which gradients have the output's shape (written directly) and which need a reduction.
+    cl_int direct = 0;
+    bool reduce[3] = {false, false, false};
+    for (int i = 0; i < 3; ++i) {
+      const DLTensor* t = grads[i];
+      if (!t || numel(shape_of(t)) == 0) continue;
+      if (aligned_shape(t, rank) == oshape) direct |= 1 << i;
+      else reduce[i] = true;
+    }
+    const bool need_tmp = reduce[0] || reduce[1] || reduce[2];
+    if (!direct && !need_tmp) return DLFUSE_STATUS_OK;
+
+    const Dims ts = compact_strides(oshape);
+    MemRef tmp;
+    if (need_tmp) tmp.m = scratch(*c.dev, size_t(n) * sizeof(float));
+    if (n > 0) {
+      std::vector<Dims> strides = {strides_of(g), aligned_strides(x, rank), aligned_strides(y, rank),
+                                   aligned_strides(b, rank)};
+      std::vector<int64_t> offs = {elem_offset(g), elem_offset(x), elem_offset(y), elem_offset(b)};
+      cl_mem gm[3] = {nullptr, nullptr, nullptr};
+      for (int i = 0; i < 3; ++i) {
+        const bool d = (direct >> i) & 1;
+        strides.push_back(d ? aligned_strides(grads[i], rank) : Dims(size_t(rank), 0));
+        offs.push_back(d ? elem_offset(grads[i]) : 0);
+        if (d) gm[i] = mem_of(grads[i]);
+      }
+      strides.push_back(need_tmp ? ts : Dims(size_t(rank), 0));
+      offs.push_back(0);
+      KernelRef k(c.dev->kernel(c.prec, "amx_bwd"));
+      for_each_block(oshape, strides, offs, [&](const std::vector<ClView>& v, int64_t n0, int64_t n1, int64_t n2) {
+        set_args(k.k, mem_of(g), v[0], mem_of(x), v[1], mem_of(y), v[2], mem_of(b), v[3], gm[0], v[4], gm[1], v[5],
+                 gm[2], v[6], tmp.m, v[7], direct, cl_long(n0), cl_long(n1), cl_long(n2), mult, act);
+        size_t global[3] = {size_t(n2), size_t(n1), size_t(n0)}, local[3];
+        pointwise_local(*c.dev, n2, n1, local);
+        enqueue(c.queue, k.k, global, local, "amx_bwd");
+        return true;
+      });
+    }
+    for (int i = 0; i < 3; ++i)
+      if (reduce[i]) reduce_into(c, oshape, tmp.m, 0, ts, true, grads[i], i == 1 ? mult : 1.0f);
+    return DLFUSE_STATUS_OK;
+  });
+}
+
+}  // namespace dlfuse_opencl

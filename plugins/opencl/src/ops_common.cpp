@@ -1,0 +1,123 @@
+#include <climits>
+
+#include "ops.h"
+
+namespace dlfuse_opencl {
+
+namespace {
+bool is_dtype(DLDataType d, uint8_t code, uint8_t bits) { return d.code == code && d.bits == bits && d.lanes == 1; }
+}  // namespace
+
+Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs,
+                  const char* const* names) {
+  const auto bad = [&](const std::string& m) { throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, m); };
+  if (!args || args->num_inputs != num_inputs || args->num_outputs != num_outputs || !args->inputs || !args->outputs)
+    bad("expected " + std::to_string(num_inputs) + " inputs and " + std::to_string(num_outputs) + " outputs");
+  const DLTensor* first = args->inputs[0];
+  if (!first) bad(std::string("argument '") + names[0] + "' is NULL");
+  if (first->device.device_type != kDLOpenCL)
+    bad(std::string("argument '") + names[0] + "': device_type is " + std::to_string(first->device.device_type) +
+        "; expected kDLOpenCL (" + std::to_string(int(kDLOpenCL)) + ")");
+  Call c;
+  c.dev = &s->device(first->device.device_id);
+  if (is_dtype(first->dtype, kDLFloat, 32)) c.prec = Prec::kF32;
+  else if (is_dtype(first->dtype, kDLFloat, 16)) c.prec = Prec::kF16;
+  else throw Error(DLFUSE_STATUS_UNSUPPORTED, "dtype is not float32 or float16");
+  if (c.prec == Prec::kF16 && !c.dev->fp16)
+    throw Error(DLFUSE_STATUS_UNSUPPORTED, c.dev->label() + " does not report cl_khr_fp16: float16 is not supported there");
+  c.esize = c.prec == Prec::kF16 ? 2 : 4;
+
+  for (int i = 0; i < num_inputs + num_outputs; ++i) {
+    const DLTensor* t = i < num_inputs ? args->inputs[i] : args->outputs[i - num_inputs];
+    const std::string arg = std::string("argument '") + names[i] + "'";
+    if (!t) {
+      if (i < num_inputs) bad(arg + " is NULL");
+      continue;
+    }
+    if (t->device.device_type != kDLOpenCL || t->device.device_id != first->device.device_id)
+      bad(arg + ": not on opencl:" + std::to_string(first->device.device_id));
+    if (t->dtype.code != first->dtype.code || t->dtype.bits != first->dtype.bits || t->dtype.lanes != 1)
+      bad(arg + ": dtype differs from the first input's");
+    for (int d = 0; d < t->ndim; ++d)
+      if (t->shape[d] > INT_MAX / 2)
+        throw Error(DLFUSE_STATUS_UNSUPPORTED, arg + ": shape[" + std::to_string(d) + "] is " +
+                                                   std::to_string(t->shape[d]) + "; this plugin takes dims below 2^30");
+    const int64_t ext = extent(t);
+    if (ext == 0) continue;
+    if (!t->data) bad(arg + ": data is NULL; expected a cl_mem");
+    cl_context ctx = nullptr;
+    cl_int rc = clGetMemObjectInfo(mem_of(t), CL_MEM_CONTEXT, sizeof ctx, &ctx, nullptr);
+    if (rc != CL_SUCCESS) bad(arg + ": data is not a cl_mem (" + cl_error_name(rc) + ")");
+    if (ctx != c.dev->ctx)
+      bad(arg + ": its cl_mem belongs to another OpenCL context, not the one of " + c.dev->label() +
+          " (allocate it with dlfuse_device_alloc)");
+    size_t size = 0;
+    check_cl(clGetMemObjectInfo(mem_of(t), CL_MEM_SIZE, sizeof size, &size, nullptr), "clGetMemObjectInfo(CL_MEM_SIZE)");
+    const uint64_t need = t->byte_offset + uint64_t(ext) * uint64_t(c.esize);
+    if (need > size)
+      bad(arg + ": the view ends at byte " + std::to_string(need) + " (byte_offset " + std::to_string(t->byte_offset) +
+          "); expected at most the cl_mem's size " + std::to_string(size));
+  }
+
+  c.queue = c.dev->queue;
+  if (args->stream) {
+    cl_command_queue q = static_cast<cl_command_queue>(args->stream);
+    cl_context qctx = nullptr;
+    cl_device_id qdev = nullptr;
+    cl_int rc = clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof qctx, &qctx, nullptr);
+    if (rc == CL_SUCCESS) rc = clGetCommandQueueInfo(q, CL_QUEUE_DEVICE, sizeof qdev, &qdev, nullptr);
+    if (rc != CL_SUCCESS) bad(std::string("stream is not a cl_command_queue (") + cl_error_name(rc) + ")");
+    if (qctx != c.dev->ctx || qdev != c.dev->id)
+      bad("stream is a cl_command_queue of another context or device; expected one of " + c.dev->label() +
+          "'s context (see docs/opencl.md)");
+    c.queue = q;
+  }
+  return c;
+}
+
+void gemm(Call& c, cl_mem A, int64_t offA, int64_t sam, int64_t sak, cl_mem B, int64_t offB, int64_t sbk,
+          int64_t sbn, cl_mem C, int64_t offC, int64_t scm, int64_t scn, cl_mem bias, int64_t offBias, int64_t sbm,
+          int64_t sbn2, int flags, int64_t M, int64_t N, int64_t K, int64_t nbatch, int64_t R,
+          const std::vector<int64_t>& table) {
+  if (M == 0 || N == 0 || nbatch == 0) return;
+  MemRef tab;
+  if (!table.empty()) tab.m = scratch(*c.dev, table.size() * sizeof(int64_t), table.data());
+  KernelRef k(c.dev->kernel(c.prec, "gemm"));
+  const cl_long a[] = {offA, sam, sak, offB, sbk, sbn, offC, scm, scn, offBias, sbm, sbn2};
+  set_args(k.k, A, a[0], a[1], a[2], B, a[3], a[4], a[5], C, a[6], a[7], a[8], bias, a[9], a[10], a[11], cl_int(flags),
+           cl_int(M), cl_int(N), cl_int(K), cl_int(R), tab.m);
+  size_t global[3], local[3];
+  if (c.dev->is_cpu) {
+    global[0] = size_t((N + 15) / 16);
+    global[1] = size_t((M + 5) / 6);
+    local[0] = 4;
+    local[1] = 4;
+  } else {
+    global[0] = size_t((N + 127) / 128) * 16;
+    global[1] = size_t((M + 127) / 128) * 16;
+    local[0] = 16;
+    local[1] = 16;
+  }
+  global[2] = size_t(nbatch);
+  local[2] = 1;
+  enqueue(c.queue, k.k, global, local, "gemm");
+}
+
+void reduce_into(Call& c, const Dims& shape, cl_mem src, int64_t src_off, const Dims& src_strides, bool src_is_float,
+                 const DLTensor* dst, float scale) {
+  const int rank = int(shape.size());
+  std::string err;
+  KernelRef k(c.dev->kernel(c.prec, src_is_float ? "reduce_f" : "reduce_t"));
+  const bool ok = for_each_reduction(
+      shape, src_strides, src_off, aligned_shape(dst, rank), aligned_strides(dst, rank), elem_offset(dst), &err,
+      [&](const ClView& vs, const ClReduced& red, const ClView& vd, int64_t n0, int64_t n1, int64_t n2) {
+        set_args(k.k, src, vs, red, mem_of(dst), vd, cl_long(n0), cl_long(n1), cl_long(n2), cl_float(scale));
+        size_t global[3] = {size_t(n2), size_t(n1), size_t(n0)}, local[3];
+        pointwise_local(*c.dev, n2, n1, local);
+        enqueue(c.queue, k.k, global, local, src_is_float ? "reduce_f" : "reduce_t");
+        return true;
+      });
+  if (!ok) throw Error(DLFUSE_STATUS_UNSUPPORTED, err);
+}
+
+}  // namespace dlfuse_opencl

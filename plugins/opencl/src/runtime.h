@@ -1,0 +1,128 @@
+// The plugin's OpenCL runtime: devices in their documented order, one context and one
+// default in-order queue per device, the kernel program built once per device and dtype,
+// errors as dlfuse statuses with messages.
+#ifndef DLFUSE_OPENCL_RUNTIME_H_
+#define DLFUSE_OPENCL_RUNTIME_H_
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+#include <dlfuse/plugin.h>
+
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace dlfuse_opencl {
+
+const char* cl_error_name(cl_int code);
+
+// Thrown inside the plugin, turned into a status and message at the C boundary.
+struct Error : std::runtime_error {
+  Error(dlfuse_status_t s, const std::string& m) : std::runtime_error(m), status(s) {}
+  dlfuse_status_t status;
+};
+[[noreturn]] void throw_cl(cl_int code, const std::string& what);
+inline void check_cl(cl_int code, const char* what) {
+  if (code != CL_SUCCESS) throw_cl(code, what);
+}
+
+dlfuse_status_t write_error(char* err, size_t err_size, dlfuse_status_t s, const std::string& msg);
+
+// Every C entry runs its body through this: nothing crosses the boundary.
+template <class F>
+dlfuse_status_t guarded(char* err, size_t err_size, F&& body) noexcept {
+  try {
+    return body();
+  } catch (const Error& e) {
+    return write_error(err, err_size, e.status, e.what());
+  } catch (const std::bad_alloc&) {
+    return write_error(err, err_size, DLFUSE_STATUS_OUT_OF_MEMORY, "out of host memory");
+  } catch (const std::exception& e) {
+    return write_error(err, err_size, DLFUSE_STATUS_INTERNAL, std::string("exception: ") + e.what());
+  } catch (...) {
+    return write_error(err, err_size, DLFUSE_STATUS_INTERNAL, "unknown exception");
+  }
+}
+
+enum class Prec { kF32 = 0, kF16 = 1 };
+
+struct Device {
+  int32_t index = 0;  // the device_id
+  cl_platform_id platform = nullptr;
+  cl_device_id id = nullptr;
+  cl_context ctx = nullptr;
+  cl_command_queue queue = nullptr;  // the default stream
+  std::string platform_name, name;
+  bool is_cpu = false, fp16 = false;
+
+  // The program for a precision, built on first use, once (a failed build stays failed).
+  cl_program program(Prec p);
+  // A fresh kernel object (cl_kernel is not thread-safe for clSetKernelArg); the caller
+  // releases it after enqueueing.
+  cl_kernel kernel(Prec p, const char* name);
+  std::string label() const;  // "opencl:1 (Portable Computing Language / pthread-...)"
+
+  ~Device();
+
+ private:
+  std::mutex mu_;
+  bool tried_[2] = {false, false};
+  cl_program prog_[2] = {nullptr, nullptr};
+  std::string build_error_[2];
+};
+
+struct State {
+  std::vector<std::unique_ptr<Device>> devices;
+  std::vector<dlfuse_kernel_t> kernels;
+  Device& device(int32_t id);
+};
+
+// Enumerates devices (GPUs of every platform, then CPUs; DLFUSE_OPENCL_DEVICE filters and
+// reorders) and sets each one up. Throws Error(UNAVAILABLE) when none is usable.
+void open_devices(State* s);
+
+// Releases a cl_kernel / cl_mem at scope exit.
+struct KernelRef {
+  cl_kernel k = nullptr;
+  explicit KernelRef(cl_kernel kk) : k(kk) {}
+  ~KernelRef() { if (k) clReleaseKernel(k); }
+  KernelRef(const KernelRef&) = delete;
+  KernelRef& operator=(const KernelRef&) = delete;
+};
+struct MemRef {
+  cl_mem m = nullptr;
+  MemRef() = default;
+  explicit MemRef(cl_mem mm) : m(mm) {}
+  ~MemRef() { if (m) clReleaseMemObject(m); }
+  MemRef(const MemRef&) = delete;
+  MemRef& operator=(const MemRef&) = delete;
+};
+
+// A scratch buffer of at least one byte (nbytes may be 0), released by the caller once the
+// work that uses it is enqueued (OpenCL keeps it alive until that work finishes).
+cl_mem scratch(Device& d, size_t nbytes, const void* init = nullptr);
+
+template <class T> void set_arg(cl_kernel k, cl_uint i, const T& v) {
+  const cl_int rc = clSetKernelArg(k, i, sizeof(T), &v);
+  if (rc != CL_SUCCESS) throw_cl(rc, "clSetKernelArg #" + std::to_string(i));
+}
+inline void set_args_from(cl_kernel, cl_uint) {}
+template <class T, class... Rest> void set_args_from(cl_kernel k, cl_uint i, const T& v, const Rest&... rest) {
+  set_arg(k, i, v);
+  set_args_from(k, i + 1, rest...);
+}
+template <class... A> void set_args(cl_kernel k, const A&... a) { set_args_from(k, 0, a...); }
+
+// Enqueues a 3-D range, rounding the global size up to `local`.
+void enqueue(cl_command_queue q, cl_kernel k, const size_t global[3], const size_t local[3], const char* name);
+// Work-group size for a pointwise grid whose inner dims are n2 (x) and n1 (y).
+void pointwise_local(const Device& d, int64_t n2, int64_t n1, size_t local[3]);
+
+}  // namespace dlfuse_opencl
+
+#endif
