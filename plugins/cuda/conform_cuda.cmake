@@ -1,0 +1,33 @@
+# cmake -DCLI=... -DPLUGIN=... -P conform_cuda.cmake
+# Without a usable GPU: `dlfuse list` must show the cuda plugin as unavailable with a
+# reason, and `dlfuse conform` must fail on it, naming that reason. With a GPU: the full
+# conformance suite must pass. DLFUSE_CUDA_REQUIRE_GPU=1 turns "no GPU" into a failure
+# (for runs on a GPU machine, where falling back to the no-GPU checks would hide a problem).
+execute_process(COMMAND ${CLI} list RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT out MATCHES "(^|\n)cuda +[^ ]+ +(available|unavailable)[^\n]*")
+  message(FATAL_ERROR "`dlfuse list` does not list the cuda plugin (rc ${rc}):\n${out}\n${err}")
+endif()
+string(REGEX MATCH "(^|\n)cuda +[^ ]+ +(available|unavailable)[^\n]*" line "${out}")
+message(STATUS "list: ${line}")
+if(line MATCHES " unavailable ")
+  if(NOT line MATCHES "libdlfuse_cuda\\.so +\\(.*cuda: .*CUDA.*\\)$")
+    message(FATAL_ERROR "cuda is unavailable without a clear reason:\n${line}")
+  endif()
+  if("$ENV{DLFUSE_CUDA_REQUIRE_GPU}" STREQUAL "1")
+    message(FATAL_ERROR "DLFUSE_CUDA_REQUIRE_GPU=1 but the cuda plugin is unavailable:\n${line}")
+  endif()
+  execute_process(COMMAND ${CLI} conform ${PLUGIN} RESULT_VARIABLE crc OUTPUT_VARIABLE cout ERROR_VARIABLE cerr)
+  if(crc EQUAL 0)
+    message(FATAL_ERROR "conform passed on an unavailable plugin:\n${cout}")
+  endif()
+  if(NOT cout MATCHES "FAIL +- +- +- +load[^\n]*\n +[^\n]*UNAVAILABLE[^\n]*cuda: " OR NOT cout MATCHES "\n0 passed, 1 failed\n")
+    message(FATAL_ERROR "conform did not fail for the right reason (rc ${crc}):\n${cout}\n${cerr}")
+  endif()
+  message(STATUS "no usable GPU: the plugin reports itself unavailable, as it must")
+  return()
+endif()
+execute_process(COMMAND ${CLI} conform ${PLUGIN} RESULT_VARIABLE crc OUTPUT_VARIABLE cout ERROR_VARIABLE cerr)
+message("${cout}")
+if(NOT crc EQUAL 0 OR NOT cout MATCHES "\n[1-9][0-9]* passed, 0 failed\n")
+  message(FATAL_ERROR "conform failed on the GPU (rc ${crc}):\n${cerr}")
+endif()

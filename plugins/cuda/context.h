@@ -1,0 +1,81 @@
+// What the plugin keeps per device: the cuBLASLt handle, a stream-ordered memory pool for
+// per-call temporaries, one cuBLASLt workspace per stream, and the heuristic's answers.
+#ifndef DLFUSE_CUDA_CONTEXT_H_
+#define DLFUSE_CUDA_CONTEXT_H_
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common.h"
+
+namespace dlfuse_cuda {
+
+constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;  // what cuBLAS uses on Hopper
+
+struct StreamWorkspace {
+  std::mutex mu;  // held while a call enqueues work that uses `ptr`
+  void* ptr = nullptr;
+  size_t size = 0;
+};
+
+struct DeviceState {
+  int id = 0;
+  std::once_flag init_once;
+  std::string init_error;  // non-empty if lazy initialization failed
+  cublasLtHandle_t lt = nullptr;
+  cudaMemPool_t pool = nullptr;
+
+  std::mutex ws_mu;
+  std::map<cudaStream_t, std::unique_ptr<StreamWorkspace>> ws;
+
+  std::mutex algo_mu;
+  std::unordered_map<std::string, cublasLtMatmulHeuristicResult_t> algos;
+};
+
+struct State {
+  int device_count = 0;
+  std::vector<std::unique_ptr<DeviceState>> devices;
+};
+
+// The device's state, initialized on first use (the device must be current). Throws on failure.
+DeviceState& device_state(State* st, int device);
+// The stream's cuBLASLt workspace, locked for the caller's scope.
+class LtWorkspace {
+ public:
+  LtWorkspace(DeviceState& ds, cudaStream_t stream);
+  void* ptr() const { return ws_->ptr; }
+  size_t size() const { return ws_->size; }
+
+ private:
+  StreamWorkspace* ws_;
+  std::unique_lock<std::mutex> lock_;
+};
+
+// A temporary from the device's pool, allocated and freed in the order of `stream`.
+class Temp {
+ public:
+  Temp(DeviceState& ds, size_t bytes, cudaStream_t stream);
+  ~Temp();
+  // Frees what it held (stream-ordered) and takes a new allocation of `bytes`.
+  void reset(DeviceState& ds, size_t bytes);
+  Temp(const Temp&) = delete;
+  Temp& operator=(const Temp&) = delete;
+  void* get() const { return ptr_; }
+
+ private:
+  void* ptr_ = nullptr;
+  cudaStream_t stream_;
+};
+
+void destroy_state(State* st) noexcept;
+
+}  // namespace dlfuse_cuda
+
+#endif

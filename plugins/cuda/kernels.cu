@@ -1,0 +1,674 @@
+// The plugin's own kernels: strided copies and reductions, relu and its gradient for the
+// matmul, and add_mul_activation forward/backward (16-byte vectors, one pass over memory).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <string>
+
+#include "kernels.h"
+#include "ops.h"
+
+namespace dlfuse_cuda {
+namespace {
+
+// ---- element conversion ----------------------------------------------------------------
+template <class T> struct Cv;
+template <> struct Cv<float> {
+  static __device__ __forceinline__ float ld(float v) { return v; }
+  static __device__ __forceinline__ float st(float v) { return v; }
+};
+template <> struct Cv<__half> {
+  static __device__ __forceinline__ float ld(__half v) { return __half2float(v); }
+  static __device__ __forceinline__ __half st(float v) { return __float2half_rn(v); }
+};
+template <> struct Cv<__nv_bfloat16> {
+  static __device__ __forceinline__ float ld(__nv_bfloat16 v) { return __bfloat162float(v); }
+  static __device__ __forceinline__ __nv_bfloat16 st(float v) { return __float2bfloat16_rn(v); }
+};
+
+template <class T> __device__ __forceinline__ float ldf(const T* p) { return Cv<T>::ld(*p); }
+template <class T> __device__ __forceinline__ void stf(T* p, float v) { *p = Cv<T>::st(v); }
+
+// 16 bytes of T.
+template <class T> struct Vec16 {
+  static constexpr int N = 16 / sizeof(T);
+  union {
+    uint4 raw;
+    T e[N];
+  };
+};
+
+template <class T> __device__ __forceinline__ Vec16<T> ld16(const T* p) {
+  Vec16<T> v;
+  v.raw = __ldcs(reinterpret_cast<const uint4*>(p));
+  return v;
+}
+template <class T> __device__ __forceinline__ void st16(T* p, const Vec16<T>& v) {
+  __stcs(reinterpret_cast<uint4*>(p), v.raw);
+}
+
+// Scalar or 16-byte access of V elements of T: V == 1 or V == 16 / sizeof(T).
+template <class T, int V> struct Pack {
+  float f[V];
+  __device__ __forceinline__ void load(const T* p) {
+    if constexpr (V == 1) {
+      f[0] = ldf(p);
+    } else {
+      const Vec16<T> v = ld16(p);
+#pragma unroll
+      for (int i = 0; i < V; ++i) f[i] = Cv<T>::ld(v.e[i]);
+    }
+  }
+  __device__ __forceinline__ void fill(float s) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) f[i] = s;
+  }
+  __device__ __forceinline__ void store(T* p) const {
+    if constexpr (V == 1) {
+      stf(p, f[0]);
+    } else {
+      Vec16<T> v;
+#pragma unroll
+      for (int i = 0; i < V; ++i) v.e[i] = Cv<T>::st(f[i]);
+      st16(p, v);
+    }
+  }
+};
+
+// ---- activations (float) ----------------------------------------------------------------
+__device__ __forceinline__ float sigm(float p) { return 1.f / (1.f + expf(-p)); }
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluC = 0.044715f;
+constexpr float kInvSqrt2Pi = 0.3989422804014327f;
+
+__device__ __forceinline__ float act_fwd(int act, float p) {
+  switch (act) {
+    case DLFUSE_ACT_IDENTITY: return p;
+    case DLFUSE_ACT_RELU: return (p > 0.f || p != p) ? p : 0.f;  // NaN stays NaN
+    case DLFUSE_ACT_SIGMOID: return sigm(p);
+    case DLFUSE_ACT_TANH: return tanhf(p);
+    case DLFUSE_ACT_GELU_ERF: return p * normcdff(p);
+    case DLFUSE_ACT_GELU_TANH: {
+      // 0.5 p (1 + tanh u) = p sigmoid(2u): no cancellation for negative p.
+      const float u = kSqrt2OverPi * (p + kGeluC * p * p * p);
+      return p * sigm(2.f * u);
+    }
+    default: return p * sigm(p);  // SILU
+  }
+}
+
+// grad * act'(p); relu is a select so a NaN/Inf grad where p <= 0 gives exactly 0.
+__device__ __forceinline__ float act_bwd(int act, float p, float g) {
+  switch (act) {
+    case DLFUSE_ACT_IDENTITY: return g;
+    case DLFUSE_ACT_RELU: return (p > 0.f || p != p) ? g : 0.f;
+    case DLFUSE_ACT_SIGMOID: return g * (sigm(p) * sigm(-p));
+    case DLFUSE_ACT_TANH: {
+      // 1 - tanh^2 p = 4 e / (1 + e)^2, e = exp(-2|p|): accurate in the tails.
+      const float e = expf(-2.f * fabsf(p));
+      const float d = 1.f + e;
+      return g * (4.f * e / (d * d));
+    }
+    case DLFUSE_ACT_GELU_ERF: {
+      const float pdf = expf(-0.5f * p * p) * kInvSqrt2Pi;
+      return g * (normcdff(p) + p * pdf);
+    }
+    case DLFUSE_ACT_GELU_TANH: {
+      // 0.5(1 + tanh u) = s, 1 - tanh^2 u = 4 s (1 - s), s = sigmoid(2u).
+      const float u = kSqrt2OverPi * (p + kGeluC * p * p * p);
+      const float s = sigm(2.f * u), sc = sigm(-2.f * u);
+      const float du = kSqrt2OverPi * (1.f + 3.f * kGeluC * p * p);
+      return g * (s + 2.f * p * s * sc * du);
+    }
+    default: {  // SILU
+      const float s = sigm(p), sc = sigm(-p);
+      return g * (s + p * s * sc);
+    }
+  }
+}
+
+// ---- launch helpers -----------------------------------------------------------------------
+constexpr int kThreads = 256;
+
+int num_sms() {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
+    return 132;
+  return n;
+}
+
+unsigned grid_for(int64_t n, int threads = kThreads) {
+  const int64_t cap = int64_t(num_sms()) * 16;
+  int64_t b = (n + threads - 1) / threads;
+  if (b > cap) b = cap;  // grid-stride loops cover the rest
+  return unsigned(b < 1 ? 1 : b);
+}
+
+template <class F> void by_dtype(DType dt, F&& f) {
+  switch (dt) {
+    case DType::kF32: f(float{}); break;
+    case DType::kF16: f(__half{}); break;
+    case DType::kBF16: f(__nv_bfloat16{}); break;
+  }
+}
+
+__device__ __forceinline__ int64_t offset_of(int64_t i, const View& v) {
+  int64_t off = 0;
+  for (int d = v.rank - 1; d >= 0; --d) {
+    const int64_t n = v.shape[d];
+    const int64_t q = i / n;
+    off += (i - q * n) * v.stride[d];
+    i = q;
+  }
+  return off;
+}
+
+// ---- strided copy / zero / relu ------------------------------------------------------------
+template <class T>
+__global__ void copy_view_k(const T* src, View sv, T* dst, View dv, int op, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    T v = src[offset_of(i, sv)];
+    if (op == 1) {
+      const float f = Cv<T>::ld(v);
+      if (!(f > 0.f || f != f)) v = Cv<T>::st(0.f);
+    }
+    dst[offset_of(i, dv)] = v;
+  }
+}
+
+template <class T> __global__ void zero_view_k(T* dst, View dv, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dst[offset_of(i, dv)] = Cv<T>::st(0.f);
+}
+
+template <class T, int V> __global__ void relu_compact_k(T* p, int64_t nv) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < nv; i += int64_t(gridDim.x) * blockDim.x) {
+    Pack<T, V> a;
+    a.load(p + i * V);
+#pragma unroll
+    for (int j = 0; j < V; ++j) a.f[j] = (a.f[j] > 0.f || a.f[j] != a.f[j]) ? a.f[j] : 0.f;
+    a.store(p + i * V);
+  }
+}
+
+// ---- reductions ---------------------------------------------------------------------------
+struct RedDims {
+  int n = 0;
+  int dims[kMaxRank] = {};
+};
+
+template <class T, class S>
+__global__ void reduce_to_k(const S* src, View full, T* dst, View dv, RedDims red, float scale, int64_t n_out,
+                            int64_t n_red) {
+  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < n_out; j += int64_t(gridDim.x) * blockDim.x) {
+    // j enumerates dst's aligned shape row-major; full.stride are src's compact strides.
+    int64_t rem = j, src_off = 0, dst_off = 0;
+    for (int d = dv.rank - 1; d >= 0; --d) {
+      const int64_t q = rem / dv.shape[d];
+      const int64_t idx = rem - q * dv.shape[d];
+      rem = q;
+      src_off += idx * full.stride[d];
+      dst_off += idx * dv.stride[d];
+    }
+    float acc = 0.f;
+    for (int64_t k = 0; k < n_red; ++k) {
+      int64_t r = k, off = src_off;
+      for (int e = red.n - 1; e >= 0; --e) {
+        const int d = red.dims[e];
+        const int64_t q = r / full.shape[d];
+        off += (r - q * full.shape[d]) * full.stride[d];
+        r = q;
+      }
+      acc += Cv<S>::ld(src[off]);
+    }
+    dst[dst_off] = Cv<T>::st(scale * acc);
+  }
+}
+
+template <class T>
+__global__ void colsum_k(const T* m, int64_t R, int64_t C, int64_t rows_per_chunk, float* partial) {
+  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
+  const int64_t r0 = blockIdx.y * rows_per_chunk, r1 = min(R, r0 + rows_per_chunk);
+  float acc = 0.f;
+  for (int64_t r = r0; r < r1; ++r) acc += ldf(m + r * C + c);
+  partial[blockIdx.y * C + c] = acc;
+}
+
+template <class T>
+__global__ void finish_colsum_k(const float* partial, int nchunks, int64_t C, T* dst, int64_t stride, float scale) {
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
+    float acc = 0.f;
+    for (int k = 0; k < nchunks; ++k) acc += partial[k * C + c];
+    dst[c * stride] = Cv<T>::st(scale * acc);
+  }
+}
+
+// One block sums everything (used for a scalar gradient: C partial columns x nchunks).
+template <class T>
+__global__ void finish_total_k(const float* partial, int64_t n, T* dst, float scale) {
+  __shared__ float sh[kThreads];
+  float acc = 0.f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
+  sh[threadIdx.x] = acc;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if (int(threadIdx.x) < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) dst[0] = Cv<T>::st(scale * sh[0]);
+}
+
+// ---- matmul relu gradient -----------------------------------------------------------------
+template <class T>
+__global__ void relu_grad_k(const T* g, View gv, const T* o, View ov, T* dz, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float f = Cv<T>::ld(o[offset_of(i, ov)]);
+    dz[i] = (f > 0.f || f != f) ? g[offset_of(i, gv)] : Cv<T>::st(0.f);
+  }
+}
+
+template <class T, int V> __global__ void relu_grad_compact_k(const T* g, const T* o, T* dz, int64_t nv) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < nv; i += int64_t(gridDim.x) * blockDim.x) {
+    if constexpr (V == 1) {
+      const float f = ldf(o + i);
+      dz[i] = (f > 0.f || f != f) ? g[i] : Cv<T>::st(0.f);
+    } else {
+      const Vec16<T> ov = ld16(o + i * V);
+      Vec16<T> gv = ld16(g + i * V);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float f = Cv<T>::ld(ov.e[j]);
+        if (!(f > 0.f || f != f)) gv.e[j] = Cv<T>::st(0.f);
+      }
+      *reinterpret_cast<uint4*>(dz + i * V) = gv.raw;  // dZ is read again by the GEMMs: keep it cached
+    }
+  }
+}
+
+// ---- add_mul_activation fast path -----------------------------------------------------------
+// Block: threads over column vectors; blockIdx.y: a chunk of rows. Operands in kRow/kScalar
+// mode are read once per thread; kFull ones once per element. U rows are loaded before any
+// is computed so that several 16-byte loads per thread are in flight.
+constexpr int kUnroll = 4;
+
+template <class T, int V>
+__device__ __forceinline__ void load_hoisted(Pack<T, V>& p, const void* ptr, int mode, int64_t cv) {
+  if (mode == kRow) p.load(static_cast<const T*>(ptr) + cv * V);
+  else if (mode == kScalar) p.fill(ldf(static_cast<const T*>(ptr)));
+}
+
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads) am_fwd_k(AmFast p, int64_t Cv_, int64_t rows_per_chunk) {
+  const int64_t cv = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (cv >= Cv_) return;
+  const int64_t r0 = blockIdx.y * rows_per_chunk, r1 = min(p.R, r0 + rows_per_chunk);
+  Pack<T, V> hx, hy, hb;
+  load_hoisted(hx, p.x, p.xm, cv);
+  load_hoisted(hy, p.y, p.ym, cv);
+  load_hoisted(hb, p.b, p.bm, cv);
+  const T* x = static_cast<const T*>(p.x);
+  const T* y = static_cast<const T*>(p.y);
+  const T* b = static_cast<const T*>(p.b);
+  T* out = static_cast<T*>(p.out);
+  for (int64_t r = r0; r < r1; r += kUnroll) {
+    Pack<T, V> xs[kUnroll], ys[kUnroll], bs[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (r + u < r1) {
+        const int64_t off = (r + u) * p.C + cv * V;
+        if (p.xm == kFull) xs[u].load(x + off); else xs[u] = hx;
+        if (p.ym == kFull) ys[u].load(y + off); else ys[u] = hy;
+        if (p.bm == kFull) bs[u].load(b + off); else bs[u] = hb;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (r + u < r1) {
+        Pack<T, V> o;
+#pragma unroll
+        for (int j = 0; j < V; ++j) o.f[j] = act_fwd(p.act, (xs[u].f[j] + bs[u].f[j]) + p.mult * ys[u].f[j]);
+        o.store(out + (r + u) * p.C + cv * V);
+      }
+    }
+  }
+}
+
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads) am_bwd_k(AmFast p, int64_t Cv_, int64_t rows_per_chunk, float* partial) {
+  const int64_t cv = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (cv >= Cv_) return;
+  const int64_t r0 = blockIdx.y * rows_per_chunk, r1 = min(p.R, r0 + rows_per_chunk);
+  Pack<T, V> hx, hy, hb, hg;
+  load_hoisted(hx, p.x, p.xm, cv);
+  load_hoisted(hy, p.y, p.ym, cv);
+  load_hoisted(hb, p.b, p.bm, cv);
+  load_hoisted(hg, p.g, p.gm, cv);
+  const T* x = static_cast<const T*>(p.x);
+  const T* y = static_cast<const T*>(p.y);
+  const T* b = static_cast<const T*>(p.b);
+  const T* g = static_cast<const T*>(p.g);
+  T* gx = static_cast<T*>(p.gx);
+  T* gy = static_cast<T*>(p.gy);
+  T* gb = static_cast<T*>(p.gb);
+  const bool reduce = (p.gxm == kRow || p.gxm == kScalar || p.gym == kRow || p.gym == kScalar ||
+                       p.gbm == kRow || p.gbm == kScalar);
+  float sum[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) sum[j] = 0.f;
+  for (int64_t r = r0; r < r1; r += kUnroll) {
+    Pack<T, V> xs[kUnroll], ys[kUnroll], bs[kUnroll], gs[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (r + u < r1) {
+        const int64_t off = (r + u) * p.C + cv * V;
+        if (p.xm == kFull) xs[u].load(x + off); else xs[u] = hx;
+        if (p.ym == kFull) ys[u].load(y + off); else ys[u] = hy;
+        if (p.bm == kFull) bs[u].load(b + off); else bs[u] = hb;
+        if (p.gm == kFull) gs[u].load(g + off); else gs[u] = hg;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (r + u < r1) {
+        const int64_t off = (r + u) * p.C + cv * V;
+        Pack<T, V> d, dy;
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float pre = (xs[u].f[j] + bs[u].f[j]) + p.mult * ys[u].f[j];
+          d.f[j] = act_bwd(p.act, pre, gs[u].f[j]);
+          dy.f[j] = p.mult * d.f[j];
+          sum[j] += d.f[j];
+        }
+        if (p.gxm == kFull) d.store(gx + off);
+        if (p.gym == kFull) dy.store(gy + off);
+        if (p.gbm == kFull) d.store(gb + off);
+      }
+    }
+  }
+  if (reduce) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) partial[blockIdx.y * p.C + cv * V + j] = sum[j];
+  }
+}
+
+// Grid geometry of the fast path: threads over column vectors, blockIdx.y over row chunks,
+// about 8 blocks of 256 threads per multiprocessor in all.
+struct Geometry {
+  int64_t Cv = 0, rows_per_chunk = 1;
+  unsigned bx = kThreads, gx = 1, gy = 1;
+};
+
+Geometry geometry(int64_t R, int64_t C, int V) {
+  Geometry g;
+  g.Cv = C / V;
+  g.bx = unsigned(std::min<int64_t>(kThreads, ((g.Cv + 31) / 32) * 32));
+  g.gx = unsigned((g.Cv + g.bx - 1) / g.bx);
+  const int64_t target = int64_t(num_sms()) * 8 * (kThreads / int64_t(g.bx));
+  int64_t chunks = std::max<int64_t>(1, (target + g.gx - 1) / g.gx);
+  chunks = std::min<int64_t>(chunks, std::max<int64_t>(1, R / 8));  // >= 8 rows a chunk
+  chunks = std::min<int64_t>(chunks, 65535);
+  g.rows_per_chunk = (R + chunks - 1) / chunks;
+  if (g.rows_per_chunk < 1) g.rows_per_chunk = 1;
+  g.gy = unsigned(std::max<int64_t>(1, (R + g.rows_per_chunk - 1) / g.rows_per_chunk));
+  return g;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+template <class T>
+__global__ void am_fwd_generic_k(const T* x, View xv, const T* y, View yv, const T* b, View bv, T* out, View ov,
+                                 int act, float mult, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float pre = (ldf(x + offset_of(i, xv)) + ldf(b + offset_of(i, bv))) + mult * ldf(y + offset_of(i, yv));
+    stf(out + offset_of(i, ov), act_fwd(act, pre));
+  }
+}
+
+template <class T>
+__global__ void am_dpre_generic_k(const T* g, View gv, const T* x, View xv, const T* y, View yv, const T* b, View bv,
+                                  float* dpre, int act, float mult, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float pre = (ldf(x + offset_of(i, xv)) + ldf(b + offset_of(i, bv))) + mult * ldf(y + offset_of(i, yv));
+    dpre[i] = act_bwd(act, pre, ldf(g + offset_of(i, gv)));
+  }
+}
+
+}  // namespace
+
+// ---- host launchers ---------------------------------------------------------------------------
+
+View compact_view(const int64_t* shape, int rank) {
+  View v;
+  v.rank = rank;
+  int64_t s = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    v.shape[d] = shape[d];
+    v.stride[d] = s;
+    s *= shape[d];
+  }
+  return v;
+}
+
+void copy_view(DType dt, const void* src, const View& sv, void* dst, const View& dv, int op, cudaStream_t s) {
+  const int64_t n = dv.numel();
+  if (n == 0) return;
+  by_dtype(dt, [&](auto t) {
+    using T = decltype(t);
+    copy_view_k<T><<<grid_for(n), kThreads, 0, s>>>(static_cast<const T*>(src), sv, static_cast<T*>(dst), dv, op, n);
+  });
+  DLF_LAUNCHED("copy_view kernel");
+}
+
+void zero_view(DType dt, void* dst, const View& dv, cudaStream_t s) {
+  const int64_t n = dv.numel();
+  if (n == 0) return;
+  by_dtype(dt, [&](auto t) {
+    using T = decltype(t);
+    zero_view_k<T><<<grid_for(n), kThreads, 0, s>>>(static_cast<T*>(dst), dv, n);
+  });
+  DLF_LAUNCHED("zero_view kernel");
+}
+
+void relu_compact(DType dt, void* p, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  by_dtype(dt, [&](auto t) {
+    using T = decltype(t);
+    constexpr int V = 16 / sizeof(T);
+    if (n % V == 0 && aligned16(p))
+      relu_compact_k<T, V><<<grid_for(n / V), kThreads, 0, s>>>(static_cast<T*>(p), n / V);
+    else
+      relu_compact_k<T, 1><<<grid_for(n), kThreads, 0, s>>>(static_cast<T*>(p), n);
+  });
+  DLF_LAUNCHED("relu kernel");
+}
+
+void reduce_to(DType dt, const void* src, bool src_f32, const View& full, void* dst, const View& dst_aligned,
+               float scale, cudaStream_t s) {
+  const int64_t n_out = dst_aligned.numel();
+  if (n_out == 0) return;
+  RedDims red;
+  int64_t n_red = 1;
+  for (int d = 0; d < full.rank; ++d)
+    if (dst_aligned.shape[d] == 1 && full.shape[d] != 1) {
+      red.dims[red.n++] = d;
+      n_red *= full.shape[d];
+    }
+  by_dtype(dt, [&](auto t) {
+    using T = decltype(t);
+    if (src_f32)
+      reduce_to_k<T, float><<<grid_for(n_out), kThreads, 0, s>>>(static_cast<const float*>(src), full,
+                                                                   static_cast<T*>(dst), dst_aligned, red, scale,
+                                                                   n_out, n_red);
+    else
+      reduce_to_k<T, T><<<grid_for(n_out), kThreads, 0, s>>>(static_cast<const T*>(src), full, static_cast<T*>(dst),
+                                                               dst_aligned, red, scale, n_out, n_red);
+  });
+  DLF_LAUNCHED("reduce_to kernel");
+}
+
+void relu_grad(DType dt, const void* grad_out, const View& gv, const void* out, const View& ov, void* dz,
+               cudaStream_t s) {
+  const int64_t n = gv.numel();
+  if (n == 0) return;
+  const View cv = compact_view(gv.shape, gv.rank);
+  auto is_compact = [&](const View& v) {
+    for (int d = 0; d < v.rank; ++d)
+      if (v.shape[d] != 1 && v.stride[d] != cv.stride[d]) return false;
+    return true;
+  };
+  by_dtype(dt, [&](auto t) {
+    using T = decltype(t);
+    constexpr int V = 16 / sizeof(T);
+    const T* g = static_cast<const T*>(grad_out);
+    const T* o = static_cast<const T*>(out);
+    T* d = static_cast<T*>(dz);
+    if (is_compact(gv) && is_compact(ov)) {
+      if (n % V == 0 && aligned16(g) && aligned16(o) && aligned16(d))
+        relu_grad_compact_k<T, V><<<grid_for(n / V), kThreads, 0, s>>>(g, o, d, n / V);
+      else
+        relu_grad_compact_k<T, 1><<<grid_for(n), kThreads, 0, s>>>(g, o, d, n);
+    } else {
+      relu_grad_k<T><<<grid_for(n), kThreads, 0, s>>>(g, gv, o, ov, d, n);
+    }
+  });
+  DLF_LAUNCHED("relu_grad kernel");
+}
+
+int colsum_partials(DType dt, const void* m, int64_t R, int64_t C, float* partial, int max_chunks, cudaStream_t s) {
+  const unsigned bx = unsigned(std::min<int64_t>(kThreads, ((C + 31) / 32) * 32));
+  const unsigned gx = unsigned((C + bx - 1) / bx);
+  int64_t chunks = std::max<int64_t>(1, (int64_t(num_sms()) * 8 + gx - 1) / gx);
+  chunks = std::min<int64_t>({chunks, int64_t(max_chunks), std::max<int64_t>(1, R)});
+  const int64_t rpc = std::max<int64_t>(1, (R + chunks - 1) / chunks);
+  const int nchunks = int(std::max<int64_t>(1, (R + rpc - 1) / rpc));
+  by_dtype(dt, [&](auto t) {
+    using T = decltype(t);
+    colsum_k<T><<<dim3(gx, unsigned(nchunks)), bx, 0, s>>>(static_cast<const T*>(m), R, C, rpc, partial);
+  });
+  DLF_LAUNCHED("colsum kernel");
+  return nchunks;
+}
+
+void finish_colsum(DType dt, const float* partial, int nchunks, int64_t C, void* dst, int64_t dst_stride, float scale,
+                   bool total, cudaStream_t s) {
+  by_dtype(dt, [&](auto t) {
+    using T = decltype(t);
+    if (total)
+      finish_total_k<T><<<1, kThreads, 0, s>>>(partial, int64_t(nchunks) * C, static_cast<T*>(dst), scale);
+    else
+      finish_colsum_k<T><<<grid_for(C), kThreads, 0, s>>>(partial, nchunks, C, static_cast<T*>(dst), dst_stride,
+                                                            scale);
+  });
+  DLF_LAUNCHED("finish_colsum kernel");
+}
+
+bool am_vectorizable(DType dt, const AmFast& p) {
+  const int V = 16 / dsize(dt);
+  if (p.C % V != 0) return false;
+  auto ok = [](const void* ptr, int mode) { return mode == kScalar || mode == kAbsent || !ptr || aligned16(ptr); };
+  return ok(p.x, p.xm) && ok(p.y, p.ym) && ok(p.b, p.bm) && ok(p.g, p.gm) && ok(p.out, kFull) &&
+         ok(p.gx, p.gxm == kFull ? kFull : kAbsent) && ok(p.gy, p.gym == kFull ? kFull : kAbsent) &&
+         ok(p.gb, p.gbm == kFull ? kFull : kAbsent);
+}
+
+void am_forward_fast(DType dt, const AmFast& p, cudaStream_t s) {
+  if (p.R * p.C == 0) return;
+  const bool vec = am_vectorizable(dt, p);
+  by_dtype(dt, [&](auto t) {
+    using T = decltype(t);
+    constexpr int V = 16 / sizeof(T);
+    const Geometry g = geometry(p.R, p.C, vec ? V : 1);
+    if (vec)
+      am_fwd_k<T, V><<<dim3(g.gx, g.gy), g.bx, 0, s>>>(p, g.Cv, g.rows_per_chunk);
+    else
+      am_fwd_k<T, 1><<<dim3(g.gx, g.gy), g.bx, 0, s>>>(p, g.Cv, g.rows_per_chunk);
+  });
+  DLF_LAUNCHED("add_mul_activation forward kernel");
+}
+
+size_t am_backward_workspace(DType dt, const AmFast& p) {
+  const bool vec = am_vectorizable(dt, p);
+  const Geometry g = geometry(p.R, p.C, vec ? 16 / dsize(dt) : 1);
+  return size_t(g.gy) * size_t(p.C) * sizeof(float);
+}
+
+void am_backward_fast(DType dt, const AmFast& p, void* workspace, cudaStream_t s) {
+  if (p.R * p.C == 0) return;
+  const bool vec = am_vectorizable(dt, p);
+  float* partial = static_cast<float*>(workspace);
+  int nchunks = 0;
+  by_dtype(dt, [&](auto t) {
+    using T = decltype(t);
+    constexpr int V = 16 / sizeof(T);
+    const Geometry g = geometry(p.R, p.C, vec ? V : 1);
+    nchunks = int(g.gy);
+    if (vec)
+      am_bwd_k<T, V><<<dim3(g.gx, g.gy), g.bx, 0, s>>>(p, g.Cv, g.rows_per_chunk, partial);
+    else
+      am_bwd_k<T, 1><<<dim3(g.gx, g.gy), g.bx, 0, s>>>(p, g.Cv, g.rows_per_chunk, partial);
+  });
+  DLF_LAUNCHED("add_mul_activation backward kernel");
+  auto finish = [&](void* dst, int mode, int64_t stride, float scale) {
+    if (mode == kRow) finish_colsum(dt, partial, nchunks, p.C, dst, stride, scale, false, s);
+    else if (mode == kScalar) finish_colsum(dt, partial, nchunks, p.C, dst, 0, scale, true, s);
+  };
+  finish(p.gx, p.gxm, p.gx_stride, 1.f);
+  finish(p.gy, p.gym, p.gy_stride, p.mult);
+  finish(p.gb, p.gbm, p.gb_stride, 1.f);
+}
+
+void am_forward_generic(DType dt, const void* x, const View& xv, const void* y, const View& yv, const void* b,
+                        const View& bv, void* out, const View& ov, int act, float mult, cudaStream_t s) {
+  const int64_t n = ov.numel();
+  if (n == 0) return;
+  by_dtype(dt, [&](auto t) {
+    using T = decltype(t);
+    am_fwd_generic_k<T><<<grid_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), xv, static_cast<const T*>(y), yv,
+                                                         static_cast<const T*>(b), bv, static_cast<T*>(out), ov, act,
+                                                         mult, n);
+  });
+  DLF_LAUNCHED("add_mul_activation generic forward kernel");
+}
+
+void am_dpre_generic(DType dt, const void* g, const View& gv, const void* x, const View& xv, const void* y,
+                     const View& yv, const void* b, const View& bv, float* dpre, int act, float mult, cudaStream_t s) {
+  const int64_t n = gv.numel();
+  if (n == 0) return;
+  by_dtype(dt, [&](auto t) {
+    using T = decltype(t);
+    am_dpre_generic_k<T><<<grid_for(n), kThreads, 0, s>>>(static_cast<const T*>(g), gv, static_cast<const T*>(x), xv,
+                                                          static_cast<const T*>(y), yv, static_cast<const T*>(b), bv,
+                                                          dpre, act, mult, n);
+  });
+  DLF_LAUNCHED("add_mul_activation generic backward kernel");
+}
+
+}  // namespace dlfuse_cuda
+
+namespace dlfuse_cuda {
+
+bool kernels_loadable(std::string* why) {
+  int count = 0, prev = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) return false;
+  cudaGetDevice(&prev);
+  bool ok = true;
+  for (int d = 0; d < count && ok; ++d) {
+    cudaFuncAttributes attr{};
+    cudaError_t e = cudaSetDevice(d);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&copy_view_k<float>));
+    if (e != cudaSuccess) {
+      cudaDeviceProp p{};
+      cudaGetDeviceProperties(&p, d);
+      *why = "device " + std::to_string(d) + " (" + p.name + ", compute capability " + std::to_string(p.major) + "." +
+             std::to_string(p.minor) + "): " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+      cudaGetLastError();
+      ok = false;
+    }
+  }
+  cudaSetDevice(prev);
+  return ok;
+}
+
+}  // namespace dlfuse_cuda

@@ -1,0 +1,97 @@
+// The plugin's own CUDA kernels, as host functions that enqueue on a stream.
+// Every launcher throws dlfuse_cuda::Error when the launch is refused.
+#ifndef DLFUSE_CUDA_KERNELS_H_
+#define DLFUSE_CUDA_KERNELS_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common.h"
+
+namespace dlfuse_cuda {
+
+// A strided view over an iteration shape of `rank` dims (rank <= kMaxRank). Strides are in
+// elements; 0 reads (or, for a reduction target, accumulates into) one element along a dim.
+struct View {
+  int rank = 0;
+  int64_t shape[kMaxRank] = {};
+  int64_t stride[kMaxRank] = {};
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int i = 0; i < rank; ++i) n *= shape[i];
+    return n;
+  }
+};
+
+// Compact row-major strides for `shape`.
+View compact_view(const int64_t* shape, int rank);
+
+// dst[i] = op(src[i]) over dst's iteration shape (src uses the same shape, its own strides,
+// 0 for broadcast). op: 0 copy, 1 relu (NaN kept). Same dtype on both sides.
+void copy_view(DType dt, const void* src, const View& sv, void* dst, const View& dv, int op,
+               cudaStream_t s);
+// dst = 0 through dst's view.
+void zero_view(DType dt, void* dst, const View& dv, cudaStream_t s);
+// relu in place over n compact elements (NaN kept), 16-byte vectors where aligned.
+void relu_compact(DType dt, void* p, int64_t n, cudaStream_t s);
+
+// reduce_to: dst[j] = scale * sum of src over every index of `full` that maps to j, where
+// src is compact over `full` (rank r) and dst's view is aligned to `full` with stride 0
+// along the reduced dims (dst_shape[d] == 1 there). src_f32: src holds float, else dt.
+void reduce_to(DType dt, const void* src, bool src_f32, const View& full, void* dst,
+               const View& dst_aligned, float scale, cudaStream_t s);
+
+// matmul backward: dZ = where(out > 0 or isnan(out), grad_out, 0), compact over gv's shape;
+// grad_out and out are read through their own views (aligned to that shape).
+void relu_grad(DType dt, const void* grad_out, const View& gv, const void* out, const View& ov,
+               void* dz, cudaStream_t s);
+// Column sums of a compact [R, C] matrix (dtype dt) into partial[nchunks, C] floats;
+// returns nchunks (<= max_chunks).
+int colsum_partials(DType dt, const void* m, int64_t R, int64_t C, float* partial, int max_chunks,
+                    cudaStream_t s);
+// dst[c * dst_stride] = scale * sum_k partial[k, c]; with total != 0 the C columns are summed
+// too into dst[0].
+void finish_colsum(DType dt, const float* partial, int nchunks, int64_t C, void* dst, int64_t dst_stride,
+                   float scale, bool total, cudaStream_t s);
+
+// ---- add_mul_activation ---------------------------------------------------------------
+
+// How a fast-path operand is read over the output's [R, C] (compact) layout.
+enum OperandMode : int { kFull = 0, kRow = 1, kScalar = 2, kAbsent = 3 };
+
+struct AmFast {
+  int64_t R = 0, C = 0;  // out is compact [R, C]
+  const void* x = nullptr; int xm = kFull;
+  const void* y = nullptr; int ym = kFull;
+  const void* b = nullptr; int bm = kFull;
+  const void* g = nullptr; int gm = kFull;  // backward only: grad_out
+  void* out = nullptr;                      // forward output (compact [R, C])
+  // backward outputs: mode kFull (compact [R, C], written), kRow / kScalar (reduced:
+  // partial column sums, finished into dst with dst_stride), kAbsent.
+  void* gx = nullptr; int gxm = kAbsent; int64_t gx_stride = 1;
+  void* gy = nullptr; int gym = kAbsent; int64_t gy_stride = 1;
+  void* gb = nullptr; int gbm = kAbsent; int64_t gb_stride = 1;
+  int act = 0;
+  float mult = 1.f;
+};
+
+// True if every pointer and C allow 16-byte vectors.
+bool am_vectorizable(DType dt, const AmFast& p);
+void am_forward_fast(DType dt, const AmFast& p, cudaStream_t s);
+// Needs a float workspace of am_backward_workspace(p) bytes for the reductions.
+size_t am_backward_workspace(DType dt, const AmFast& p);
+void am_backward_fast(DType dt, const AmFast& p, void* workspace, cudaStream_t s);
+
+// Generic strided paths over the output's shape (views aligned to it).
+void am_forward_generic(DType dt, const void* x, const View& xv, const void* y, const View& yv,
+                        const void* b, const View& bv, void* out, const View& ov, int act, float mult,
+                        cudaStream_t s);
+// d_pre (float, compact over the output's shape) for the generic backward.
+void am_dpre_generic(DType dt, const void* g, const View& gv, const void* x, const View& xv,
+                     const void* y, const View& yv, const void* b, const View& bv, float* dpre, int act,
+                     float mult, cudaStream_t s);
+
+}  // namespace dlfuse_cuda
+
+#endif

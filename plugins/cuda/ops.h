@@ -1,0 +1,33 @@
+// The four kernels of ABI 1 and the prologue they share.
+#ifndef DLFUSE_CUDA_OPS_H_
+#define DLFUSE_CUDA_OPS_H_
+
+#include <memory>
+
+#include "context.h"
+
+namespace dlfuse_cuda {
+
+// Checks what only the plugin knows (one CUDA device for all tensors, a dtype it serves,
+// rank), makes the call's device current until destruction and finds its state.
+struct CallContext {
+  CallContext(void* state, const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs);
+  State* st;
+  DeviceState* ds = nullptr;
+  DType dt = DType::kF32;
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<DeviceGuard> guard;
+};
+
+// True when this build's device code can run on every visible device.
+bool kernels_loadable(std::string* why);
+
+dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* args);
+dlfuse_status_t matmul_add_relu_backward(void* state, void*, const dlfuse_kernel_args_t* args);
+dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_t* args);
+dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args);
+
+}  // namespace dlfuse_cuda
+
+#endif
