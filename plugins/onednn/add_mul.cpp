@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "common.h"
+#include "loops.h"
 
 namespace dlfuse_onednn {
 namespace {
@@ -274,18 +275,8 @@ bool backward_tiled(State& st, const View& g, const View& x, const View& y, cons
       // pre = x + bias + mult * y, one row segment at a time so the bias index is a column.
       for (int64_t s = 0; s < len;) {
         const int64_t col = (e0 + s) % n, seg = std::min(len - s, n - col);
-        if (bk == BiasKind::kRow) {
-#pragma omp simd
-          for (int64_t j = 0; j < seg; ++j) pre[s + j] = xp[s + j] + bp[col + j] + mult * yp[s + j];
-        } else if (bk == BiasKind::kScalar) {
-          const float b0 = bp[0];
-#pragma omp simd
-          for (int64_t j = 0; j < seg; ++j) pre[s + j] = xp[s + j] + b0 + mult * yp[s + j];
-        } else {
-          const float* bf = bp + e0;
-#pragma omp simd
-          for (int64_t j = 0; j < seg; ++j) pre[s + j] = xp[s + j] + bf[s + j] + mult * yp[s + j];
-        }
+        const float* bseg = bk == BiasKind::kRow ? bp + col : bk == BiasKind::kScalar ? bp : bp + e0 + s;
+        loops::add_mul(pre + s, xp + s, bseg, bk == BiasKind::kScalar, yp + s, mult, seg);
         s += seg;
       }
       if (use_eltwise) {
@@ -300,33 +291,21 @@ bool backward_tiled(State& st, const View& g, const View& x, const View& y, cons
           if (!error) error = std::current_exception();
         }
       } else if (act == DLFUSE_ACT_RELU) {
-#pragma omp simd
-        for (int64_t j = 0; j < len; ++j) {
-          const float p = pre[j];
-          dpre[j] = (p > 0.f || p != p) ? gp[j] : 0.f;
-        }
+        loops::relu_select(dpre, pre, gp, len);
       } else {
         std::memcpy(dpre, gp, size_t(len) * sizeof(float));
       }
       if (gx) std::memcpy(gx->data + e0, dpre, size_t(len) * sizeof(float));
-      if (gy) {
-        float* q = gy->data + e0;
-#pragma omp simd
-        for (int64_t j = 0; j < len; ++j) q[j] = mult * dpre[j];
-      }
+      if (gy) loops::scale(gy->data + e0, dpre, mult, len);
       if (gb && bk == BiasKind::kFull) std::memcpy(gb->data + e0, dpre, size_t(len) * sizeof(float));
       if (acc && bk == BiasKind::kRow) {
         for (int64_t s = 0; s < len;) {
           const int64_t col = (e0 + s) % n, seg = std::min(len - s, n - col);
-#pragma omp simd
-          for (int64_t j = 0; j < seg; ++j) acc[col + j] += double(dpre[s + j]);
+          loops::accumulate(acc + col, dpre + s, seg);
           s += seg;
         }
       } else if (acc) {
-        double s0 = 0.0;
-#pragma omp simd reduction(+ : s0)
-        for (int64_t j = 0; j < len; ++j) s0 += double(dpre[j]);
-        acc[0] += s0;
+        acc[0] += loops::sum(dpre, len);
       }
     }
   }

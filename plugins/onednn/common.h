@@ -202,7 +202,11 @@ struct State {
     c->scratchpad_bytes = pd.scratchpad_desc().get_size();
     c->impl = pd.impl_info_str();
     built.fetch_add(1, std::memory_order_relaxed);
-    if (trace) std::fprintf(stderr, "dlfuse_onednn: built primitive %s\n", c->impl.c_str());
+    if (trace) {
+      std::string k;
+      for (int64_t v : key) k += " " + std::to_string(v);
+      std::fprintf(stderr, "dlfuse_onednn: built %s for key%s\n", c->impl.c_str(), k.c_str());
+    }
     std::lock_guard<std::mutex> lock(mu);
     if (cache.size() >= kCapacity) cache.clear();  // bounded: many distinct shapes start over
     auto ins = cache.emplace(key, std::move(c));

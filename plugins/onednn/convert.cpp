@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include "common.h"
+#include "loops.h"
 
 namespace dlfuse_onednn {
 namespace {
@@ -117,10 +118,7 @@ View input_f32(const DLTensor* t, Storage s, Buffer& buf) {
     const uint16_t* p = src + os;
     float* q = dst + od;
     if (inner == 1 && !bf && kHasF16C) return f16_to_f32_f16c(p, q, n);
-    if (inner == 1 && bf) {
-      for (int64_t j = 0; j < n; ++j) q[j] = bf16_load(p[j]);
-      return;
-    }
+    if (inner == 1 && bf) return loops::bf16_to_f32(q, p, n);
     for (int64_t j = 0; j < n; ++j) q[j * dinner] = bf ? bf16_load(p[j * inner]) : f16_load(p[j * inner]);
   });
   return v;
@@ -143,10 +141,7 @@ void store_output(const View& f, DLTensor* t, Storage s) {
     uint16_t* q = dst + od;
     const int64_t is = r ? f.strides[r - 1] : 1;
     if (inner == 1 && is == 1 && !bf && kHasF16C) return f32_to_f16_f16c(p, q, n);
-    if (inner == 1 && is == 1 && bf) {
-      for (int64_t j = 0; j < n; ++j) q[j] = bf16_store(p[j]);
-      return;
-    }
+    if (inner == 1 && is == 1 && bf) return loops::f32_to_bf16(q, p, n);
     for (int64_t j = 0; j < n; ++j) q[j * inner] = bf ? bf16_store(p[j * is]) : f16_store(p[j * is]);
   });
 }

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "common.h"
+#include "loops.h"
 
 namespace dlfuse_onednn {
 namespace {
@@ -61,55 +62,27 @@ struct Mm {
 };
 
 std::shared_ptr<const CachedPrimitive> matmul_primitive(State& st, const View& src, const View& wei, const View& dst,
-                                                        const View* bias, bool relu, bool sum, BiasMode* mode) {
-  // Bias: the bias argument where oneDNN's gemm path takes it (a row vector over N),
-  // otherwise a binary-add post-op; the choice is made once per key and cached.
-  auto build = [&](BiasMode m) {
-    Key key{kMatmul, int64_t(m), relu, sum};
-    key_add(key, src);
-    key_add(key, wei);
-    key_add(key, dst);
-    if (bias) key_add(key, *bias);
-    return st.get<dnnl::matmul>(key, [&] {
-      dnnl::post_ops po;
-      if (sum) po.append_sum(1.f);
-      if (m == kBiasPostOp) po.append_binary(dnnl::algorithm::binary_add, md_of(*bias));
-      if (relu) append_relu_keep_nan(po);
-      dnnl::primitive_attr attr = base_attr();
-      attr.set_post_ops(po);
-      const dnnl::matmul::desc d = m == kBiasArg ? dnnl::matmul::desc(md_of(src), md_of(wei), md_of(*bias), md_of(dst))
-                                                 : dnnl::matmul::desc(md_of(src), md_of(wei), md_of(dst));
-      return dnnl::matmul::primitive_desc(d, attr, st.engine);
-    });
-  };
-  if (!bias) {
-    *mode = kNoBias;
-    return build(kNoBias);
-  }
-  std::shared_ptr<const CachedPrimitive> first;
-  for (BiasMode m : {kBiasArg, kBiasPostOp}) {
-    std::shared_ptr<const CachedPrimitive> p;
-    try {
-      p = build(m);
-    } catch (const dnnl::error&) {
-      continue;
-    }
-    if (p->impl.rfind("ref", 0) != 0) {
-      *mode = m;
-      return p;
-    }
-    if (!first) {
-      first = p;
-      *mode = m;
-    }
-  }
-  if (!first) throw Failure(DLFUSE_STATUS_UNSUPPORTED, "oneDNN has no matmul for this bias layout");
-  return first;
+                                                        const View* bias, BiasMode mode, bool relu, bool sum) {
+  Key key{kMatmul, int64_t(mode), relu, sum};
+  key_add(key, src);
+  key_add(key, wei);
+  key_add(key, dst);
+  if (mode != kNoBias) key_add(key, *bias);
+  return st.get<dnnl::matmul>(key, [&] {
+    dnnl::post_ops po;
+    if (sum) po.append_sum(1.f);
+    if (mode == kBiasPostOp) po.append_binary(dnnl::algorithm::binary_add, md_of(*bias));
+    if (relu) append_relu_keep_nan(po);
+    dnnl::primitive_attr attr = base_attr();
+    attr.set_post_ops(po);
+    const dnnl::matmul::desc d = mode == kBiasArg ? dnnl::matmul::desc(md_of(src), md_of(wei), md_of(*bias), md_of(dst))
+                                                  : dnnl::matmul::desc(md_of(src), md_of(wei), md_of(dst));
+    return dnnl::matmul::primitive_desc(d, attr, st.engine);
+  });
 }
 
-void exec_matmul(State& st, const View& src, const View& wei, const View& dst, const View* bias, bool relu, bool sum) {
-  BiasMode mode = kNoBias;
-  auto p = matmul_primitive(st, src, wei, dst, bias, relu, sum, &mode);
+void exec_matmul(State& st, const std::shared_ptr<const CachedPrimitive>& p, const View& src, const View& wei,
+                 const View& dst, const View* bias, BiasMode mode, bool sum) {
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(st, md_of(src), src.data)},
                                        {DNNL_ARG_WEIGHTS, mem(st, md_of(wei), wei.data)},
                                        {DNNL_ARG_DST, mem(st, md_of(dst), dst.data)}};
@@ -117,6 +90,40 @@ void exec_matmul(State& st, const View& src, const View& wei, const View& dst, c
   if (mode == kBiasPostOp)
     args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(sum ? 1 : 0) | DNNL_ARG_SRC_1] = mem(st, md_of(*bias), bias->data);
   execute(st, *p, std::move(args));
+}
+
+// True for a bias that is a row vector over N (or a scalar): the matmul's bias argument,
+// which oneDNN's gemm path fuses.
+bool row_bias(const View& bias) {
+  for (int i = 0; i + 1 < bias.rank(); ++i)
+    if (bias.shape[i] != 1) return false;
+  return true;
+}
+
+// Runs dst = relu?(src @ wei + bias) once. The bias goes in as the bias argument when it
+// is a row vector, else as a binary-add post-op over its broadcast descriptor; where
+// oneDNN has only its reference matmul for that broadcast (an [M, 1] bias, say), the bias
+// is expanded to dst's shape once, which the gemm path takes.
+void matmul_once(State& st, const View& src, const View& wei, const View& dst, const View* bias, bool relu) {
+  if (!bias) return exec_matmul(st, matmul_primitive(st, src, wei, dst, nullptr, kNoBias, relu, false), src, wei, dst,
+                                nullptr, kNoBias, false);
+  if (row_bias(*bias))
+    return exec_matmul(st, matmul_primitive(st, src, wei, dst, bias, kBiasArg, relu, false), src, wei, dst, bias,
+                       kBiasArg, false);
+  auto p = matmul_primitive(st, src, wei, dst, bias, kBiasPostOp, relu, false);
+  if (p->impl.rfind("ref", 0) != 0 || bias->shape == dst.shape)
+    return exec_matmul(st, p, src, wei, dst, bias, kBiasPostOp, false);
+  Buffer expanded;
+  View full = *bias;
+  for (int i = 0; i < full.rank(); ++i)
+    if (full.shape[i] == 1 && dst.shape[i] != 1) {
+      full.shape[i] = dst.shape[i];
+      full.strides[i] = 0;
+    }
+  View e = compact_view(expanded, dst.shape);
+  copy_view(full, e);
+  exec_matmul(st, matmul_primitive(st, src, wei, dst, &e, kBiasPostOp, relu, false), src, wei, dst, &e, kBiasPostOp,
+              false);
 }
 
 void run_matmul(State& st, Mm m) {
@@ -152,7 +159,7 @@ void run_matmul(State& st, Mm m) {
   if (K == 0 || combos == 0) {  // an empty sum
     fill_view(out, 0.f);
   } else if (reduced.empty()) {
-    exec_matmul(st, m.src, m.wei, out, m.bias, m.relu, false);
+    matmul_once(st, m.src, m.wei, out, m.bias, m.relu);
   } else {
     View s = m.src, w = m.wei;
     for (int d : reduced) {
@@ -171,7 +178,9 @@ void run_matmul(State& st, Mm m) {
       View sc = s, wc = w;
       sc.data = m.src.data + os;
       wc.data = m.wei.data + ow;
-      exec_matmul(st, sc, wc, out, m.bias, m.relu, c > 0);
+      if (m.bias || m.relu) throw Failure(DLFUSE_STATUS_INTERNAL, "a summed matmul takes no bias or relu");
+      exec_matmul(st, matmul_primitive(st, sc, wc, out, nullptr, kNoBias, false, c > 0), sc, wc, out, nullptr, kNoBias,
+                  c > 0);
     }
   }
   if (out.data != m.dst.data) copy_view(out, m.dst);
@@ -200,7 +209,7 @@ void forward_f32(State& st, const View& a, const View& b, const View& bias, cons
     View c = compact_view(tmp, out.shape);
     copy_view(full, c);
     float* p = c.data;
-    for (int64_t i = 0, e = c.numel(); i < e; ++i) p[i] = (p[i] > 0.f || std::isnan(p[i])) ? p[i] : 0.f;
+    for (int64_t i = 0, e = c.numel(); i < e; ++i) p[i] = p[i] <= 0.f ? 0.f : p[i];  // NaN stays
     copy_view(c, out);
     return;
   }
@@ -250,21 +259,11 @@ void relu_select(const View& g, const View& o, const View& dz, double* colsum) {
       float* zp = dz.data + i * n;
       const int64_t gs = g.strides[r - 1], os = o.strides[r - 1];
       if (gs == 1 && os == 1) {
-#pragma omp simd
-        for (int64_t j = 0; j < n; ++j) {
-          const float ov = op[j];
-          zp[j] = (ov > 0.f || ov != ov) ? gp[j] : 0.f;
-        }
+        loops::relu_select(zp, op, gp, n);
       } else {
-        for (int64_t j = 0; j < n; ++j) {
-          const float ov = op[j * os];
-          zp[j] = (ov > 0.f || ov != ov) ? gp[j * gs] : 0.f;
-        }
+        for (int64_t j = 0; j < n; ++j) zp[j] = op[j * os] <= 0.f ? 0.f : gp[j * gs];
       }
-      if (acc) {
-#pragma omp simd
-        for (int64_t j = 0; j < n; ++j) acc[j] += double(zp[j]);
-      }
+      if (acc) loops::accumulate(acc, zp, n);
     }
   }
   if (colsum) {
