@@ -25,6 +25,11 @@ if(DLFUSE_SANITIZE MATCHES "thread")
   set_tests_properties(${_onednn_tests} PROPERTIES ENVIRONMENT
     "TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=${CMAKE_CURRENT_SOURCE_DIR}/tests/tsan.supp")
 elseif(DLFUSE_SANITIZE MATCHES "address")
-  set_tests_properties(${_onednn_tests} PROPERTIES ENVIRONMENT
-    "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/tests/lsan.supp")
+  # Where libgomp's worker pool is alive at exit (the conformance runner calls from its
+  # main thread), GCC 12's LSan crashes reading their TLS: those runs scan no TLS
+  # (use_tls=0, which can only add reports) and suppress the glibc records rooted only
+  # there (tests/lsan.supp). The threads test ends its calling threads before exit and
+  # keeps LSan's defaults.
+  set_tests_properties(conform.onednn.float32 conform.onednn.bfloat16 conform.onednn.float16 PROPERTIES ENVIRONMENT
+    "LSAN_OPTIONS=use_tls=0:suppressions=${CMAKE_CURRENT_SOURCE_DIR}/tests/lsan.supp")
 endif()
