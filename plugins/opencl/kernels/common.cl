@@ -8,6 +8,11 @@
  * even) on store. No fast-math: NaN and Inf must propagate exactly as docs/ops.md says.
  * Offsets and strides are in elements, as 64-bit integers.
  */
+#ifdef DLF_FORCE_BUILD_ERROR
+/* Lets the test suite check that a failed build's log reaches the caller's message. */
+#error "DLF_FORCE_BUILD_ERROR is defined"
+#endif
+
 #if DLF_HALF
 #pragma OPENCL EXTENSION cl_khr_fp16 : enable
 typedef half T;

@@ -33,13 +33,18 @@ inline float gemm_epilogue(float v, int m, int n, __global const T* bias, long o
 
 #if !DLF_CPU
 /* GPU: 128x128 tile per work-group of 16x16, each work-item an 8x8 register block
- * (rows ty*4+{0..3} and 64+ty*4+{0..3}, columns likewise), k in steps of 8 through
+ * (rows ty*4+{0..3} and 64+ty*4+{0..3}, columns likewise), k in steps of GEMM_BK through
  * double-buffered local memory: the next tile's global loads are in flight while the
- * current one is multiplied, and one barrier per step suffices. */
+ * current one is multiplied, and one barrier per step suffices. GEMM_BK (8 or 16) can be
+ * set through DLFUSE_OPENCL_BUILD_OPTIONS for tuning. */
 #define BM 128
 #define BN 128
-#define BK 8
+#ifndef GEMM_BK
+#define GEMM_BK 8
+#endif
+#define BK GEMM_BK
 #define APAD 4
+#define QA (BK / 8) /* float4 groups of A (and of B) each work-item loads per step */
 
 __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void gemm(GEMM_ARGS) {
   GEMM_BATCH_SETUP
@@ -52,41 +57,47 @@ __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void gemm(GEMM_ARGS) {
   for (int i = 0; i < 8; ++i)
     for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
 
-  /* Which elements this work-item loads: 4 along k of one A row, 4 along n of one B row. */
-  const int a_row = tid >> 1, a_k = (tid & 1) * 4;
-  const int b_k = tid >> 5, b_col = (tid & 31) * 4;
   const int ktiles = (K + BK - 1) / BK;
   const int total = R * ktiles;
   const bool a_rows_in = m0 + BM <= M, b_cols_in = n0 + BN <= N;
-  float ra[4], rb[4];
+  float ra[QA][4], rb[QA][4];
 
-#define GEMM_LOAD(it)                                                                   \
-  {                                                                                     \
-    const int r_ = (it) / ktiles, k_ = ((it) - r_ * ktiles) * BK;                       \
-    const long pa = offA + (trow ? trow[2 + 2 * r_] : 0);                               \
-    const long pb = offB + (trow ? trow[3 + 2 * r_] : 0);                               \
-    const int gm = m0 + a_row, gk = k_ + a_k;                                           \
-    if (a_rows_in && gk + 4 <= K && sak == 1) {                                         \
-      const float4 v = LD4(A, pa + gm * sam + gk);                                      \
-      ra[0] = v.s0; ra[1] = v.s1; ra[2] = v.s2; ra[3] = v.s3;                           \
-    } else {                                                                            \
-      for (int j = 0; j < 4; ++j)                                                       \
-        ra[j] = (gm < M && gk + j < K) ? LD(A, pa + gm * sam + (gk + j) * sak) : 0.0f;  \
-    }                                                                                   \
-    const int gkb = k_ + b_k, gn = n0 + b_col;                                          \
-    if (b_cols_in && gkb < K && sbn == 1) {                                             \
-      const float4 v = LD4(B, pb + gkb * sbk + gn);                                     \
-      rb[0] = v.s0; rb[1] = v.s1; rb[2] = v.s2; rb[3] = v.s3;                           \
-    } else {                                                                            \
-      for (int j = 0; j < 4; ++j)                                                       \
-        rb[j] = (gkb < K && gn + j < N) ? LD(B, pb + gkb * sbk + (gn + j) * sbn) : 0.0f; \
-    }                                                                                   \
+  /* Group q of A: row (tid + 256 q) / (BK/4), 4 consecutive k from ((tid + 256 q) % (BK/4)) * 4.
+   * Group q of B: k row (tid + 256 q) / 32, 4 consecutive n from ((tid + 256 q) % 32) * 4. */
+#define GEMM_LOAD(it)                                                                     \
+  {                                                                                       \
+    const int r_ = (it) / ktiles, k_ = ((it) - r_ * ktiles) * BK;                         \
+    const long pa = offA + (trow ? trow[2 + 2 * r_] : 0);                                 \
+    const long pb = offB + (trow ? trow[3 + 2 * r_] : 0);                                 \
+    for (int q = 0; q < QA; ++q) {                                                        \
+      const int lin = tid + 256 * q;                                                      \
+      const int gm = m0 + lin / (BK / 4), gk = k_ + (lin % (BK / 4)) * 4;                 \
+      if (a_rows_in && gk + 4 <= K && sak == 1) {                                         \
+        const float4 v = LD4(A, pa + gm * sam + gk);                                      \
+        ra[q][0] = v.s0; ra[q][1] = v.s1; ra[q][2] = v.s2; ra[q][3] = v.s3;               \
+      } else {                                                                            \
+        for (int j = 0; j < 4; ++j)                                                       \
+          ra[q][j] = (gm < M && gk + j < K) ? LD(A, pa + gm * sam + (gk + j) * sak) : 0.0f; \
+      }                                                                                   \
+      const int gkb = k_ + lin / 32, gn = n0 + (lin % 32) * 4;                            \
+      if (b_cols_in && gkb < K && sbn == 1) {                                             \
+        const float4 v = LD4(B, pb + gkb * sbk + gn);                                     \
+        rb[q][0] = v.s0; rb[q][1] = v.s1; rb[q][2] = v.s2; rb[q][3] = v.s3;               \
+      } else {                                                                            \
+        for (int j = 0; j < 4; ++j)                                                       \
+          rb[q][j] = (gkb < K && gn + j < N) ? LD(B, pb + gkb * sbk + (gn + j) * sbn) : 0.0f; \
+      }                                                                                   \
+    }                                                                                     \
   }
-#define GEMM_STORE(buf)                                                   \
-  {                                                                       \
-    __local float* as = (__local float*)As[buf];                          \
-    for (int j = 0; j < 4; ++j) as[(a_k + j) * (BM + APAD) + a_row] = ra[j]; \
-    Bs[buf][b_k][b_col / 4] = (float4)(rb[0], rb[1], rb[2], rb[3]);       \
+#define GEMM_STORE(buf)                                                          \
+  {                                                                              \
+    __local float* as = (__local float*)As[buf];                                 \
+    for (int q = 0; q < QA; ++q) {                                               \
+      const int lin = tid + 256 * q;                                             \
+      const int row = lin / (BK / 4), kq = (lin % (BK / 4)) * 4;                 \
+      for (int j = 0; j < 4; ++j) as[(kq + j) * (BM + APAD) + row] = ra[q][j];   \
+      Bs[buf][lin / 32][lin % 32] = (float4)(rb[q][0], rb[q][1], rb[q][2], rb[q][3]); \
+    }                                                                            \
   }
 
   if (total > 0) {

@@ -87,7 +87,7 @@ void gemm(Call& c, cl_mem A, int64_t offA, int64_t sam, int64_t sak, cl_mem B, i
   set_args(k.k, A, a[0], a[1], a[2], B, a[3], a[4], a[5], C, a[6], a[7], a[8], bias, a[9], a[10], a[11], cl_int(flags),
            cl_int(M), cl_int(N), cl_int(K), cl_int(R), tab.m);
   size_t global[3], local[3];
-  if (c.dev->is_cpu) {
+  if (c.dev->cpu_kernels) {
     global[0] = size_t((N + 15) / 16);
     global[1] = size_t((M + 5) / 6);
     local[0] = 4;

@@ -1,6 +1,7 @@
 #include "runtime.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
@@ -59,6 +60,32 @@ std::string device_str(cl_device_id d, cl_device_info what) {
   clGetDeviceInfo(d, what, n, &s[0], nullptr);
   s.resize(std::strlen(s.c_str()));
   return s;
+}
+
+// DLFUSE_OPENCL_BUILD_OPTIONS: appended to clBuildProgram's options (tuning, e.g.
+// -DGEMM_BK=16; docs/opencl.md).
+std::string extra_build_options() {
+  const char* e = std::getenv("DLFUSE_OPENCL_BUILD_OPTIONS");
+  return e && *e ? std::string(" ") + e : std::string();
+}
+
+// DLFUSE_OPENCL_DUMP_BINARY=<path prefix>: writes each built program's binary (PTX on
+// NVIDIA) to <prefix>.<index>.<f32|f16>.bin, for inspecting what the driver compiled.
+void dump_binary(cl_program prog, const std::string& opts) {
+  const char* prefix = std::getenv("DLFUSE_OPENCL_DUMP_BINARY");
+  if (!prefix || !*prefix) return;
+  size_t size = 0;
+  if (clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, nullptr) != CL_SUCCESS || size == 0) return;
+  std::vector<unsigned char> bin(size);
+  unsigned char* ptr = bin.data();
+  if (clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof ptr, &ptr, nullptr) != CL_SUCCESS) return;
+  static std::atomic<int> counter{0};
+  const std::string path = std::string(prefix) + "." + std::to_string(counter++) +
+                           (opts.find("DLF_HALF=1") != std::string::npos ? ".f16" : ".f32") + ".bin";
+  if (FILE* f = std::fopen(path.c_str(), "wb")) {
+    std::fwrite(bin.data(), 1, bin.size(), f);
+    std::fclose(f);
+  }
 }
 
 std::string lower(std::string s) {
@@ -160,7 +187,16 @@ void open_devices(State* s) {
     d->platform_name = cand.platform_name;
     d->name = cand.name;
     d->is_cpu = cand.is_cpu;
+    d->cpu_kernels = cand.is_cpu;
+    if (const char* g = std::getenv("DLFUSE_OPENCL_GEMM"); g && *g) {
+      if (std::string(g) == "tiled") d->cpu_kernels = false;
+      else if (std::string(g) == "cpu") d->cpu_kernels = true;
+      else throw Error(DLFUSE_STATUS_UNAVAILABLE, std::string("DLFUSE_OPENCL_GEMM='") + g + "'; expected 'tiled' or 'cpu'");
+    }
     d->fp16 = (" " + device_str(cand.device, CL_DEVICE_EXTENSIONS) + " ").find(" cl_khr_fp16 ") != std::string::npos;
+    // Testing knob: the kernels touch half data only through vload_half/vstore_half (core
+    // OpenCL C), so the float16 path can be exercised on a device without cl_khr_fp16.
+    if (const char* f = std::getenv("DLFUSE_OPENCL_FP16"); f && std::string(f) == "force") d->fp16 = true;
     const cl_context_properties props[] = {CL_CONTEXT_PLATFORM, cl_context_properties(cand.platform), 0};
     cl_int rc = CL_SUCCESS;
     d->ctx = clCreateContext(props, 1, &cand.device, nullptr, nullptr, &rc);
@@ -169,6 +205,11 @@ void open_devices(State* s) {
     if (rc != CL_SUCCESS) throw_cl(rc, "clCreateCommandQueue for " + d->label());
     s->devices.push_back(std::move(d));
   }
+  // DLFUSE_OPENCL_VERBOSE=1: say which device got which device_id.
+  if (const char* v = std::getenv("DLFUSE_OPENCL_VERBOSE"); v && *v && std::string(v) != "0")
+    for (const auto& d : s->devices)
+      std::fprintf(stderr, "dlfuse opencl: %s%s%s\n", d->label().c_str(), d->is_cpu ? " [cpu]" : " [gpu]",
+                   d->fp16 ? " [cl_khr_fp16]" : "");
 }
 
 Device& State::device(int32_t id) {
@@ -204,7 +245,7 @@ cl_program Device::program(Prec p) {
         build_error_[i] = std::string("clCreateProgramWithSource on ") + label() + ": " + cl_error_name(rc);
       } else {
         const std::string opts = std::string("-DDLF_HALF=") + (p == Prec::kF16 ? "1" : "0") +
-                                 " -DDLF_CPU=" + (is_cpu ? "1" : "0");
+                                 " -DDLF_CPU=" + (cpu_kernels ? "1" : "0") + extra_build_options();
         rc = clBuildProgram(prog, 1, &id, opts.c_str(), nullptr, nullptr);
         if (rc != CL_SUCCESS) {
           size_t n = 0;
@@ -218,6 +259,7 @@ cl_program Device::program(Prec p) {
           clReleaseProgram(prog);
         } else {
           prog_[i] = prog;
+          dump_binary(prog, opts);
         }
       }
     }

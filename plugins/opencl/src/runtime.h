@@ -59,6 +59,9 @@ struct Device {
   cl_command_queue queue = nullptr;  // the default stream
   std::string platform_name, name;
   bool is_cpu = false, fp16 = false;
+  // Which GEMM tuning the program is built with: the CPU one on CPUs unless
+  // DLFUSE_OPENCL_GEMM=tiled|cpu says otherwise (a testing knob, docs/opencl.md).
+  bool cpu_kernels = false;
 
   // The program for a precision, built on first use, once (a failed build stays failed).
   cl_program program(Prec p);
