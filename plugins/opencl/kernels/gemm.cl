@@ -4,6 +4,7 @@
  * swapped strides): A(m, k) = A[offA + m*sam + k*sak], B(k, n) = B[offB + k*sbk + n*sbn],
  * C(m, n) = C[offC + m*scm + n*scn]. The epilogue adds bias(m, n) = bias[offBias + m*sbm +
  * n*sbn2] when flags & 1 and applies relu (NaN passes) when flags & 2, then rounds once.
+ * flags & 4 / 8: every A / B row the kernel loads starts 16-byte aligned (see LD4G).
  *
  * Batches: group z of the grid is one C matrix. Without a table (NULL) there is one batch
  * and R = 1. With a table, row z is [offC, offBias, (offA, offB) x R] (added to the base
@@ -33,18 +34,25 @@ inline float gemm_epilogue(float v, int m, int n, __global const T* bias, long o
 
 #if !DLF_CPU
 /* GPU: 128x128 tile per work-group of 16x16, each work-item an 8x8 register block
- * (rows ty*4+{0..3} and 64+ty*4+{0..3}, columns likewise), k in steps of GEMM_BK through
+ * (rows ty*4+{0..3} and 64+ty*4+{0..3}, columns likewise), k in steps of GEMM_BK (16) through
  * double-buffered local memory: the next tile's global loads are in flight while the
  * current one is multiplied, and one barrier per step suffices. GEMM_BK (8 or 16) can be
  * set through DLFUSE_OPENCL_BUILD_OPTIONS for tuning. */
 #define BM 128
 #define BN 128
 #ifndef GEMM_BK
-#define GEMM_BK 8
+#define GEMM_BK 16
 #endif
 #define BK GEMM_BK
 #define APAD 4
 #define QA (BK / 8) /* float4 groups of A (and of B) each work-item loads per step */
+/* 4 floats from global memory; flags 4 (A) / 8 (B) promise 16-byte alignment so NVIDIA
+ * emits one 128-bit load (vload4 only promises 4 bytes). */
+#if DLF_HALF
+#define LD4G(p, i, al) vload_half4(0, (p) + (i))
+#else
+#define LD4G(p, i, al) ((al) ? *(__global const float4*)((p) + (i)) : vload4(0, (p) + (i)))
+#endif
 
 __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void gemm(GEMM_ARGS) {
   GEMM_BATCH_SETUP
@@ -60,6 +68,7 @@ __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void gemm(GEMM_ARGS) {
   const int ktiles = (K + BK - 1) / BK;
   const int total = R * ktiles;
   const bool a_rows_in = m0 + BM <= M, b_cols_in = n0 + BN <= N;
+  const bool a_al = (flags & 4) != 0, b_al = (flags & 8) != 0;
   float ra[QA][4], rb[QA][4];
 
   /* Group q of A: row (tid + 256 q) / (BK/4), 4 consecutive k from ((tid + 256 q) % (BK/4)) * 4.
@@ -73,7 +82,7 @@ __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void gemm(GEMM_ARGS) {
       const int lin = tid + 256 * q;                                                      \
       const int gm = m0 + lin / (BK / 4), gk = k_ + (lin % (BK / 4)) * 4;                 \
       if (a_rows_in && gk + 4 <= K && sak == 1) {                                         \
-        const float4 v = LD4(A, pa + gm * sam + gk);                                      \
+        const float4 v = LD4G(A, pa + gm * sam + gk, a_al);                                      \
         ra[q][0] = v.s0; ra[q][1] = v.s1; ra[q][2] = v.s2; ra[q][3] = v.s3;               \
       } else {                                                                            \
         for (int j = 0; j < 4; ++j)                                                       \
@@ -81,7 +90,7 @@ __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void gemm(GEMM_ARGS) {
       }                                                                                   \
       const int gkb = k_ + lin / 32, gn = n0 + (lin % 32) * 4;                            \
       if (b_cols_in && gkb < K && sbn == 1) {                                             \
-        const float4 v = LD4(B, pb + gkb * sbk + gn);                                     \
+        const float4 v = LD4G(B, pb + gkb * sbk + gn, b_al);                                     \
         rb[q][0] = v.s0; rb[q][1] = v.s1; rb[q][2] = v.s2; rb[q][3] = v.s3;               \
       } else {                                                                            \
         for (int j = 0; j < 4; ++j)                                                       \

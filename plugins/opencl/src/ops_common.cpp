@@ -80,6 +80,18 @@ void gemm(Call& c, cl_mem A, int64_t offA, int64_t sam, int64_t sak, cl_mem B, i
           int64_t sbn2, int flags, int64_t M, int64_t N, int64_t K, int64_t nbatch, int64_t R,
           const std::vector<int64_t>& table) {
   if (M == 0 || N == 0 || nbatch == 0) return;
+  // Promise 16-byte aligned rows to the kernel where every row start is a multiple of 4
+  // floats (batch offsets from the table included).
+  if (c.prec == Prec::kF32) {
+    bool a_al = sak == 1 && offA % 4 == 0 && sam % 4 == 0, b_al = sbn == 1 && offB % 4 == 0 && sbk % 4 == 0;
+    const size_t row = size_t(2 + 2 * R);
+    for (size_t i = 0; i + row <= table.size(); i += row)
+      for (size_t j = 2; j < row; j += 2) {
+        a_al = a_al && table[i + j] % 4 == 0;
+        b_al = b_al && table[i + j + 1] % 4 == 0;
+      }
+    flags |= (a_al ? 4 : 0) | (b_al ? 8 : 0);
+  }
   MemRef tab;
   if (!table.empty()) tab.m = scratch(*c.dev, table.size() * sizeof(int64_t), table.data());
   KernelRef k(c.dev->kernel(c.prec, "gemm"));
