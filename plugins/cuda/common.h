@@ -63,7 +63,9 @@ class DeviceGuard {
  public:
   explicit DeviceGuard(int device) {
     DLF_CUDA(cudaGetDevice(&prev_));
-    if (prev_ != device) DLF_CUDA(cudaSetDevice(device));
+    // Always: it also makes the device's primary context current on this thread, which
+    // cuBLASLt (driver API) relies on.
+    DLF_CUDA(cudaSetDevice(device));
   }
   ~DeviceGuard() {
     int cur = -1;

@@ -153,6 +153,20 @@ template <class F> void by_dtype(DType dt, F&& f) {
   }
 }
 
+// The activation as a compile-time constant, so a fast-path kernel holds one formula.
+template <int A> struct ActC { static constexpr int value = A; };
+template <class F> void by_act(int act, F&& f) {
+  switch (act) {
+    case DLFUSE_ACT_IDENTITY: f(ActC<DLFUSE_ACT_IDENTITY>{}); break;
+    case DLFUSE_ACT_RELU: f(ActC<DLFUSE_ACT_RELU>{}); break;
+    case DLFUSE_ACT_SIGMOID: f(ActC<DLFUSE_ACT_SIGMOID>{}); break;
+    case DLFUSE_ACT_TANH: f(ActC<DLFUSE_ACT_TANH>{}); break;
+    case DLFUSE_ACT_GELU_ERF: f(ActC<DLFUSE_ACT_GELU_ERF>{}); break;
+    case DLFUSE_ACT_GELU_TANH: f(ActC<DLFUSE_ACT_GELU_TANH>{}); break;
+    default: f(ActC<DLFUSE_ACT_SILU>{}); break;
+  }
+}
+
 __device__ __forceinline__ int64_t offset_of(int64_t i, const View& v) {
   int64_t off = 0;
   for (int d = v.rank - 1; d >= 0; --d) {
@@ -291,7 +305,7 @@ template <class T, int V> __global__ void relu_grad_compact_k(const T* g, const 
 // Block: threads over column vectors; blockIdx.y: a chunk of rows. Operands in kRow/kScalar
 // mode are read once per thread; kFull ones once per element. U rows are loaded before any
 // is computed so that several 16-byte loads per thread are in flight.
-constexpr int kUnroll = 4;
+constexpr int kUnroll = 2;
 
 template <class T, int V>
 __device__ __forceinline__ void load_hoisted(Pack<T, V>& p, const void* ptr, int mode, int64_t cv) {
@@ -299,7 +313,7 @@ __device__ __forceinline__ void load_hoisted(Pack<T, V>& p, const void* ptr, int
   else if (mode == kScalar) p.fill(ldf(static_cast<const T*>(ptr)));
 }
 
-template <class T, int V>
+template <class T, int V, int ACT>
 __global__ void __launch_bounds__(kThreads) am_fwd_k(AmFast p, int64_t Cv_, int64_t rows_per_chunk) {
   const int64_t cv = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (cv >= Cv_) return;
@@ -312,10 +326,11 @@ __global__ void __launch_bounds__(kThreads) am_fwd_k(AmFast p, int64_t Cv_, int6
   const T* y = static_cast<const T*>(p.y);
   const T* b = static_cast<const T*>(p.b);
   T* out = static_cast<T*>(p.out);
-  for (int64_t r = r0; r < r1; r += kUnroll) {
-    Pack<T, V> xs[kUnroll], ys[kUnroll], bs[kUnroll];
+  constexpr int U = V >= 8 ? 1 : kUnroll;  // 16-bit data: 8 elements a vector already
+  for (int64_t r = r0; r < r1; r += U) {
+    Pack<T, V> xs[U], ys[U], bs[U];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       if (r + u < r1) {
         const int64_t off = (r + u) * p.C + cv * V;
         if (p.xm == kFull) xs[u].load(x + off); else xs[u] = hx;
@@ -324,18 +339,18 @@ __global__ void __launch_bounds__(kThreads) am_fwd_k(AmFast p, int64_t Cv_, int6
       }
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       if (r + u < r1) {
         Pack<T, V> o;
 #pragma unroll
-        for (int j = 0; j < V; ++j) o.f[j] = act_fwd(p.act, (xs[u].f[j] + bs[u].f[j]) + p.mult * ys[u].f[j]);
+        for (int j = 0; j < V; ++j) o.f[j] = act_fwd(ACT, (xs[u].f[j] + bs[u].f[j]) + p.mult * ys[u].f[j]);
         o.store(out + (r + u) * p.C + cv * V);
       }
     }
   }
 }
 
-template <class T, int V>
+template <class T, int V, int ACT>
 __global__ void __launch_bounds__(kThreads) am_bwd_k(AmFast p, int64_t Cv_, int64_t rows_per_chunk, float* partial) {
   const int64_t cv = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (cv >= Cv_) return;
@@ -357,10 +372,11 @@ __global__ void __launch_bounds__(kThreads) am_bwd_k(AmFast p, int64_t Cv_, int6
   float sum[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) sum[j] = 0.f;
-  for (int64_t r = r0; r < r1; r += kUnroll) {
-    Pack<T, V> xs[kUnroll], ys[kUnroll], bs[kUnroll], gs[kUnroll];
+  constexpr int U = V >= 8 ? 1 : kUnroll;
+  for (int64_t r = r0; r < r1; r += U) {
+    Pack<T, V> xs[U], ys[U], bs[U], gs[U];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       if (r + u < r1) {
         const int64_t off = (r + u) * p.C + cv * V;
         if (p.xm == kFull) xs[u].load(x + off); else xs[u] = hx;
@@ -370,14 +386,14 @@ __global__ void __launch_bounds__(kThreads) am_bwd_k(AmFast p, int64_t Cv_, int6
       }
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       if (r + u < r1) {
         const int64_t off = (r + u) * p.C + cv * V;
         Pack<T, V> d, dy;
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           const float pre = (xs[u].f[j] + bs[u].f[j]) + p.mult * ys[u].f[j];
-          d.f[j] = act_bwd(p.act, pre, gs[u].f[j]);
+          d.f[j] = act_bwd(ACT, pre, gs[u].f[j]);
           dy.f[j] = p.mult * d.f[j];
           sum[j] += d.f[j];
         }
@@ -580,10 +596,13 @@ void am_forward_fast(DType dt, const AmFast& p, cudaStream_t s) {
     using T = decltype(t);
     constexpr int V = 16 / sizeof(T);
     const Geometry g = geometry(p.R, p.C, vec ? V : 1);
-    if (vec)
-      am_fwd_k<T, V><<<dim3(g.gx, g.gy), g.bx, 0, s>>>(p, g.Cv, g.rows_per_chunk);
-    else
-      am_fwd_k<T, 1><<<dim3(g.gx, g.gy), g.bx, 0, s>>>(p, g.Cv, g.rows_per_chunk);
+    by_act(p.act, [&](auto a) {
+      constexpr int ACT = decltype(a)::value;
+      if (vec)
+        am_fwd_k<T, V, ACT><<<dim3(g.gx, g.gy), g.bx, 0, s>>>(p, g.Cv, g.rows_per_chunk);
+      else
+        am_fwd_k<T, 1, ACT><<<dim3(g.gx, g.gy), g.bx, 0, s>>>(p, g.Cv, g.rows_per_chunk);
+    });
   });
   DLF_LAUNCHED("add_mul_activation forward kernel");
 }
@@ -604,10 +623,13 @@ void am_backward_fast(DType dt, const AmFast& p, void* workspace, cudaStream_t s
     constexpr int V = 16 / sizeof(T);
     const Geometry g = geometry(p.R, p.C, vec ? V : 1);
     nchunks = int(g.gy);
-    if (vec)
-      am_bwd_k<T, V><<<dim3(g.gx, g.gy), g.bx, 0, s>>>(p, g.Cv, g.rows_per_chunk, partial);
-    else
-      am_bwd_k<T, 1><<<dim3(g.gx, g.gy), g.bx, 0, s>>>(p, g.Cv, g.rows_per_chunk, partial);
+    by_act(p.act, [&](auto a) {
+      constexpr int ACT = decltype(a)::value;
+      if (vec)
+        am_bwd_k<T, V, ACT><<<dim3(g.gx, g.gy), g.bx, 0, s>>>(p, g.Cv, g.rows_per_chunk, partial);
+      else
+        am_bwd_k<T, 1, ACT><<<dim3(g.gx, g.gy), g.bx, 0, s>>>(p, g.Cv, g.rows_per_chunk, partial);
+    });
   });
   DLF_LAUNCHED("add_mul_activation backward kernel");
   auto finish = [&](void* dst, int mode, int64_t stride, float scale) {

@@ -389,7 +389,7 @@ dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* 
     if (numel(out) == 0) return DLFUSE_STATUS_OK;
     const int rank = out->ndim, nb = rank - 2;
     const std::vector<int64_t> oshape(out->shape, out->shape + rank);
-    const int64_t N = out->shape[rank - 1], K = a->shape[a->ndim - 1];
+    const int64_t M = out->shape[rank - 2], N = out->shape[rank - 1], K = a->shape[a->ndim - 1];
     DeviceState& ds = *cx.ds;
     cudaStream_t s = cx.stream;
     const View ov = own_view(out);
@@ -432,11 +432,10 @@ dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* 
     g.relu = kReluEpilogueKeepsNaN;
     gemm(g, ds, s);
     if (!kReluEpilogueKeepsNaN) {
-      if (!ld.ok || (D.sc == 1 && D.sr == N && [&] {
-            for (int d = 0; d < nb; ++d)
-              if (oshape[size_t(d)] != 1 && D.bs[size_t(d)] != dview.stride[d]) return false;
-            return true;
-          }()))
+      const View cvw = compact_view(oshape.data(), rank);
+      bool compact = D.sc == 1 && (M == 1 || D.sr == N);
+      for (int d = 0; d < nb; ++d) compact = compact && (oshape[size_t(d)] == 1 || D.bs[size_t(d)] == cvw.stride[d]);
+      if (compact)
         relu_compact(cx.dt, D.base, numel(out), s);
       else
         copy_view(cx.dt, D.base, dview, D.base, dview, 1, s);
