@@ -29,16 +29,23 @@ else()
   # The whole suite with the device's own GEMM tuning (the CPU kernel on PoCL) ...
   add_test(NAME conform.opencl COMMAND ${_cli} conform ${_plugin})
   # ... the GPU GEMM kernel (local-memory tiles) run on the CPU device, so CI checks it too,
-  add_test(NAME conform.opencl_tiled_gemm COMMAND ${_cli} conform ${_plugin} --op matmul_add_relu --no-bad-inputs)
-  add_test(NAME conform.opencl_tiled_gemm_backward
+  # (both tile sizes; the 128-tile kernel at the float32 and float16 builds),
+  add_test(NAME conform.opencl_tiled128_gemm COMMAND ${_cli} conform ${_plugin} --op matmul_add_relu --no-bad-inputs)
+  add_test(NAME conform.opencl_tiled128_gemm_backward
            COMMAND ${_cli} conform ${_plugin} --op matmul_add_relu_backward --no-bad-inputs)
-  set_property(TEST conform.opencl_tiled_gemm conform.opencl_tiled_gemm_backward APPEND PROPERTY
-               ENVIRONMENT DLFUSE_OPENCL_GEMM=tiled)
+  add_test(NAME conform.opencl_tiled64_gemm COMMAND ${_cli} conform ${_plugin} --op matmul_add_relu --no-bad-inputs)
+  add_test(NAME conform.opencl_tiled64_gemm_backward
+           COMMAND ${_cli} conform ${_plugin} --op matmul_add_relu_backward --no-bad-inputs)
+  set_property(TEST conform.opencl_tiled128_gemm conform.opencl_tiled128_gemm_backward APPEND PROPERTY
+               ENVIRONMENT DLFUSE_OPENCL_GEMM=tiled128 DLFUSE_OPENCL_FP16=force)
+  set_property(TEST conform.opencl_tiled64_gemm conform.opencl_tiled64_gemm_backward APPEND PROPERTY
+               ENVIRONMENT DLFUSE_OPENCL_GEMM=tiled64)
   # ... and the float16 path, forced on (PoCL does not report cl_khr_fp16; the kernels
   # touch half data only through the core vload_half/vstore_half).
   add_test(NAME conform.opencl_fp16 COMMAND ${_cli} conform ${_plugin} --dtype float16 --no-bad-inputs)
   set_property(TEST conform.opencl_fp16 APPEND PROPERTY ENVIRONMENT DLFUSE_OPENCL_FP16=force)
-  set(_tests conform.opencl conform.opencl_tiled_gemm conform.opencl_tiled_gemm_backward conform.opencl_fp16)
+  set(_tests conform.opencl conform.opencl_tiled128_gemm conform.opencl_tiled128_gemm_backward
+             conform.opencl_tiled64_gemm conform.opencl_tiled64_gemm_backward conform.opencl_fp16)
 endif()
 
 # A kernel build failure reaches the caller with the compiler's log in the message.

@@ -94,7 +94,14 @@ void gemm(Call& c, cl_mem A, int64_t offA, int64_t sam, int64_t sak, cl_mem B, i
   }
   MemRef tab;
   if (!table.empty()) tab.m = scratch(*c.dev, table.size() * sizeof(int64_t), table.data());
-  KernelRef k(c.dev->kernel(c.prec, "gemm"));
+  // The 64-tile kernel when 128-tiles would not give every compute unit a work-group.
+  int tile = 128;
+  if (!c.dev->cpu_kernels) {
+    const int64_t tiles128 = ((M + 127) / 128) * ((N + 127) / 128) * nbatch;
+    tile = c.dev->tile_force ? c.dev->tile_force : tiles128 < c.dev->compute_units ? 64 : 128;
+  }
+  const char* kname = c.dev->cpu_kernels || tile == 128 ? "gemm" : "gemm64";
+  KernelRef k(c.dev->kernel(c.prec, kname));
   const cl_long a[] = {offA, sam, sak, offB, sbk, sbn, offC, scm, scn, offBias, sbm, sbn2};
   set_args(k.k, A, a[0], a[1], a[2], B, a[3], a[4], a[5], C, a[6], a[7], a[8], bias, a[9], a[10], a[11], cl_int(flags),
            cl_int(M), cl_int(N), cl_int(K), cl_int(R), tab.m);
@@ -105,14 +112,14 @@ void gemm(Call& c, cl_mem A, int64_t offA, int64_t sam, int64_t sak, cl_mem B, i
     local[0] = 4;
     local[1] = 4;
   } else {
-    global[0] = size_t((N + 127) / 128) * 16;
-    global[1] = size_t((M + 127) / 128) * 16;
+    global[0] = size_t((N + tile - 1) / tile) * 16;
+    global[1] = size_t((M + tile - 1) / tile) * 16;
     local[0] = 16;
     local[1] = 16;
   }
   global[2] = size_t(nbatch);
   local[2] = 1;
-  enqueue(c.queue, k.k, global, local, "gemm");
+  enqueue(c.queue, k.k, global, local, kname);
 }
 
 void reduce_into(Call& c, const Dims& shape, cl_mem src, int64_t src_off, const Dims& src_strides, bool src_is_float,

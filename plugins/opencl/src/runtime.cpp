@@ -189,10 +189,19 @@ void open_devices(State* s) {
     d->is_cpu = cand.is_cpu;
     d->cpu_kernels = cand.is_cpu;
     if (const char* g = std::getenv("DLFUSE_OPENCL_GEMM"); g && *g) {
-      if (std::string(g) == "tiled") d->cpu_kernels = false;
-      else if (std::string(g) == "cpu") d->cpu_kernels = true;
-      else throw Error(DLFUSE_STATUS_UNAVAILABLE, std::string("DLFUSE_OPENCL_GEMM='") + g + "'; expected 'tiled' or 'cpu'");
+      const std::string v(g);
+      if (v == "tiled" || v == "tiled64" || v == "tiled128") {
+        d->cpu_kernels = false;
+        d->tile_force = v == "tiled64" ? 64 : v == "tiled128" ? 128 : 0;
+      } else if (v == "cpu") {
+        d->cpu_kernels = true;
+      } else {
+        throw Error(DLFUSE_STATUS_UNAVAILABLE, "DLFUSE_OPENCL_GEMM='" + v + "'; expected cpu, tiled, tiled64 or tiled128");
+      }
     }
+    cl_uint cu = 1;
+    clGetDeviceInfo(cand.device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, nullptr);
+    d->compute_units = int(cu);
     d->fp16 = (" " + device_str(cand.device, CL_DEVICE_EXTENSIONS) + " ").find(" cl_khr_fp16 ") != std::string::npos;
     // Testing knob: the kernels touch half data only through vload_half/vstore_half (core
     // OpenCL C), so the float16 path can be exercised on a device without cl_khr_fp16.

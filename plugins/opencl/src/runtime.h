@@ -59,9 +59,12 @@ struct Device {
   cl_command_queue queue = nullptr;  // the default stream
   std::string platform_name, name;
   bool is_cpu = false, fp16 = false;
-  // Which GEMM tuning the program is built with: the CPU one on CPUs unless
-  // DLFUSE_OPENCL_GEMM=tiled|cpu says otherwise (a testing knob, docs/opencl.md).
+  // Which GEMM kernel runs: the CPU one on CPUs, the tiled one (128 or 64 tiles, by grid
+  // size) elsewhere, unless DLFUSE_OPENCL_GEMM=cpu|tiled|tiled64|tiled128 says otherwise
+  // (a testing knob, docs/opencl.md). tile_force: 0 auto, else 64 or 128.
   bool cpu_kernels = false;
+  int tile_force = 0;
+  int compute_units = 1;
 
   // The program for a precision, built on first use, once (a failed build stays failed).
   cl_program program(Prec p);
