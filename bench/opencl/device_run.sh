@@ -73,12 +73,20 @@ for i in $(seq 0 $(( ${NDEV:-2} - 1 ))); do
     > "$OUT/conform$i.log" 2>&1
   echo "exit $?"; grep -E "^# plugin|passed," "$OUT/conform$i.log"; grep -E "^FAIL" -A1 "$OUT/conform$i.log" | head -20
 done
+# float16 forced on the GPU (NVIDIA does not report cl_khr_fp16; the kernels use only the
+# core vload_half/vstore_half), so the NVIDIA compiler's half path is checked too.
+echo "-- DLFUSE_OPENCL_DEVICE=0 DLFUSE_OPENCL_FP16=force --dtype float16"
+DLFUSE_OPENCL_DEVICE=0 DLFUSE_OPENCL_FP16=force timeout 300 "$CLI" conform "$PLUGIN" --dtype float16 > "$OUT/conform0_f16.log" 2>&1
+echo "exit $?"; grep -E "passed," "$OUT/conform0_f16.log"; grep -E "^FAIL" -A1 "$OUT/conform0_f16.log" | head -20
 
 log bench
 {
   DLFUSE_OPENCL_DEVICE=gpu "$B/bench_gemm" --plugin "$PLUGIN" --shapes "$SHAPES" --reps 20
-  DLFUSE_OPENCL_DEVICE=gpu DLFUSE_OPENCL_BUILD_OPTIONS=-DGEMM_BK=16 "$B/bench_gemm" --plugin "$PLUGIN" --shapes "$SHAPES" --reps 20 |
-    sed 's/impl=opencl/impl=opencl-bk16/'
+  # The tile choice's alternatives, for the record.
+  DLFUSE_OPENCL_DEVICE=gpu DLFUSE_OPENCL_GEMM=tiled128 "$B/bench_gemm" --plugin "$PLUGIN" --shapes 2048x512x256 --reps 20 |
+    sed 's/impl=opencl/impl=opencl-force-tile128/'
+  DLFUSE_OPENCL_DEVICE=gpu DLFUSE_OPENCL_GEMM=tiled64 "$B/bench_gemm" --plugin "$PLUGIN" --shapes 4096x1024x1024 --reps 20 |
+    sed 's/impl=opencl/impl=opencl-force-tile64/'
   python3 bench/opencl/torch_sgemm.py "$SHAPES" 20
   DLFUSE_OPENCL_DEVICE=cpu "$B/bench_gemm" --plugin "$PLUGIN" --shapes 2048x512x256,4096x1024x1024 --reps 5 |
     sed 's/impl=opencl/impl=opencl-pocl-host-cpu/'
