@@ -4,6 +4,9 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "kernels.h"
@@ -132,9 +135,12 @@ __device__ __forceinline__ float act_bwd(int act, float p, float g) {
 constexpr int kThreads = 256;
 
 int num_sms() {
+  static std::atomic<int> cache[64];  // per device; 0 = not read yet
   int dev = 0, n = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
-    return 132;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 132;
+  if (dev >= 0 && dev < 64 && (n = cache[dev].load(std::memory_order_relaxed)) > 0) return n;
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) return 132;
+  if (dev >= 0 && dev < 64) cache[dev].store(n, std::memory_order_relaxed);
   return n;
 }
 
@@ -416,13 +422,15 @@ struct Geometry {
   unsigned bx = kThreads, gx = 1, gy = 1;
 };
 
-Geometry geometry(int64_t R, int64_t C, int V) {
+// blocks_per_sm: how many blocks of the kernel fit on a multiprocessor at once, so that the
+// grid is one full wave (no tail of a partial wave).
+Geometry geometry(int64_t R, int64_t C, int V, int blocks_per_sm) {
   Geometry g;
   g.Cv = C / V;
   g.bx = unsigned(std::min<int64_t>(kThreads, ((g.Cv + 31) / 32) * 32));
   g.gx = unsigned((g.Cv + g.bx - 1) / g.bx);
-  const int64_t target = int64_t(num_sms()) * 8 * (kThreads / int64_t(g.bx));
-  int64_t chunks = std::max<int64_t>(1, (target + g.gx - 1) / g.gx);
+  const int64_t target = int64_t(num_sms()) * std::max(1, blocks_per_sm);
+  int64_t chunks = std::max<int64_t>(1, target / g.gx);  // floor: never a partial second wave
   chunks = std::min<int64_t>(chunks, std::max<int64_t>(1, R / 8));  // >= 8 rows a chunk
   chunks = std::min<int64_t>(chunks, 65535);
   g.rows_per_chunk = (R + chunks - 1) / chunks;
@@ -431,7 +439,34 @@ Geometry geometry(int64_t R, int64_t C, int V) {
   return g;
 }
 
+// Resident blocks of `kernel` per multiprocessor at the block size geometry() picks.
+template <class K> int blocks_per_sm(K kernel, int64_t Cv) {
+  const int bx = int(std::min<int64_t>(kThreads, ((Cv + 31) / 32) * 32));
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int> cache;  // same on every device of one arch
+  const auto key = std::make_pair(reinterpret_cast<const void*>(kernel), bx);
+  {
+    std::lock_guard<std::mutex> g(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, bx, 0) != cudaSuccess || n <= 0) {
+    cudaGetLastError();
+    return 4;
+  }
+  std::lock_guard<std::mutex> g(mu);
+  cache[key] = n;
+  return n;
+}
+
+template <class T, int V, int ACT> Geometry bwd_geometry(const AmFast& p);
+
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+template <class T, int V, int ACT> Geometry bwd_geometry(const AmFast& p) {
+  return geometry(p.R, p.C, V, blocks_per_sm(am_bwd_k<T, V, ACT>, p.C / V));
+}
 
 template <class T>
 __global__ void am_fwd_generic_k(const T* x, View xv, const T* y, View yv, const T* b, View bv, T* out, View ov,
@@ -595,13 +630,15 @@ void am_forward_fast(DType dt, const AmFast& p, cudaStream_t s) {
   by_dtype(dt, [&](auto t) {
     using T = decltype(t);
     constexpr int V = 16 / sizeof(T);
-    const Geometry g = geometry(p.R, p.C, vec ? V : 1);
     by_act(p.act, [&](auto a) {
       constexpr int ACT = decltype(a)::value;
-      if (vec)
+      if (vec) {
+        const Geometry g = geometry(p.R, p.C, V, blocks_per_sm(am_fwd_k<T, V, ACT>, p.C / V));
         am_fwd_k<T, V, ACT><<<dim3(g.gx, g.gy), g.bx, 0, s>>>(p, g.Cv, g.rows_per_chunk);
-      else
+      } else {
+        const Geometry g = geometry(p.R, p.C, 1, blocks_per_sm(am_fwd_k<T, 1, ACT>, p.C));
         am_fwd_k<T, 1, ACT><<<dim3(g.gx, g.gy), g.bx, 0, s>>>(p, g.Cv, g.rows_per_chunk);
+      }
     });
   });
   DLF_LAUNCHED("add_mul_activation forward kernel");
@@ -609,8 +646,16 @@ void am_forward_fast(DType dt, const AmFast& p, cudaStream_t s) {
 
 size_t am_backward_workspace(DType dt, const AmFast& p) {
   const bool vec = am_vectorizable(dt, p);
-  const Geometry g = geometry(p.R, p.C, vec ? 16 / dsize(dt) : 1);
-  return size_t(g.gy) * size_t(p.C) * sizeof(float);
+  size_t chunks = 1;
+  by_dtype(dt, [&](auto t) {
+    using T = decltype(t);
+    constexpr int V = 16 / sizeof(T);
+    by_act(p.act, [&](auto a) {
+      constexpr int ACT = decltype(a)::value;
+      chunks = vec ? bwd_geometry<T, V, ACT>(p).gy : bwd_geometry<T, 1, ACT>(p).gy;
+    });
+  });
+  return chunks * size_t(p.C) * sizeof(float);
 }
 
 void am_backward_fast(DType dt, const AmFast& p, void* workspace, cudaStream_t s) {
@@ -621,14 +666,17 @@ void am_backward_fast(DType dt, const AmFast& p, void* workspace, cudaStream_t s
   by_dtype(dt, [&](auto t) {
     using T = decltype(t);
     constexpr int V = 16 / sizeof(T);
-    const Geometry g = geometry(p.R, p.C, vec ? V : 1);
-    nchunks = int(g.gy);
     by_act(p.act, [&](auto a) {
       constexpr int ACT = decltype(a)::value;
-      if (vec)
+      if (vec) {
+        const Geometry g = bwd_geometry<T, V, ACT>(p);
+        nchunks = int(g.gy);
         am_bwd_k<T, V, ACT><<<dim3(g.gx, g.gy), g.bx, 0, s>>>(p, g.Cv, g.rows_per_chunk, partial);
-      else
+      } else {
+        const Geometry g = bwd_geometry<T, 1, ACT>(p);
+        nchunks = int(g.gy);
         am_bwd_k<T, 1, ACT><<<dim3(g.gx, g.gy), g.bx, 0, s>>>(p, g.Cv, g.rows_per_chunk, partial);
+      }
     });
   });
   DLF_LAUNCHED("add_mul_activation backward kernel");

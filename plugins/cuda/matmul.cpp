@@ -13,6 +13,7 @@
 // Backward: dZ = where(out > 0 or NaN, grad_out, 0) by our kernel; grad_a = dZ b^T and
 // grad_b = a^T dZ by cuBLASLt straight into the gradients when nothing is reduced, else in
 // float into a temporary that our reduce_to kernel sums over the broadcast batch dims.
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -21,11 +22,13 @@
 
 namespace dlfuse_cuda {
 
-// Whether cuBLASLt's RELU epilogue maps NaN to NaN. Measured on the H100 (bench/cuda/README
-// and docs/performance.md): see the value and the evidence there. When false, relu runs in
-// our own pass after a BIAS epilogue.
+// Whether cuBLASLt's RELU epilogue maps NaN to NaN. Measured on the H100 with CUDA 13.0
+// (bench/cuda/bench_cuda.cpp probes it on every run, through cuBLASLt and through this
+// plugin; docs/performance.md has the numbers): it does, so relu runs in the epilogue. Build
+// with -DDLFUSE_CUDA_RELU_EPILOGUE_KEEPS_NAN=0 to run relu in our own NaN-keeping pass after
+// a BIAS epilogue instead (about 9% slower at 8192x4096x4096 bf16).
 #ifndef DLFUSE_CUDA_RELU_EPILOGUE_KEEPS_NAN
-#define DLFUSE_CUDA_RELU_EPILOGUE_KEEPS_NAN 0
+#define DLFUSE_CUDA_RELU_EPILOGUE_KEEPS_NAN 1
 #endif
 constexpr bool kReluEpilogueKeepsNaN = DLFUSE_CUDA_RELU_EPILOGUE_KEEPS_NAN != 0;
 
@@ -205,6 +208,30 @@ struct LtObjects {
   }
 };
 
+// Large GEMMs pick the fastest of cuBLASLt's first candidates once per problem key (timed
+// with events on the call's stream: the host waits for that stream once, never for the
+// device). Not while the stream is being captured into a graph, not when D is also an input
+// (beta != 0). DLFUSE_CUDA_AUTOTUNE=0 keeps the heuristic's first answer.
+constexpr int kAutotuneCandidates = 8;
+constexpr double kAutotuneMinFlops = 8.0e9;
+
+bool autotune_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("DLFUSE_CUDA_AUTOTUNE");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
+bool capturing(cudaStream_t s) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &st) != cudaSuccess) {
+    cudaGetLastError();
+    return true;  // unsure: do not time
+  }
+  return st != cudaStreamCaptureStatusNone;
+}
+
 template <class T> void put(std::string& key, const T& v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); }
 
 // Runs the GEMM; false when cuBLASLt has no algorithm for these layouts.
@@ -288,9 +315,44 @@ bool run_gemm(const Gemm& g, DeviceState& ds, cudaStream_t stream) {
     DLF_LT(cublasLtMatmulPreferenceSetAttribute(o.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &b32, sizeof b32));
     DLF_LT(cublasLtMatmulPreferenceSetAttribute(o.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &d32, sizeof d32));
     DLF_LT(cublasLtMatmulPreferenceSetAttribute(o.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &d32, sizeof d32));
+    const double flops = 2.0 * double(m) * double(n) * double(k) * double(bp.inner);
+    const bool tune = autotune_enabled() && g.beta == 0.f && flops >= kAutotuneMinFlops && !capturing(stream);
+    cublasLtMatmulHeuristicResult_t cands[kAutotuneCandidates];
     int found = 0;
-    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(ds.lt, o.desc, o.a, o.b, o.c, o.d, o.pref, 1, &res, &found);
+    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(ds.lt, o.desc, o.a, o.b, o.c, o.d, o.pref,
+                                                             tune ? kAutotuneCandidates : 1, cands, &found);
     if (hs != CUBLAS_STATUS_SUCCESS || found == 0) return false;
+    res = cands[0];
+    if (tune && found > 1) {
+      // Time each candidate on the first batch instance; D is written, then overwritten below.
+      const float one = 1.f, zero = 0.f;
+      cudaEvent_t e0 = nullptr, e1 = nullptr;
+      DLF_CUDA(cudaEventCreate(&e0));
+      DLF_CUDA(cudaEventCreate(&e1));
+      float best = 1e30f;
+      for (int c = 0; c < found; ++c) {
+        auto call = [&] {
+          return cublasLtMatmul(ds.lt, o.desc, &one, MA.base, o.a, MB.base, o.b, &zero, g.D.base, o.c, g.D.base, o.d,
+                                &cands[c].algo, ws.ptr(), ws.size(), stream);
+        };
+        if (call() != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; a refused candidate is skipped
+        cudaEventRecord(e0, stream);
+        bool ok = true;
+        for (int r = 0; r < 2 && ok; ++r) ok = call() == CUBLAS_STATUS_SUCCESS;
+        cudaEventRecord(e1, stream);
+        float ms = 0.f;
+        if (!ok || cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
+          cudaGetLastError();
+          continue;
+        }
+        if (ms < best) {
+          best = ms;
+          res = cands[c];
+        }
+      }
+      cudaEventDestroy(e0);
+      cudaEventDestroy(e1);
+    }
     std::lock_guard<std::mutex> lk(ds.algo_mu);
     ds.algos.emplace(key, res);
   }
