@@ -236,10 +236,13 @@ inline dnnl::memory mem(State& st, const dnnl::memory::desc& md, const void* dat
   return dnnl::memory(md, st.engine, const_cast<void*>(data));
 }
 
-// The attributes every primitive of the plugin uses: user scratchpad, exact fp32.
+// The attributes every primitive of the plugin uses: a user scratchpad (oneDNN's library
+// scratchpad is shared between primitives and not safe for concurrent calls from many
+// threads) and strict fp32 math (no implicit down-conversion; ALLOW_TF32 is ignored on CPU).
 inline dnnl::primitive_attr base_attr() {
   dnnl::primitive_attr a;
   a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  a.set_fpmath_mode(dnnl::fpmath_mode::strict);
   return a;
 }
 
