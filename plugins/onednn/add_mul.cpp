@@ -132,6 +132,46 @@ void forward_generic(const View& x, const View& y, const View& bias, const View&
   }
 }
 
+constexpr int64_t kTile = 16384;  // elements per tile: 64 KiB per float stream, L2 resident
+constexpr int64_t kStreamBytes = int64_t(16) << 20;  // outputs above this use streaming stores
+
+// relu and identity: the plugin's own one-pass loop, tiles spread over the OpenMP threads.
+// oneDNN's relu post-op maps NaN to 0 and the NaN-keeping elu+linear pair costs a exp per
+// element (measured ~30% slower on 16384x8192, docs/performance.md); this loop reads x, y
+// (and bias) once and writes out once, with streaming stores for large outputs.
+bool forward_own(const View& x, const View& y, const View& bias, const View& out, int act, float mult) {
+  const std::vector<int64_t>& shape = out.shape;
+  const int r = out.rank();
+  if (act != DLFUSE_ACT_RELU && act != DLFUSE_ACT_IDENTITY) return false;
+  if (r == 0 || !is_compact(out) || !full_compact(x, shape) || !full_compact(y, shape)) return false;
+  const BiasKind bk = bias_kind(bias, shape);
+  if (bk == BiasKind::kOther) return false;
+  const int64_t n = shape[r - 1], total = out.numel();
+  const bool nt = total * int64_t(sizeof(float)) > kStreamBytes;
+  const int64_t ntiles = (total + kTile - 1) / kTile;
+  const int nthr = total > (1 << 15) ? omp_get_max_threads() : 1;
+#pragma omp parallel num_threads(nthr)
+  {
+    Buffer buf{size_t(kTile)};
+#pragma omp for schedule(static)
+    for (int64_t tile = 0; tile < ntiles; ++tile) {
+      const int64_t e0 = tile * kTile, len = std::min(kTile, total - e0);
+      // In place (out == x) is safe: a tile of x is read into buf before out is written.
+      float* dst = nt ? buf.get() : out.data + e0;
+      for (int64_t s = 0; s < len;) {
+        const int64_t col = (e0 + s) % n, seg = std::min(len - s, n - col);
+        const float* bseg = bk == BiasKind::kRow ? bias.data + col : bk == BiasKind::kScalar ? bias.data : bias.data + e0 + s;
+        loops::add_mul(dst + s, x.data + e0 + s, bseg, bk == BiasKind::kScalar, y.data + e0 + s, mult, seg);
+        s += seg;
+      }
+      if (act == DLFUSE_ACT_RELU) loops::relu_inplace(dst, len);
+      if (nt) loops::stream_copy(out.data + e0, dst, len);
+    }
+    if (nt) loops::store_fence();
+  }
+  return true;
+}
+
 bool forward_onednn(State& st, const View& x, const View& y, const View& bias, const View& out, int act, float mult) {
   const std::vector<int64_t>& shape = out.shape;
   const int r = out.rank();
@@ -222,8 +262,6 @@ void backward_generic(const View& g, const View& x, const View& y, const View& b
   }
 }
 
-constexpr int64_t kTile = 16384;  // elements per tile: 64 KiB per float stream, L2 resident
-
 bool backward_tiled(State& st, const View& g, const View& x, const View& y, const View& bias, const View* gx,
                     const View* gy, const View* gb, int act, float mult) {
   const std::vector<int64_t>& shape = g.shape;
@@ -255,6 +293,7 @@ bool backward_tiled(State& st, const View& g, const View& x, const View& y, cons
     p_tail = tail == std::min(kTile, total) ? p_full : eltwise_bwd(tail);
   }
   const int64_t gbn = bk == BiasKind::kRow ? n : bk == BiasKind::kScalar ? 1 : 0;
+  const bool nt = total * int64_t(sizeof(float)) > kStreamBytes;
   const int nthr = total > (1 << 15) ? omp_get_max_threads() : 1;
   std::vector<double> partial(gb ? size_t(nthr) * size_t(gbn) : 0, 0.0);
   const float* bp = bias.data;
@@ -295,8 +334,16 @@ bool backward_tiled(State& st, const View& g, const View& x, const View& y, cons
       } else {
         std::memcpy(dpre, gp, size_t(len) * sizeof(float));
       }
-      if (gx) std::memcpy(gx->data + e0, dpre, size_t(len) * sizeof(float));
-      if (gy) loops::scale(gy->data + e0, dpre, mult, len);
+      if (gx) {
+        if (nt) loops::stream_copy(gx->data + e0, dpre, len);
+        else std::memcpy(gx->data + e0, dpre, size_t(len) * sizeof(float));
+      }
+      if (gy && nt) {
+        loops::scale(pre, dpre, mult, len);  // pre is free again
+        loops::stream_copy(gy->data + e0, pre, len);
+      } else if (gy) {
+        loops::scale(gy->data + e0, dpre, mult, len);
+      }
       if (gb && bk == BiasKind::kFull) std::memcpy(gb->data + e0, dpre, size_t(len) * sizeof(float));
       if (acc && bk == BiasKind::kRow) {
         for (int64_t s = 0; s < len;) {
@@ -308,6 +355,7 @@ bool backward_tiled(State& st, const View& g, const View& x, const View& y, cons
         acc[0] += loops::sum(dpre, len);
       }
     }
+    if (nt) loops::store_fence();
   }
   if (error) std::rethrow_exception(error);
   if (gb && gbn) {
@@ -334,7 +382,7 @@ dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_
     Buffer bx, by, bb, bo;
     const View x = input_f32(in[0], s, bx), y = input_f32(in[1], s, by), bias = input_f32(in[2], s, bb);
     const View out = output_f32(args->outputs[0], s, bo);
-    if (out.numel() > 0 && !forward_onednn(st, x, y, bias, out, act, mult))
+    if (out.numel() > 0 && !forward_own(x, y, bias, out, act, mult) && !forward_onednn(st, x, y, bias, out, act, mult))
       forward_generic(x, y, bias, out, act, mult);
     store_output(out, args->outputs[0], s);
     return DLFUSE_STATUS_OK;

@@ -5,13 +5,18 @@
 // runtimes it is instrumented for, and crashes the TSan build.)
 #include "loops.h"
 
+#include <immintrin.h>
+
+#include <cstdint>
 #include <cstring>
 
 namespace dlfuse_onednn {
 namespace loops {
 namespace avx2 {
 #define DLFUSE_LOOP_ATTR __attribute__((target("avx2")))
+#define DLFUSE_LOOP_AVX2 1
 #include "loops_impl.inc"
+#undef DLFUSE_LOOP_AVX2
 #undef DLFUSE_LOOP_ATTR
 }  // namespace avx2
 namespace base {
@@ -42,6 +47,13 @@ void accumulate(double* acc, const float* v, int64_t n) {
 double sum(const float* v, int64_t n) { return has_avx2() ? avx2::sum(v, n) : base::sum(v, n); }
 void bf16_to_f32(float* dst, const uint16_t* src, int64_t n) {
   has_avx2() ? avx2::bf16_to_f32(dst, src, n) : base::bf16_to_f32(dst, src, n);
+}
+void relu_inplace(float* v, int64_t n) { has_avx2() ? avx2::relu_inplace(v, n) : base::relu_inplace(v, n); }
+void stream_copy(float* dst, const float* src, int64_t n) {
+  has_avx2() ? avx2::stream_copy(dst, src, n) : base::stream_copy(dst, src, n);
+}
+void store_fence() {
+  if (has_avx2()) _mm_sfence();
 }
 void f32_to_bf16(uint16_t* dst, const float* src, int64_t n) {
   has_avx2() ? avx2::f32_to_bf16(dst, src, n) : base::f32_to_bf16(dst, src, n);

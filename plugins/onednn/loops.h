@@ -14,6 +14,12 @@ void relu_select(float* dst, const float* p, const float* g, int64_t n);
 void scale(float* dst, const float* src, float m, int64_t n);
 void accumulate(double* acc, const float* v, int64_t n);
 double sum(const float* v, int64_t n);
+// v = relu(v) in place, NaN kept.
+void relu_inplace(float* v, int64_t n);
+// dst = src with streaming (non-temporal) stores; call store_fence() before the data is
+// handed to another thread or back to the caller.
+void stream_copy(float* dst, const float* src, int64_t n);
+void store_fence();
 void bf16_to_f32(float* dst, const uint16_t* src, int64_t n);
 void f32_to_bf16(uint16_t* dst, const float* src, int64_t n);
 
