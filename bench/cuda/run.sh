@@ -3,7 +3,7 @@
 # dlfuse C API next to cuBLASLt and PyTorch (eager, torch._addmm_activation, torch.compile)
 # in the same run, and writes a ratio table (report.md) plus JSON/CSV to $OUT.
 #
-#   bash bench/cuda/run.sh            # everything (about 10 minutes on an H100)
+#   bash bench/cuda/run.sh            # everything (about 6 minutes on an H100)
 #   bash bench/cuda/run.sh check      # build + conformance (+ compute-sanitizer) + quick bench
 #   bash bench/cuda/run.sh bench      # build + conformance + full bench + torch peers + report
 #
@@ -46,7 +46,7 @@ DLFUSE_CUDA_REQUIRE_GPU=1 cmake -DCLI="$B/bin/dlfuse" -DPLUGIN="$PLUGIN" \
 grep -E "^FAIL|passed, " "$OUT/conform.txt" | head -60 || true
 echo "conformance rc=$conform_rc"
 
-if [ "$MODE" = check ]; then
+if [ "$MODE" != bench ]; then
   if command -v compute-sanitizer >/dev/null; then
     timeout 240 compute-sanitizer --tool memcheck --print-limit 20 "$B/bin/dlfuse" conform "$PLUGIN" --dtype bfloat16 \
       >"$OUT/memcheck.txt" 2>&1 && echo "memcheck rc=0" || echo "memcheck rc=$?"

@@ -35,8 +35,14 @@ struct DeviceState {
   std::mutex ws_mu;
   std::map<cudaStream_t, std::unique_ptr<StreamWorkspace>> ws;
 
+  // cuBLASLt's chosen algorithm per problem key; relu_unsafe: every candidate's RELU
+  // epilogue turned NaN into 0, so relu runs in our own pass for this problem.
+  struct Algo {
+    cublasLtMatmulHeuristicResult_t res;
+    bool relu_unsafe;
+  };
   std::mutex algo_mu;
-  std::unordered_map<std::string, cublasLtMatmulHeuristicResult_t> algos;
+  std::unordered_map<std::string, Algo> algos;
 };
 
 struct State {

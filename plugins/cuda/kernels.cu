@@ -320,10 +320,12 @@ __device__ __forceinline__ void load_hoisted(Pack<T, V>& p, const void* ptr, int
 }
 
 template <class T, int V, int ACT>
-__global__ void __launch_bounds__(kThreads) am_fwd_k(AmFast p, int64_t Cv_, int64_t rows_per_chunk) {
+__global__ void __launch_bounds__(kThreads) am_fwd_k(AmFast p, int64_t Cv_, int64_t /*rows_per_chunk*/) {
   const int64_t cv = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (cv >= Cv_) return;
-  const int64_t r0 = blockIdx.y * rows_per_chunk, r1 = min(p.R, r0 + rows_per_chunk);
+  // Rows interleave over blockIdx.y: at any moment the grid works on a band of consecutive
+  // whole rows, which keeps DRAM accesses local (chunked row ranges measured 5% slower).
+  const int64_t step = gridDim.y;
   Pack<T, V> hx, hy, hb;
   load_hoisted(hx, p.x, p.xm, cv);
   load_hoisted(hy, p.y, p.ym, cv);
@@ -333,12 +335,12 @@ __global__ void __launch_bounds__(kThreads) am_fwd_k(AmFast p, int64_t Cv_, int6
   const T* b = static_cast<const T*>(p.b);
   T* out = static_cast<T*>(p.out);
   constexpr int U = V >= 8 ? 1 : kUnroll;  // 16-bit data: 8 elements a vector already
-  for (int64_t r = r0; r < r1; r += U) {
+  for (int64_t r = blockIdx.y; r < p.R; r += U * step) {
     Pack<T, V> xs[U], ys[U], bs[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      if (r + u < r1) {
-        const int64_t off = (r + u) * p.C + cv * V;
+      if (r + u * step < p.R) {
+        const int64_t off = (r + u * step) * p.C + cv * V;
         if (p.xm == kFull) xs[u].load(x + off); else xs[u] = hx;
         if (p.ym == kFull) ys[u].load(y + off); else ys[u] = hy;
         if (p.bm == kFull) bs[u].load(b + off); else bs[u] = hb;
@@ -346,21 +348,21 @@ __global__ void __launch_bounds__(kThreads) am_fwd_k(AmFast p, int64_t Cv_, int6
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      if (r + u < r1) {
+      if (r + u * step < p.R) {
         Pack<T, V> o;
 #pragma unroll
         for (int j = 0; j < V; ++j) o.f[j] = act_fwd(ACT, (xs[u].f[j] + bs[u].f[j]) + p.mult * ys[u].f[j]);
-        o.store(out + (r + u) * p.C + cv * V);
+        o.store(out + (r + u * step) * p.C + cv * V);
       }
     }
   }
 }
 
 template <class T, int V, int ACT>
-__global__ void __launch_bounds__(kThreads) am_bwd_k(AmFast p, int64_t Cv_, int64_t rows_per_chunk, float* partial) {
+__global__ void __launch_bounds__(kThreads) am_bwd_k(AmFast p, int64_t Cv_, int64_t /*rows_per_chunk*/, float* partial) {
   const int64_t cv = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (cv >= Cv_) return;
-  const int64_t r0 = blockIdx.y * rows_per_chunk, r1 = min(p.R, r0 + rows_per_chunk);
+  const int64_t step = gridDim.y;  // interleaved rows, as in am_fwd_k
   Pack<T, V> hx, hy, hb, hg;
   load_hoisted(hx, p.x, p.xm, cv);
   load_hoisted(hy, p.y, p.ym, cv);
@@ -379,12 +381,12 @@ __global__ void __launch_bounds__(kThreads) am_bwd_k(AmFast p, int64_t Cv_, int6
 #pragma unroll
   for (int j = 0; j < V; ++j) sum[j] = 0.f;
   constexpr int U = V >= 8 ? 1 : kUnroll;
-  for (int64_t r = r0; r < r1; r += U) {
+  for (int64_t r = blockIdx.y; r < p.R; r += U * step) {
     Pack<T, V> xs[U], ys[U], bs[U], gs[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      if (r + u < r1) {
-        const int64_t off = (r + u) * p.C + cv * V;
+      if (r + u * step < p.R) {
+        const int64_t off = (r + u * step) * p.C + cv * V;
         if (p.xm == kFull) xs[u].load(x + off); else xs[u] = hx;
         if (p.ym == kFull) ys[u].load(y + off); else ys[u] = hy;
         if (p.bm == kFull) bs[u].load(b + off); else bs[u] = hb;
@@ -393,8 +395,8 @@ __global__ void __launch_bounds__(kThreads) am_bwd_k(AmFast p, int64_t Cv_, int6
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      if (r + u < r1) {
-        const int64_t off = (r + u) * p.C + cv * V;
+      if (r + u * step < p.R) {
+        const int64_t off = (r + u * step) * p.C + cv * V;
         Pack<T, V> d, dy;
 #pragma unroll
         for (int j = 0; j < V; ++j) {

@@ -9,10 +9,12 @@
 //
 // Forward: bias [N] (or [M, 1] for a transposed output) goes through the BIAS epilogue; any
 // other bias is broadcast into the output first and added with beta = 1. relu runs in the
-// epilogue only when kReluEpilogueKeepsNaN (see below), else in a separate NaN-keeping pass.
+// epilogue when the chosen kernel keeps NaN (checked, see below), else in our own pass.
 // Backward: dZ = where(out > 0 or NaN, grad_out, 0) by our kernel; grad_a = dZ b^T and
 // grad_b = a^T dZ by cuBLASLt straight into the gradients when nothing is reduced, else in
 // float into a temporary that our reduce_to kernel sums over the broadcast batch dims.
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -22,16 +24,12 @@
 
 namespace dlfuse_cuda {
 
-// Whether cuBLASLt's RELU epilogue maps NaN to NaN. Measured on the H100 with CUDA 13.0
-// (bench/cuda/bench_cuda.cpp probes it on every run, through cuBLASLt and through this
-// plugin; docs/performance.md has the numbers): it does, so relu runs in the epilogue. Build
-// with -DDLFUSE_CUDA_RELU_EPILOGUE_KEEPS_NAN=0 to run relu in our own NaN-keeping pass after
-// a BIAS epilogue instead (about 9% slower at 8192x4096x4096 bf16).
-#ifndef DLFUSE_CUDA_RELU_EPILOGUE_KEEPS_NAN
-#define DLFUSE_CUDA_RELU_EPILOGUE_KEEPS_NAN 1
-#endif
-constexpr bool kReluEpilogueKeepsNaN = DLFUSE_CUDA_RELU_EPILOGUE_KEEPS_NAN != 0;
-
+// cuBLASLt's RELU epilogue is not NaN-faithful on every kernel: measured on the H100 with
+// CUDA 13.0, some kernels keep relu(NaN) = NaN and some return 0 (float32 4096x1024x1024
+// did, bench/cuda/bench_cuda.cpp probes it on every run). So the algorithm chosen for a
+// RELU epilogue is checked once per problem: it runs on a zero-filled copy of the problem
+// with one NaN in A, and must give NaN in D. If no candidate does, relu runs in our own
+// NaN-keeping pass after a BIAS epilogue for that problem.
 namespace {
 
 cudaDataType_t cuda_type(DType dt) {
@@ -234,12 +232,20 @@ bool capturing(cudaStream_t s) {
 
 template <class T> void put(std::string& key, const T& v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); }
 
-// Runs the GEMM; false when cuBLASLt has no algorithm for these layouts.
-bool run_gemm(const Gemm& g, DeviceState& ds, cudaStream_t stream) {
+enum class GemmStatus { kOk, kNoAlgo, kReluUnsafe };
+
+// Elements a cuBLASLt layout touches (rows x cols, ld, `count` instances `stride` apart).
+int64_t extent(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t count) {
+  return (cols - 1) * ld + rows + (count > 1 ? stride * (count - 1) : 0);
+}
+
+// Runs the GEMM; kNoAlgo when cuBLASLt has no algorithm for these layouts, kReluUnsafe when
+// a RELU epilogue was asked for and no candidate keeps NaN (nothing was enqueued then).
+GemmStatus run_gemm(const Gemm& g, DeviceState& ds, cudaStream_t stream) {
   const Lay lx = classify(g.X.R, g.X.C, g.X.sr, g.X.sc);
   const Lay ly = classify(g.Y.R, g.Y.C, g.Y.sr, g.Y.sc);
   const Lay ld = classify(g.D.R, g.D.C, g.D.sr, g.D.sc);
-  if (!lx.ok || !ly.ok || !ld.ok) return false;
+  if (!lx.ok || !ly.ok || !ld.ok) return GemmStatus::kNoAlgo;
   // D row-major: cuBLASLt computes D^T (C x R) = Y^T X^T; column-major: D = X Y.
   const LtOperand A = ld.row ? lt_operand(g.Y, ly, true) : lt_operand(g.X, lx, false);
   const LtOperand B = ld.row ? lt_operand(g.X, lx, true) : lt_operand(g.Y, ly, false);
@@ -251,7 +257,7 @@ bool run_gemm(const Gemm& g, DeviceState& ds, cudaStream_t stream) {
   std::vector<const std::vector<int64_t>*> strides = {&MA.bs, &MB.bs, &g.D.bs};
   if (g.bias) strides.push_back(&g.bias_bs);
   const Batch bp = plan_batch(g.batch_shape, strides);
-  if (bp.inner > INT32_MAX) return false;
+  if (bp.inner > INT32_MAX) return GemmStatus::kNoAlgo;
   const int64_t sa = inner_stride(bp, MA.bs), sb = inner_stride(bp, MB.bs), sd = inner_stride(bp, g.D.bs);
   const int64_t sbias = g.bias ? inner_stride(bp, g.bias_bs) : 0;
   // Outer strides also shift the start addresses: alignment covers them.
@@ -302,7 +308,8 @@ bool run_gemm(const Gemm& g, DeviceState& ds, cudaStream_t stream) {
     std::lock_guard<std::mutex> lk(ds.algo_mu);
     auto it = ds.algos.find(key);
     if (it != ds.algos.end()) {
-      res = it->second;
+      if (it->second.relu_unsafe) return GemmStatus::kReluUnsafe;
+      res = it->second.res;
       cached = true;
     }
   }
@@ -316,20 +323,24 @@ bool run_gemm(const Gemm& g, DeviceState& ds, cudaStream_t stream) {
     DLF_LT(cublasLtMatmulPreferenceSetAttribute(o.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &d32, sizeof d32));
     DLF_LT(cublasLtMatmulPreferenceSetAttribute(o.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &d32, sizeof d32));
     const double flops = 2.0 * double(m) * double(n) * double(k) * double(bp.inner);
-    const bool tune = autotune_enabled() && g.beta == 0.f && flops >= kAutotuneMinFlops && !capturing(stream);
+    const bool capt = capturing(stream);
+    const bool tune = autotune_enabled() && g.beta == 0.f && flops >= kAutotuneMinFlops && !capt;
+    // Probing a RELU epilogue waits for the stream: impossible while it is being captured.
+    if (g.relu && capt) return GemmStatus::kReluUnsafe;
     cublasLtMatmulHeuristicResult_t cands[kAutotuneCandidates];
     int found = 0;
     const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(ds.lt, o.desc, o.a, o.b, o.c, o.d, o.pref,
-                                                             tune ? kAutotuneCandidates : 1, cands, &found);
-    if (hs != CUBLAS_STATUS_SUCCESS || found == 0) return false;
-    res = cands[0];
+                                                             tune || g.relu ? kAutotuneCandidates : 1, cands, &found);
+    if (hs != CUBLAS_STATUS_SUCCESS || found == 0) return GemmStatus::kNoAlgo;
+    std::vector<std::pair<float, int>> order;  // (time, candidate), fastest first
+    for (int c = 0; c < found; ++c) order.emplace_back(float(c), c);  // heuristic order
     if (tune && found > 1) {
       // Time each candidate on the first batch instance; D is written, then overwritten below.
       const float one = 1.f, zero = 0.f;
       cudaEvent_t e0 = nullptr, e1 = nullptr;
       DLF_CUDA(cudaEventCreate(&e0));
       DLF_CUDA(cudaEventCreate(&e1));
-      float best = 1e30f;
+      order.clear();
       for (int c = 0; c < found; ++c) {
         auto call = [&] {
           return cublasLtMatmul(ds.lt, o.desc, &one, MA.base, o.a, MB.base, o.b, &zero, g.D.base, o.c, g.D.base, o.d,
@@ -345,16 +356,71 @@ bool run_gemm(const Gemm& g, DeviceState& ds, cudaStream_t stream) {
           cudaGetLastError();
           continue;
         }
-        if (ms < best) {
-          best = ms;
-          res = cands[c];
-        }
+        order.emplace_back(ms, c);
       }
       cudaEventDestroy(e0);
       cudaEventDestroy(e1);
+      std::sort(order.begin(), order.end());
+      if (order.empty()) order.emplace_back(0.f, 0);
+    }
+    int chosen = order.front().second;
+    if (g.relu) {
+      // The NaN probe: zeros everywhere, A's first element NaN, so D's first element must be NaN.
+      const int64_t cnt = bp.inner;
+      const int64_t ea = extent(A.rows, A.cols, A.ld, sa, cnt), eb = extent(B.rows, B.cols, B.ld, sb, cnt);
+      const int64_t ed = extent(m, n, ld.ld, sd, cnt), ebias = g.bias ? m + (cnt > 1 ? sbias * (cnt - 1) : 0) : 0;
+      Temp pa(ds, size_t(ea) * in_es, stream), pb(ds, size_t(eb) * in_es, stream);
+      Temp pd(ds, size_t(ed) * out_es, stream), pbias(ds, size_t(ebias) * out_es, stream);
+      chosen = -1;
+      for (const auto& tc : order) {
+        const int c = tc.second;
+        DLF_CUDA(cudaMemsetAsync(pa.get(), 0, size_t(ea) * in_es, stream));
+        DLF_CUDA(cudaMemsetAsync(pb.get(), 0, size_t(eb) * in_es, stream));
+        DLF_CUDA(cudaMemsetAsync(pd.get(), 0, size_t(ed) * out_es, stream));
+        if (ebias) DLF_CUDA(cudaMemsetAsync(pbias.get(), 0, size_t(ebias) * out_es, stream));
+        static const float kNanF = std::nanf("");
+        static const uint16_t kNanBF = 0x7fc0, kNanH = 0x7e00;
+        const void* nanp = g.in == DType::kF32 ? static_cast<const void*>(&kNanF)
+                                                : g.in == DType::kBF16 ? static_cast<const void*>(&kNanBF) : &kNanH;
+        DLF_CUDA(cudaMemcpyAsync(pa.get(), nanp, size_t(in_es), cudaMemcpyHostToDevice, stream));
+        if (g.bias) {
+          const void* pb0 = pbias.get();
+          DLF_LT(cublasLtMatmulDescSetAttribute(o.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &pb0, sizeof pb0));
+        }
+        const float one = 1.f, beta0 = g.beta;
+        const cublasStatus_t st = cublasLtMatmul(ds.lt, o.desc, &one, pa.get(), o.a, pb.get(), o.b, &beta0, pd.get(), o.c,
+                                                 pd.get(), o.d, &cands[c].algo, ws.ptr(), ws.size(), stream);
+        if (g.bias) {
+          const void* pb0 = g.bias;
+          DLF_LT(cublasLtMatmulDescSetAttribute(o.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &pb0, sizeof pb0));
+        }
+        if (st != CUBLAS_STATUS_SUCCESS) continue;
+        unsigned char first[4] = {0, 0, 0, 0};
+        DLF_CUDA(cudaMemcpyAsync(first, pd.get(), size_t(out_es), cudaMemcpyDeviceToHost, stream));
+        DLF_CUDA(cudaStreamSynchronize(stream));
+        bool is_nan = false;
+        if (out_es == 4) {
+          float f;
+          std::memcpy(&f, first, 4);
+          is_nan = std::isnan(f);
+        } else {
+          uint16_t h;
+          std::memcpy(&h, first, 2);
+          is_nan = g.out == DType::kBF16 ? ((h & 0x7f80u) == 0x7f80u && (h & 0x7fu)) : ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu));
+        }
+        if (is_nan) {
+          chosen = c;
+          break;
+        }
+      }
     }
     std::lock_guard<std::mutex> lk(ds.algo_mu);
-    ds.algos.emplace(key, res);
+    if (chosen < 0) {
+      ds.algos.emplace(key, DeviceState::Algo{cands[0], true});
+      return GemmStatus::kReluUnsafe;
+    }
+    res = cands[chosen];
+    ds.algos.emplace(key, DeviceState::Algo{res, false});
   }
 
   const float alpha = 1.f, beta = g.beta;
@@ -386,17 +452,22 @@ bool run_gemm(const Gemm& g, DeviceState& ds, cudaStream_t stream) {
       idx[size_t(d)] = 0;
     }
   }
-  return true;
+  return GemmStatus::kOk;
 }
 
 // Runs g; when cuBLASLt refuses the layouts, gathers X and Y into compact temporaries and
-// retries (D is always expressible: callers give a compact temporary otherwise).
-void gemm(Gemm g, DeviceState& ds, cudaStream_t s) {
-  if (run_gemm(g, ds, s)) return;
+// retries (D is always expressible: callers give a compact temporary otherwise). Returns
+// false, having enqueued nothing, when g.relu and no NaN-keeping RELU epilogue exists.
+bool gemm(Gemm g, DeviceState& ds, cudaStream_t s) {
+  GemmStatus st = run_gemm(g, ds, s);
+  if (st == GemmStatus::kOk) return true;
+  if (st == GemmStatus::kReluUnsafe) return false;
   Temp tx(ds, 0, s), ty(ds, 0, s);
   g.X = gather(g.X, g.batch_shape, g.in, tx, ds, s);
   g.Y = gather(g.Y, g.batch_shape, g.in, ty, ds, s);
-  if (run_gemm(g, ds, s)) return;
+  st = run_gemm(g, ds, s);
+  if (st == GemmStatus::kOk) return true;
+  if (st == GemmStatus::kReluUnsafe) return false;
   throw Error(DLFUSE_STATUS_UNSUPPORTED,
               "cuBLASLt has no algorithm for this matmul (M=" + std::to_string(g.D.R) + ", N=" + std::to_string(g.D.C) +
                   ", K=" + std::to_string(g.X.C) + ")");
@@ -491,9 +562,11 @@ dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* 
       copy_view(cx.dt, base_of(bias), view_over(bias, oshape), D.base, dview, 0, s);
       g.beta = 1.f;
     }
-    g.relu = kReluEpilogueKeepsNaN;
-    gemm(g, ds, s);
-    if (!kReluEpilogueKeepsNaN) {
+    g.relu = true;
+    if (!gemm(g, ds, s)) {
+      // No NaN-keeping RELU epilogue for this problem: bias-only epilogue, then our relu.
+      g.relu = false;
+      gemm(g, ds, s);
       const View cvw = compact_view(oshape.data(), rank);
       bool compact = D.sc == 1 && (M == 1 || D.sr == N);
       for (int d = 0; d < nb; ++d) compact = compact && (oshape[size_t(d)] == 1 || D.bs[size_t(d)] == cvw.stride[d]);
