@@ -63,18 +63,20 @@ def main():
     def ms(case, path):
         return res.get(case, {}).get(path, (None,))[0]
 
-    hdr = f"{'case':40s} {'oneDNN ms':>10s} {'dlfuse ms':>10s} {'NumPy ms':>10s} {'dlfuse/oneDNN speed':>20s} {'dlfuse vs NumPy':>16s}"
+    hdr = (f"{'case':40s} {'oneDNN ms':>10s} {'dlfuse ms':>10s} {'NumPy ms':>10s} "
+           f"{'dlfuse/oneDNN':>14s} {'(min)':>7s} {'vs NumPy':>9s} {'(min)':>7s}")
     print(hdr)
     print("-" * len(hdr))
     for case in res:
+        p = res[case]
         o, d, n = ms(case, "onednn"), ms(case, "dlfuse"), ms(case, "numpy")
         f = lambda v: f"{v:10.3f}" if v is not None else f"{'-':>10s}"
-        r1 = f"{o / d:19.1%} " if o and d else f"{'-':>20s}"
-        r2 = f"{n / d:15.2f}x" if n and d else f"{'-':>16s}"
+        r1 = f"{o / d:14.1%} {p['onednn'][1] / p['dlfuse'][1]:7.1%}" if o and d else f"{'-':>14s} {'-':>7s}"
+        r2 = f"{n / d:8.2f}x {p['numpy'][1] / p['dlfuse'][1]:6.2f}x" if n and d else f"{'-':>9s} {'-':>7s}"
         print(f"{case:40s} {f(o)} {f(d)} {f(n)} {r1} {r2}")
     reps = {c: max(v[2] for v in p.values()) for c, p in res.items()}
     print(f"# medians of {min(reps.values()) if reps else 0}..{max(reps.values()) if reps else 0} reps per case; "
-          "speed ratio = oneDNN time / dlfuse time")
+          "ratios = other time / dlfuse time (>100% / >1x: dlfuse faster), of medians and of minima")
 
 
 if __name__ == "__main__":
