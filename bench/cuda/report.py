@@ -54,6 +54,15 @@ for (op, dt, sh) in keys:
     tg, te, ta, tc = (ms(op, dt, sh, i) for i in ("torch_gemm_only", "torch_eager", "torch_addmm_activation", "torch_compile"))
     print(f"| {dt} | {sh} | {fmt(d)} | {fmt(g)} | {fmt(gt)} | {fmt(e)} | {fmt(tg)} | {fmt(te)} | {fmt(ta)} | {fmt(tc)} | "
           f"{ratio(d, g)} | {ratio(d, gt)} | {ratio(d, tg)} | {ratio(d, te)} | {ratio(d, ta)} | {ratio(d, tc)} |")
+print("\n## matmul_add_relu forward, do_bench method (L2 flushed before each call, calls timed alone, implementations interleaved; us)\n")
+print("| dtype | MxKxN | dlfuse | cuBLASLt GEMM | cuBLASLt GEMM tuned | cuBLASLt RELU_BIAS | torch GEMM | _addmm_activation | /Lt GEMM | /Lt GEMM tuned | /torch GEMM | /_addmm_act |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+for (op, dt, sh) in keys:
+    if op != "matmul_add_relu.fwd.flushed":
+        continue
+    d, g, gt, e = (ms(op, dt, sh, i) for i in ("dlfuse_cuda", "cublaslt_gemm_only", "cublaslt_gemm_only_tuned", "cublaslt_relu_bias_epilogue"))
+    tg, ta = ms("matmul_add_relu.fwd", dt, sh, "torch_gemm_only"), ms("matmul_add_relu.fwd", dt, sh, "torch_addmm_activation")
+    print(f"| {dt} | {sh} | {fmt(d)} | {fmt(g)} | {fmt(gt)} | {fmt(e)} | {fmt(tg)} | {fmt(ta)} | {ratio(d, g)} | {ratio(d, gt)} | {ratio(d, tg)} | {ratio(d, ta)} |")
 print("\n## matmul_add_relu backward (grad_a, grad_b, grad_bias from a saved out; us)\n")
 print("| dtype | MxKxN | dlfuse | torch eager | torch compile | /eager | /compile |")
 print("|---|---|---|---|---|---|---|")

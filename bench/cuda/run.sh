@@ -35,10 +35,10 @@ fi
 
 cmake -S "$ROOT" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLFUSE_WITH_CUDA=ON \
   -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES=90 -DDLFUSE_WITH_ONEDNN=OFF \
-  -DDLFUSE_WITH_OPENCL=OFF -DDLFUSE_BUILD_TESTS=OFF -DDLPACK_INCLUDE_DIR="$DLINC" >"$OUT/build.log" 2>&1
-cmake --build "$B" --target dlfuse_cli dlfuse_cuda >>"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+  -DDLFUSE_WITH_OPENCL=OFF -DDLFUSE_BUILD_TESTS=OFF -DDLPACK_INCLUDE_DIR="$DLINC" >"$B.build.log" 2>&1
+cmake --build "$B" --target dlfuse_cli dlfuse_cuda >>"$B.build.log" 2>&1 || { tail -40 "$B.build.log"; exit 1; }
 PLUGIN="$B/lib/dlfuse/plugins/libdlfuse_cuda.so"
-"$B/bin/dlfuse" list | tee "$OUT/list.txt"
+"$B/bin/dlfuse" list | tee -a "$OUT/env.txt"
 
 # The ctest test's script, GPU branch (CI runs it without a GPU).
 DLFUSE_CUDA_REQUIRE_GPU=1 cmake -DCLI="$B/bin/dlfuse" -DPLUGIN="$PLUGIN" \
