@@ -1,7 +1,7 @@
 /* dlfuse OpenCL kernels: shared definitions.
  *
- * The plugin concatenates kernels/*.cl (common.cl first) into one program and builds it
- * once per device and dtype with
+ * The plugin concatenates the .cl files of this folder (common.cl first, in the order of
+ * CMakeLists.txt) into one program and builds it once per device and dtype with
  *   -DDLF_HALF=0|1   storage type float or half (half only where cl_khr_fp16 is reported)
  *   -DDLF_CPU=0|1    the device is a CPU (picks the GEMM kernel's tuning)
  * Arithmetic is always float; half data is converted on load and rounded (to nearest
@@ -14,7 +14,9 @@
 #endif
 
 #if DLF_HALF
+#ifdef cl_khr_fp16 /* not needed for vload_half/vstore_half, which are core */
 #pragma OPENCL EXTENSION cl_khr_fp16 : enable
+#endif
 typedef half T;
 #define LD(p, i) vload_half((i), (p))
 #define ST(p, i, v) vstore_half_rte((v), (i), (p))

@@ -269,6 +269,14 @@ cl_program Device::program(Prec p) {
         } else {
           prog_[i] = prog;
           dump_binary(prog, opts);
+          if (const char* v = std::getenv("DLFUSE_OPENCL_VERBOSE"); v && *v && std::string(v) != "0") {
+            size_t n = 0;
+            clGetProgramBuildInfo(prog, id, CL_PROGRAM_BUILD_LOG, 0, nullptr, &n);
+            std::string log(n, '\0');
+            if (n) clGetProgramBuildInfo(prog, id, CL_PROGRAM_BUILD_LOG, n, &log[0], nullptr);
+            std::fprintf(stderr, "dlfuse opencl: built (%s) on %s; log: %s\n", opts.c_str(), label().c_str(),
+                         log.c_str());
+          }
         }
       }
     }
