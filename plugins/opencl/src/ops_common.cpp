@@ -80,6 +80,9 @@ void gemm(Call& c, cl_mem A, int64_t offA, int64_t sam, int64_t sak, cl_mem B, i
           int64_t sbn2, int flags, int64_t M, int64_t N, int64_t K, int64_t nbatch, int64_t R,
           const std::vector<int64_t>& table) {
   if (M == 0 || N == 0 || nbatch == 0) return;
+  if (R > INT_MAX / (K / 16 + 1))  // the kernels count k-steps of all R products in an int
+    throw Error(DLFUSE_STATUS_UNSUPPORTED, "a gradient summing " + std::to_string(R) + " batch products of K = " +
+                                               std::to_string(K) + " exceeds this plugin's 2^31 k-steps");
   // Promise 16-byte aligned rows to the kernel where every row start is a multiple of 4
   // floats (batch offsets from the table included).
   if (c.prec == Prec::kF32) {
