@@ -77,3 +77,31 @@ __kernel void reduce_t(__global const T* src, view_t vs, red_t red, __global T* 
                        long n0, long n1, long n2, float scale) {
   REDUCE_BODY(LD(src, off))
 }
+
+/* add_mul_activation backward over a [n1 rows, n2 columns] output when every gradient
+ * that needs a reduction is summed over the rows only (the common bias [N]): one pass.
+ * Work-item (c, chunk) walks rows [chunk * rpi, +rpi) of column c, writes the gradients
+ * of the output's shape (`direct` bits as in amx_bwd) and leaves the column sum of d_pre
+ * over its rows in part[chunk * n2 + c] (when `part` is not NULL); reduce_f then sums the
+ * few chunks. Consecutive work-items read consecutive columns. */
+__kernel void amx_bwd_rows(__global const T* g, view_t vg, __global const T* x, view_t vx,
+                           __global const T* y, view_t vy, __global const T* b, view_t vb,
+                           __global T* gx, view_t vgx, __global T* gy, view_t vgy,
+                           __global T* gb, view_t vgb, __global float* part, int direct, long n1,
+                           long n2, long rpi, float mult, int act) {
+  const long c = get_global_id(0), chunk = get_global_id(1);
+  if (c >= n2 || chunk * rpi >= n1) return;
+  const long r1 = min(n1, (chunk + 1) * rpi);
+  float sum = 0.0f;
+  for (long r = chunk * rpi; r < r1; ++r) {
+#define AT2(v) ((v).off + r * (v).s1 + c * (v).s2)
+    const float p = LD(x, AT2(vx)) + LD(b, AT2(vb)) + mult * LD(y, AT2(vy));
+    const float d = d_pre(LD(g, AT2(vg)), p, act);
+    if (direct & 1) ST(gx, AT2(vgx), d);
+    if (direct & 2) ST(gy, AT2(vgy), mult * d);
+    if (direct & 4) ST(gb, AT2(vgb), d);
+    sum += d;
+#undef AT2
+  }
+  if (part) part[chunk * n2 + c] = sum;
+}

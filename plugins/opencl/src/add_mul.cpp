@@ -1,6 +1,9 @@
-// add_mul_activation forward (one pass, in place allowed) and backward (one pass over the
-// inputs; a gradient of the output's shape is written there, a broadcast one is reduced
-// from the d_pre the same pass leaves in a float scratch).
+// add_mul_activation forward (one pass, in place allowed) and backward: one pass over the
+// inputs that writes the gradients of the output's shape and, when every broadcast gradient
+// is a sum over rows (bias [N]), also their per-chunk column sums (a tiny second kernel
+// adds the chunks); other broadcasts are reduced from a float scratch of d_pre.
+#include <algorithm>
+
 #include "ops.h"
 
 namespace dlfuse_opencl {
@@ -70,20 +73,67 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
     const bool need_tmp = reduce[0] || reduce[1] || reduce[2];
     if (!direct && !need_tmp) return DLFUSE_STATUS_OK;
 
+    std::vector<Dims> strides = {strides_of(g), aligned_strides(x, rank), aligned_strides(y, rank),
+                                 aligned_strides(b, rank)};
+    std::vector<int64_t> offs = {elem_offset(g), elem_offset(x), elem_offset(y), elem_offset(b)};
+    cl_mem gm[3] = {nullptr, nullptr, nullptr};
+    for (int i = 0; i < 3; ++i) {
+      const bool present = grads[i] && numel(shape_of(grads[i])) > 0;
+      // A reduced gradient's strides are 0 along the dims it is summed over.
+      strides.push_back(present ? aligned_strides(grads[i], rank) : Dims(size_t(rank), 0));
+      offs.push_back(present ? elem_offset(grads[i]) : 0);
+      if ((direct >> i) & 1) gm[i] = mem_of(grads[i]);
+    }
+
+    // One pass when the output collapses to [rows, columns] and every reduced gradient is
+    // a sum over the rows (kept along the columns).
+    std::vector<ClView> v2;
+    int64_t bn0 = 0, bn1 = 0, bn2 = 0;
+    int blocks = 0;
+    for_each_block(oshape, strides, offs, [&](const std::vector<ClView>& v, int64_t n0, int64_t n1, int64_t n2) {
+      v2 = v;
+      bn0 = n0, bn1 = n1, bn2 = n2;
+      return ++blocks < 2;
+    });
+    bool rows = n > 0 && blocks == 1 && bn0 == 1;
+    for (int i = 0; i < 3 && rows; ++i)
+      if (reduce[i]) rows = v2[size_t(4 + i)].s1 == 0 && v2[size_t(4 + i)].s2 != 0;
+    if (rows) {
+      const int64_t target = c.dev->cpu_kernels ? 4096 : 65536;  // work-items wanted
+      const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(bn1, target / bn2));
+      const int64_t rpi = (bn1 + chunks - 1) / chunks;
+      MemRef part;
+      if (need_tmp) part.m = scratch(*c.dev, size_t(chunks * bn2) * sizeof(float));
+      KernelRef k(c.dev->kernel(c.prec, "amx_bwd_rows"));
+      set_args(k.k, mem_of(g), v2[0], mem_of(x), v2[1], mem_of(y), v2[2], mem_of(b), v2[3], gm[0], v2[4], gm[1], v2[5],
+               gm[2], v2[6], part.m, direct, cl_long(bn1), cl_long(bn2), cl_long(rpi), mult, act);
+      size_t global[3] = {size_t(bn2), size_t(chunks), 1}, local[3];
+      pointwise_local(*c.dev, bn2, chunks, local);
+      enqueue(c.queue, k.k, global, local, "amx_bwd_rows");
+      if (need_tmp) {
+        KernelRef r(c.dev->kernel(c.prec, "reduce_f"));
+        ClReduced red{};
+        red.nr = 1;
+        red.n[0] = chunks;
+        red.s[0] = bn2;
+        for (int i = 0; i < 3; ++i) {
+          if (!reduce[i]) continue;
+          const ClView& vt = v2[size_t(4 + i)];
+          set_args(r.k, part.m, ClView{0, 0, 0, 1}, red, mem_of(grads[i]), ClView{vt.off, 0, 0, vt.s2}, cl_long(1),
+                   cl_long(1), cl_long(bn2), cl_float(i == 1 ? mult : 1.0f));
+          size_t rg[3] = {size_t(bn2), 1, 1}, rl[3];
+          pointwise_local(*c.dev, bn2, 1, rl);
+          enqueue(c.queue, r.k, rg, rl, "reduce_f");
+        }
+      }
+      return DLFUSE_STATUS_OK;
+    }
+
+    // General case: d_pre into a float scratch of the output's shape, then reductions.
     const Dims ts = compact_strides(oshape);
     MemRef tmp;
     if (need_tmp) tmp.m = scratch(*c.dev, size_t(n) * sizeof(float));
     if (n > 0) {
-      std::vector<Dims> strides = {strides_of(g), aligned_strides(x, rank), aligned_strides(y, rank),
-                                   aligned_strides(b, rank)};
-      std::vector<int64_t> offs = {elem_offset(g), elem_offset(x), elem_offset(y), elem_offset(b)};
-      cl_mem gm[3] = {nullptr, nullptr, nullptr};
-      for (int i = 0; i < 3; ++i) {
-        const bool d = (direct >> i) & 1;
-        strides.push_back(d ? aligned_strides(grads[i], rank) : Dims(size_t(rank), 0));
-        offs.push_back(d ? elem_offset(grads[i]) : 0);
-        if (d) gm[i] = mem_of(grads[i]);
-      }
       strides.push_back(need_tmp ? ts : Dims(size_t(rank), 0));
       offs.push_back(0);
       KernelRef k(c.dev->kernel(c.prec, "amx_bwd"));
