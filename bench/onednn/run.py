@@ -36,6 +36,8 @@ def main():
     ap.add_argument("--build", default="build/h-onednn")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", default="")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="threads for oneDNN/dlfuse (OMP_NUM_THREADS) and NumPy (OPENBLAS_NUM_THREADS); 0: defaults")
     args = ap.parse_args()
     build = os.path.abspath(args.build)
     plugin = os.path.join(build, "lib", "dlfuse", "plugins", "libdlfuse_onednn.so")
@@ -52,10 +54,15 @@ def main():
     print(f"# cpu: {cpu}, {os.cpu_count()} cores; python {platform.python_version()}, numpy {np.__version__}")
     print(f"# load average before: {' '.join(load0)}")
     extra = (["--quick"] if args.quick else []) + (["--only", args.only] if args.only else [])
+    env = dict(os.environ)
+    if args.threads > 0:
+        for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[k] = str(args.threads)
+    print(f"# threads: {args.threads or 'library defaults'}")
     res = {}
-    out = sh([os.path.join(bench_build, "bench_onednn"), plugin] + extra, capture_output=True).stdout
+    out = sh([os.path.join(bench_build, "bench_onednn"), plugin] + extra, capture_output=True, env=env).stdout
     results(out, res)
-    out = sh([sys.executable, os.path.join(HERE, "numpy_bench.py")] + extra, capture_output=True).stdout
+    out = sh([sys.executable, os.path.join(HERE, "numpy_bench.py")] + extra, capture_output=True, env=env).stdout
     results(out, res)
     load1 = open("/proc/loadavg").read().split()[:3]
     print(f"# load average after: {' '.join(load1)}")
