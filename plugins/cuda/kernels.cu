@@ -80,33 +80,38 @@ template <class T, int V> struct Pack {
 };
 
 // ---- activations (float) ----------------------------------------------------------------
-__device__ __forceinline__ float sigm(float p) { return 1.f / (1.f + expf(-p)); }
+// FAST (16-bit data, whose rounding is 2^-9 / 2^-12): hardware exp and divide, a few ulp
+// of float; float32 data uses the accurate functions.
+template <bool FAST = false> __device__ __forceinline__ float sigm(float p) {
+  if constexpr (FAST) return __fdividef(1.f, 1.f + __expf(-p));
+  else return 1.f / (1.f + expf(-p));
+}
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluC = 0.044715f;
 constexpr float kInvSqrt2Pi = 0.3989422804014327f;
 
-__device__ __forceinline__ float act_fwd(int act, float p) {
+template <bool FAST = false> __device__ __forceinline__ float act_fwd(int act, float p) {
   switch (act) {
     case DLFUSE_ACT_IDENTITY: return p;
     case DLFUSE_ACT_RELU: return (p > 0.f || p != p) ? p : 0.f;  // NaN stays NaN
-    case DLFUSE_ACT_SIGMOID: return sigm(p);
+    case DLFUSE_ACT_SIGMOID: return sigm<FAST>(p);
     case DLFUSE_ACT_TANH: return tanhf(p);
     case DLFUSE_ACT_GELU_ERF: return p * normcdff(p);
     case DLFUSE_ACT_GELU_TANH: {
       // 0.5 p (1 + tanh u) = p sigmoid(2u): no cancellation for negative p.
       const float u = kSqrt2OverPi * (p + kGeluC * p * p * p);
-      return p * sigm(2.f * u);
+      return p * sigm<FAST>(2.f * u);
     }
-    default: return p * sigm(p);  // SILU
+    default: return p * sigm<FAST>(p);  // SILU
   }
 }
 
 // grad * act'(p); relu is a select so a NaN/Inf grad where p <= 0 gives exactly 0.
-__device__ __forceinline__ float act_bwd(int act, float p, float g) {
+template <bool FAST = false> __device__ __forceinline__ float act_bwd(int act, float p, float g) {
   switch (act) {
     case DLFUSE_ACT_IDENTITY: return g;
     case DLFUSE_ACT_RELU: return (p > 0.f || p != p) ? g : 0.f;
-    case DLFUSE_ACT_SIGMOID: return g * (sigm(p) * sigm(-p));
+    case DLFUSE_ACT_SIGMOID: return g * (sigm<FAST>(p) * sigm<FAST>(-p));
     case DLFUSE_ACT_TANH: {
       // 1 - tanh^2 p = 4 e / (1 + e)^2, e = exp(-2|p|): accurate in the tails.
       const float e = expf(-2.f * fabsf(p));
@@ -120,12 +125,12 @@ __device__ __forceinline__ float act_bwd(int act, float p, float g) {
     case DLFUSE_ACT_GELU_TANH: {
       // 0.5(1 + tanh u) = s, 1 - tanh^2 u = 4 s (1 - s), s = sigmoid(2u).
       const float u = kSqrt2OverPi * (p + kGeluC * p * p * p);
-      const float s = sigm(2.f * u), sc = sigm(-2.f * u);
+      const float s = sigm<FAST>(2.f * u), sc = sigm<FAST>(-2.f * u);
       const float du = kSqrt2OverPi * (1.f + 3.f * kGeluC * p * p);
       return g * (s + 2.f * p * s * sc * du);
     }
     default: {  // SILU
-      const float s = sigm(p), sc = sigm(-p);
+      const float s = sigm<FAST>(p), sc = sigm<FAST>(-p);
       return g * (s + p * s * sc);
     }
   }
@@ -351,7 +356,7 @@ __global__ void __launch_bounds__(kThreads) am_fwd_k(AmFast p, int64_t Cv_, int6
       if (r + u * step < p.R) {
         Pack<T, V> o;
 #pragma unroll
-        for (int j = 0; j < V; ++j) o.f[j] = act_fwd(ACT, (xs[u].f[j] + bs[u].f[j]) + p.mult * ys[u].f[j]);
+        for (int j = 0; j < V; ++j) o.f[j] = act_fwd<sizeof(T) == 2>(ACT, (xs[u].f[j] + bs[u].f[j]) + p.mult * ys[u].f[j]);
         o.store(out + (r + u * step) * p.C + cv * V);
       }
     }
@@ -401,7 +406,7 @@ __global__ void __launch_bounds__(kThreads) am_bwd_k(AmFast p, int64_t Cv_, int6
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           const float pre = (xs[u].f[j] + bs[u].f[j]) + p.mult * ys[u].f[j];
-          d.f[j] = act_bwd(ACT, pre, gs[u].f[j]);
+          d.f[j] = act_bwd<sizeof(T) == 2>(ACT, pre, gs[u].f[j]);
           dy.f[j] = p.mult * d.f[j];
           sum[j] += d.f[j];
         }
