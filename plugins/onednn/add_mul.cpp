@@ -372,7 +372,7 @@ bool backward_tiled(State& st, const View& g, const View& x, const View& y, cons
 }  // namespace
 
 dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_t* args) {
-  return guarded(args->err, args->err_size, [&]() -> dlfuse_status_t {
+  return run_kernel(args, [&]() -> dlfuse_status_t {
     check_call(args, 3, 1, true);
     const int act = read_activation(args);
     const float mult = float(read_multiplier(args));
@@ -390,7 +390,7 @@ dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_
 }
 
 dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) {
-  return guarded(args->err, args->err_size, [&]() -> dlfuse_status_t {
+  return run_kernel(args, [&]() -> dlfuse_status_t {
     check_call(args, 4, 3, false);
     const int act = read_activation(args);
     const float mult = float(read_multiplier(args));

@@ -7,6 +7,7 @@
 #include <dlfuse/plugin.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
+#include <omp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -55,6 +56,30 @@ dlfuse_status_t guarded(char* err, size_t err_size, F&& body) noexcept {
   } catch (...) {
     return fail(err, err_size, DLFUSE_STATUS_INTERNAL, "unknown exception");
   }
+}
+
+// Runs a kernel body behind the exception wall. In sanitizer builds (DLFUSE_ONEDNN_SERIAL,
+// set by CMake when DLFUSE_SANITIZE is) the body runs inside a one-thread OpenMP team
+// whose thread count is 1: oneDNN and the plugin's loops then run on the calling thread
+// and libgomp never starts worker threads. TSan cannot see libgomp's (uninstrumented)
+// barriers, and GCC 12's LSan crashes at exit reading the TLS of libgomp's workers, so in
+// those builds the sanitizers check every call on the calling thread instead, and
+// concurrency between calling threads, which is what the plugin itself must get right.
+// The ICV change is local to the one-thread region: the caller's OpenMP settings are
+// untouched. Normal builds run multi-threaded as usual.
+template <class F>
+dlfuse_status_t run_kernel(const dlfuse_kernel_args_t* args, F&& body) noexcept {
+#if defined(DLFUSE_ONEDNN_SERIAL) && DLFUSE_ONEDNN_SERIAL
+  dlfuse_status_t st = DLFUSE_STATUS_INTERNAL;
+#pragma omp parallel num_threads(1)
+  {
+    omp_set_num_threads(1);
+    st = guarded(args->err, args->err_size, body);
+  }
+  return st;
+#else
+  return guarded(args->err, args->err_size, body);
+#endif
 }
 
 // ---------------------------------------------------------------------------------------

@@ -339,7 +339,7 @@ void backward_f32(State& st, const View& g, const View& a, const View& b, const 
 }  // namespace
 
 dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* args) {
-  return guarded(args->err, args->err_size, [&]() -> dlfuse_status_t {
+  return run_kernel(args, [&]() -> dlfuse_status_t {
     check_call(args, 3, 1, true);
     State& st = *static_cast<State*>(state);
     const DLTensor* const* in = args->inputs;
@@ -354,7 +354,7 @@ dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* 
 }
 
 dlfuse_status_t matmul_add_relu_backward(void* state, void*, const dlfuse_kernel_args_t* args) {
-  return guarded(args->err, args->err_size, [&]() -> dlfuse_status_t {
+  return run_kernel(args, [&]() -> dlfuse_status_t {
     check_call(args, 4, 3, false);
     State& st = *static_cast<State*>(state);
     const DLTensor* const* in = args->inputs;
