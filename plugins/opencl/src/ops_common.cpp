@@ -1,4 +1,5 @@
 #include <climits>
+#include <vector>
 
 #include "ops.h"
 
@@ -27,6 +28,13 @@ Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, in
     throw Error(DLFUSE_STATUS_UNSUPPORTED, c.dev->label() + " does not report cl_khr_fp16: float16 is not supported there");
   c.esize = c.prec == Prec::kF16 ? 2 : 4;
 
+  // Byte ranges in the root buffer, for the sub-buffer overlap check below.
+  struct Range {
+    cl_mem root = nullptr, mem = nullptr;
+    uint64_t lo = 0, hi = 0;
+    bool sub = false;
+  };
+  std::vector<Range> ranges(size_t(num_inputs + num_outputs));
   for (int i = 0; i < num_inputs + num_outputs; ++i) {
     const DLTensor* t = i < num_inputs ? args->inputs[i] : args->outputs[i - num_inputs];
     const std::string arg = std::string("argument '") + names[i] + "'";
@@ -57,6 +65,32 @@ Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, in
     if (need > size)
       bad(arg + ": the view ends at byte " + std::to_string(need) + " (byte_offset " + std::to_string(t->byte_offset) +
           "); expected at most the cl_mem's size " + std::to_string(size));
+    cl_mem parent = nullptr;
+    size_t origin = 0;
+    check_cl(clGetMemObjectInfo(mem_of(t), CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, nullptr),
+             "clGetMemObjectInfo(CL_MEM_ASSOCIATED_MEMOBJECT)");
+    if (parent)
+      check_cl(clGetMemObjectInfo(mem_of(t), CL_MEM_OFFSET, sizeof origin, &origin, nullptr), "clGetMemObjectInfo(CL_MEM_OFFSET)");
+    Range& r = ranges[size_t(i)];
+    r.mem = mem_of(t);
+    r.root = parent ? parent : mem_of(t);
+    r.sub = parent != nullptr;
+    r.lo = origin + t->byte_offset;
+    r.hi = origin + need;
+  }
+  // The registry compares views within one cl_mem handle; two sub-buffers (or a buffer and
+  // its sub-buffer) are different handles over the same memory, which only OpenCL knows.
+  for (int o = num_inputs; o < num_inputs + num_outputs; ++o) {
+    const Range& a = ranges[size_t(o)];
+    if (!a.root) continue;
+    for (int j = 0; j < num_inputs + num_outputs; ++j) {
+      const Range& b = ranges[size_t(j)];
+      if (j == o || !b.root || b.mem == a.mem || b.root != a.root || !(a.sub || b.sub)) continue;
+      if (a.lo < b.hi && b.lo < a.hi)
+        bad(std::string("argument '") + names[o] + "' overlaps argument '" + names[j] +
+            "' through sub-buffers of one cl_mem (bytes " + std::to_string(a.lo) + ".." + std::to_string(a.hi) +
+            " and " + std::to_string(b.lo) + ".." + std::to_string(b.hi) + " of the parent); expected disjoint memory");
+    }
   }
 
   c.queue = c.dev->queue;
