@@ -3,7 +3,7 @@
 // (dnnl_anchor.cpp, numpy_anchor.py). Raw and dlfuse calls alternate rep by rep so that
 // load from other processes hits both alike. Prints one "RESULT" line per measurement:
 //   RESULT <case> <path> <median_ms> <min_ms> <reps>
-// Usage: bench_onednn <path/to/libdlfuse_onednn.so> [--quick] [--only SUBSTR]
+// Usage: bench_onednn <path/to/libdlfuse_onednn.so> [--quick] [--only SUBSTR] [--reps-scale X]
 #include <dlfuse/dlfuse.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -53,11 +53,13 @@ void check(dlfuse_status_t st, const char* what) {
   }
 }
 
-std::string g_only;  // --only SUBSTR: run the cases whose name contains it
+std::string g_only;        // --only SUBSTR: run the cases whose name contains it
+double g_reps_scale = 1.0;  // --reps-scale X: X times the default repetitions
 
 // Times the given paths alternately, `reps` times each after one warm-up call each.
 bool measure(const std::string& name, int reps, const std::vector<std::pair<std::string, std::function<void()>>>& paths) {
   if (!g_only.empty() && name.find(g_only) == std::string::npos) return false;
+  reps = std::max(1, int(reps * g_reps_scale + 0.5));
   std::vector<std::vector<double>> t(paths.size());
   for (auto& p : paths) p.second();
   for (int r = 0; r < reps; ++r)
@@ -79,13 +81,14 @@ bool measure(const std::string& name, int reps, const std::vector<std::pair<std:
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s path/to/libdlfuse_onednn.so [--quick] [--only SUBSTR]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s path/to/libdlfuse_onednn.so [--quick] [--only SUBSTR] [--reps-scale X]\n", argv[0]);
     return 2;
   }
   bool quick = false;
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) g_only = argv[++i];
+    else if (std::strcmp(argv[i], "--reps-scale") == 0 && i + 1 < argc) g_reps_scale = std::atof(argv[++i]);
   }
   dlfuse_registry_options_t opt{sizeof(opt), DLFUSE_DISCOVER_NONE, argv[1]};
   dlfuse_registry_t reg = nullptr;

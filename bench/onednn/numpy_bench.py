@@ -1,7 +1,7 @@
 """NumPy (unfused) counterparts of bench_onednn.cpp's cases, float32, same shapes.
 
 Prints `RESULT <case> numpy <median_ms> <min_ms> <reps>` lines, like the C++ program.
-Usage: python3 numpy_bench.py [--quick] [--only SUBSTR]
+Usage: python3 numpy_bench.py [--quick] [--only SUBSTR] [--reps-scale X]
 """
 import sys
 import time
@@ -15,9 +15,13 @@ except ImportError:  # pragma: no cover
     erf = None
 
 
+REPS_SCALE = float(sys.argv[sys.argv.index("--reps-scale") + 1]) if "--reps-scale" in sys.argv else 1.0
+
+
 def measure(name, reps, fn, only):
     if only and only not in name:
         return
+    reps = max(1, round(reps * REPS_SCALE))
     fn()
     ts = []
     for _ in range(reps):

@@ -2,7 +2,7 @@
 """One run of the oneDNN plugin benchmark: dlfuse (registry -> libdlfuse_onednn.so) vs raw
 oneDNN (same process, alternating reps) vs NumPy unfused, then a table of ratios.
 
-  python3 bench/onednn/run.py [--build build/h-onednn] [--quick] [--only SUBSTR]
+  python3 bench/onednn/run.py [--build build/h-onednn] [--quick] [--only SUBSTR] [--reps-scale X] [--threads N]
 
 --build names a dlfuse build tree with the plugin built (cmake --build <dir> --target
 dlfuse_onednn). The C++ program is configured and built in <build>-bench. Not run by CI.
@@ -36,6 +36,7 @@ def main():
     ap.add_argument("--build", default="build/h-onednn")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", default="")
+    ap.add_argument("--reps-scale", default="1", help="multiply every case's repetitions")
     ap.add_argument("--threads", type=int, default=0,
                     help="threads for oneDNN/dlfuse (OMP_NUM_THREADS) and NumPy (OPENBLAS_NUM_THREADS); 0: defaults")
     args = ap.parse_args()
@@ -53,7 +54,8 @@ def main():
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print(f"# cpu: {cpu}, {os.cpu_count()} cores; python {platform.python_version()}, numpy {np.__version__}")
     print(f"# load average before: {' '.join(load0)}")
-    extra = (["--quick"] if args.quick else []) + (["--only", args.only] if args.only else [])
+    extra = ((["--quick"] if args.quick else []) + (["--only", args.only] if args.only else []) +
+             ["--reps-scale", args.reps_scale])
     env = dict(os.environ)
     if args.threads > 0:
         for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
