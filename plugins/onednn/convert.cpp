@@ -49,7 +49,11 @@ inline uint16_t f16_store(float f) {
   return uint16_t(sign | h);
 }
 
-const bool kHasF16C = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+bool cpu_has_f16c() {
+  __builtin_cpu_init();  // this may run from a static initializer: make sure the CPU model is read
+  return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+}
+const bool kHasF16C = cpu_has_f16c();
 
 __attribute__((target("avx,f16c"))) void f16_to_f32_f16c(const uint16_t* s, float* d, int64_t n) {
   int64_t i = 0;

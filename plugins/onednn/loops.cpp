@@ -27,7 +27,10 @@ namespace base {
 
 namespace {
 bool has_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2");
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return bool(__builtin_cpu_supports("avx2"));
+  }();
   return yes;
 }
 }  // namespace
