@@ -44,16 +44,20 @@ __kernel void gemm(GEMM_ARGS) {
   if (n0 >= N || m0 >= M) return;
   float8 c[MR][2];
   for (int i = 0; i < MR; ++i) c[i][0] = c[i][1] = (float8)(0.0f);
-  const bool full = m0 + MR <= M && n0 + NR <= N && sbn == 1;
+  /* flags & 16: B is packed by pack_b into panels of NR columns, k-contiguous
+   * (B[(n0 / NR) * K * NR + k * NR + j]), so each k reads one 64-byte line. */
+  const bool packed = (flags & 16) != 0;
+  const bool full = m0 + MR <= M && n0 + NR <= N && (sbn == 1 || packed);
   for (int r = 0; r < R; ++r) {
     const long pa = offA + (trow ? trow[2 + 2 * r] : 0) + m0 * sam;
-    const long pb = offB + (trow ? trow[3 + 2 * r] : 0) + n0 * sbn;
+    const long pb = packed ? (long)(n0 / NR) * K * NR : offB + (trow ? trow[3 + 2 * r] : 0) + n0 * sbn;
+    const long bstep = packed ? NR : sbk;
     if (full) {
       __global const T* bp = B + pb;
       __global const T* a0 = A + pa;
       for (int k = 0; k < K; ++k) {
         const float8 b0 = LD8(bp, 0), b1 = LD8(bp, 8);
-        bp += sbk;
+        bp += bstep;
         const long ka = k * sak;
 #pragma unroll
         for (int i = 0; i < MR; ++i) {
@@ -65,7 +69,8 @@ __kernel void gemm(GEMM_ARGS) {
     } else {
       for (int k = 0; k < K; ++k) {
         float bv[NR];
-        for (int j = 0; j < NR; ++j) bv[j] = n0 + j < N ? LD(B, pb + k * sbk + j * sbn) : 0.0f;
+        for (int j = 0; j < NR; ++j)
+          bv[j] = n0 + j < N ? LD(B, packed ? pb + k * NR + j : pb + k * sbk + j * sbn) : 0.0f;
         const float8 b0 = vload8(0, bv), b1 = vload8(1, bv);
         for (int i = 0; i < MR; ++i) {
           const float8 av = (float8)(m0 + i < M ? LD(A, pa + i * sam + k * sak) : 0.0f);
@@ -83,5 +88,14 @@ __kernel void gemm(GEMM_ARGS) {
     for (int j = 0; j < NR && n0 + j < N; ++j)
       ST(C, offC + m * scm + (n0 + j) * scn, gemm_epilogue(v[j], m, n0 + j, bias, offBias, sbm, sbn2, flags));
   }
+}
+
+/* Packs B (K x N, any strides) into NR-column panels, k-contiguous, zero-padded past N:
+ * P[(n / NR) * K * NR + k * NR + n % NR]. Work-item n (grid ceil(N / NR) * NR) walks k. */
+__kernel void pack_b(__global const T* B, long offB, long sbk, long sbn, __global T* P, int N, int K) {
+  const int n = get_global_id(0);
+  if (n >= (N + NR - 1) / NR * NR) return;
+  const long dst = (long)(n / NR) * K * NR + n % NR;
+  for (int k = 0; k < K; ++k) ST(P, dst + (long)k * NR, n < N ? LD(B, offB + k * sbk + n * sbn) : 0.0f);
 }
 #endif

@@ -131,6 +131,19 @@ void gemm(Call& c, cl_mem A, int64_t offA, int64_t sam, int64_t sak, cl_mem B, i
   }
   MemRef tab;
   if (!table.empty()) tab.m = scratch(*c.dev, table.size() * sizeof(int64_t), table.data());
+  // CPU kernel, one product: pack B into k-contiguous 16-column panels first (one read of
+  // B; the GEMM then streams 64-byte lines instead of rows N apart, which alias in L1).
+  MemRef packed;
+  if (c.dev->cpu_kernels && table.empty() && R == 1 && K > 0 && M >= 24) {
+    const int64_t np = (N + 15) / 16 * 16;
+    packed.m = scratch(*c.dev, size_t(np * K * c.esize));
+    KernelRef pk(c.dev->kernel(c.prec, "pack_b"));
+    set_args(pk.k, B, cl_long(offB), cl_long(sbk), cl_long(sbn), packed.m, cl_int(N), cl_int(K));
+    const size_t pg[3] = {size_t(np), 1, 1}, pl[3] = {16, 1, 1};
+    enqueue(c.queue, pk.k, pg, pl, "pack_b");
+    B = packed.m;
+    flags |= 16;
+  }
   // The 64-tile kernel when 128-tiles would not give every compute unit a work-group.
   int tile = 128;
   if (!c.dev->cpu_kernels) {
