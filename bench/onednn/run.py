@@ -73,7 +73,7 @@ def main():
         return res.get(case, {}).get(path, (None,))[0]
 
     hdr = (f"{'case':40s} {'oneDNN ms':>10s} {'dlfuse ms':>10s} {'NumPy ms':>10s} "
-           f"{'dlfuse/oneDNN':>14s} {'(min)':>7s} {'vs NumPy':>9s} {'(min)':>7s}")
+           f"{'dlfuse/oneDNN':>14s} {'(min)':>7s} {'vs NumPy':>9s} {'(min)':>7s} {'vs NaN-keeping oneDNN':>22s}")
     print(hdr)
     print("-" * len(hdr))
     for case in res:
@@ -82,7 +82,9 @@ def main():
         f = lambda v: f"{v:10.3f}" if v is not None else f"{'-':>10s}"
         r1 = f"{o / d:14.1%} {p['onednn'][1] / p['dlfuse'][1]:7.1%}" if o and d else f"{'-':>14s} {'-':>7s}"
         r2 = f"{n / d:8.2f}x {p['numpy'][1] / p['dlfuse'][1]:6.2f}x" if n and d else f"{'-':>9s} {'-':>7s}"
-        print(f"{case:40s} {f(o)} {f(d)} {f(n)} {r1} {r2}")
+        k = ms(case, "onednn_nankeep")
+        r3 = f"{k / d:14.1%} ({p['onednn_nankeep'][1] / p['dlfuse'][1]:.1%})" if k and d else ""
+        print(f"{case:40s} {f(o)} {f(d)} {f(n)} {r1} {r2} {r3}")
     reps = {c: max(v[2] for v in p.values()) for c, p in res.items()}
     print(f"# medians of {min(reps.values()) if reps else 0}..{max(reps.values()) if reps else 0} reps per case; "
           "ratios = other time / dlfuse time (>100% / >1x: dlfuse faster), of medians and of minima")
