@@ -153,7 +153,7 @@ dlfuse_status_t synchronize(void* state, int32_t device_id, void* stream, char* 
   });
 }
 
-const dlfuse_plugin_t kPlugin = {sizeof(dlfuse_plugin_t), DLFUSE_ABI_MAJOR, DLFUSE_ABI_MINOR, "cuda", "0.1.0", kDLCUDA,
+const dlfuse_plugin_t kPlugin = {sizeof(dlfuse_plugin_t), DLFUSE_ABI_MAJOR, DLFUSE_ABI_MINOR, "cuda", DLFUSE_CUDA_VERSION, kDLCUDA,
                                  open_plugin, close_plugin, get_kernels, device_count, alloc, release, copy, synchronize};
 
 }  // namespace

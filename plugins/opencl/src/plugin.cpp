@@ -136,7 +136,7 @@ dlfuse_status_t synchronize(void* state, int32_t device_id, void* stream, char* 
   });
 }
 
-const dlfuse_plugin_t kPlugin = {sizeof(dlfuse_plugin_t), DLFUSE_ABI_MAJOR, DLFUSE_ABI_MINOR, "opencl", "1.0.0",
+const dlfuse_plugin_t kPlugin = {sizeof(dlfuse_plugin_t), DLFUSE_ABI_MAJOR, DLFUSE_ABI_MINOR, "opencl", DLFUSE_OPENCL_VERSION,
                                  kDLOpenCL, open_plugin, close_plugin, get_kernels, device_count, alloc, release,
                                  copy, synchronize};
 
