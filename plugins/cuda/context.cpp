@@ -33,21 +33,6 @@ DeviceState& device_state(State* st, int device) {
   return ds;
 }
 
-LtWorkspace::LtWorkspace(DeviceState& ds, cudaStream_t stream) {
-  {
-    std::lock_guard<std::mutex> g(ds.ws_mu);
-    std::unique_ptr<StreamWorkspace>& slot = ds.ws[stream];
-    if (!slot) slot.reset(new StreamWorkspace);
-    ws_ = slot.get();
-  }
-  lock_ = std::unique_lock<std::mutex>(ws_->mu);
-  if (!ws_->ptr) {
-    // Plain cudaMalloc, once per (device, stream): it outlives any stream-ordered pool use.
-    DLF_CUDA(cudaMalloc(&ws_->ptr, kLtWorkspaceBytes));
-    ws_->size = kLtWorkspaceBytes;
-  }
-}
-
 Temp::Temp(DeviceState& ds, size_t bytes, cudaStream_t stream) : stream_(stream) {
   if (bytes == 0) return;
   DLF_CUDA(cudaMallocFromPoolAsync(&ptr_, bytes, ds.pool, stream));
@@ -70,8 +55,6 @@ void destroy_state(State* st) noexcept {
     int prev = 0;
     cudaGetDevice(&prev);
     cudaSetDevice(ds.id);
-    for (auto& kv : ds.ws)
-      if (kv.second && kv.second->ptr) cudaFree(kv.second->ptr);
     if (ds.lt) cublasLtDestroy(ds.lt);
     if (ds.pool) cudaMemPoolDestroy(ds.pool);
     cudaSetDevice(prev);

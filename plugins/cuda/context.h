@@ -1,12 +1,11 @@
 // What the plugin keeps per device: the cuBLASLt handle, a stream-ordered memory pool for
-// per-call temporaries, one cuBLASLt workspace per stream, and the heuristic's answers.
+// per-call temporaries (the cuBLASLt workspace among them), and the heuristic's answers.
 #ifndef DLFUSE_CUDA_CONTEXT_H_
 #define DLFUSE_CUDA_CONTEXT_H_
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,11 +18,6 @@ namespace dlfuse_cuda {
 
 constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;  // what cuBLAS uses on Hopper
 
-struct StreamWorkspace {
-  std::mutex mu;  // held while a call enqueues work that uses `ptr`
-  void* ptr = nullptr;
-  size_t size = 0;
-};
 
 struct DeviceState {
   int id = 0;
@@ -31,9 +25,6 @@ struct DeviceState {
   std::string init_error;  // non-empty if lazy initialization failed
   cublasLtHandle_t lt = nullptr;
   cudaMemPool_t pool = nullptr;
-
-  std::mutex ws_mu;
-  std::map<cudaStream_t, std::unique_ptr<StreamWorkspace>> ws;
 
   // cuBLASLt's chosen algorithm per problem key; relu_unsafe: every candidate's RELU
   // epilogue turned NaN into 0, so relu runs in our own pass for this problem.
@@ -52,17 +43,6 @@ struct State {
 
 // The device's state, initialized on first use (the device must be current). Throws on failure.
 DeviceState& device_state(State* st, int device);
-// The stream's cuBLASLt workspace, locked for the caller's scope.
-class LtWorkspace {
- public:
-  LtWorkspace(DeviceState& ds, cudaStream_t stream);
-  void* ptr() const { return ws_->ptr; }
-  size_t size() const { return ws_->size; }
-
- private:
-  StreamWorkspace* ws_;
-  std::unique_lock<std::mutex> lock_;
-};
 
 // A temporary from the device's pool, allocated and freed in the order of `stream`.
 class Temp {
@@ -78,6 +58,21 @@ class Temp {
  private:
   void* ptr_ = nullptr;
   cudaStream_t stream_;
+};
+
+// The call's cuBLASLt workspace: a stream-ordered allocation from the device's pool,
+// freed in stream order when the call's work is enqueued. The pool keeps freed memory, so
+// this costs no driver call after the first; and since reuse by another stream follows
+// the pool's event dependencies, no workspace is ever in use by two streams at once,
+// whatever their handles (cudaStreamPerThread, a destroyed stream's reused address).
+class LtWorkspace {
+ public:
+  LtWorkspace(DeviceState& ds, cudaStream_t stream) : tmp_(ds, kLtWorkspaceBytes, stream) {}
+  void* ptr() const { return tmp_.get(); }
+  size_t size() const { return kLtWorkspaceBytes; }
+
+ private:
+  Temp tmp_;
 };
 
 void destroy_state(State* st) noexcept;

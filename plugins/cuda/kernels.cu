@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "kernels.h"
 #include "ops.h"
@@ -127,7 +128,9 @@ template <bool FAST = false> __device__ __forceinline__ float act_bwd(int act, f
       const float u = kSqrt2OverPi * (p + kGeluC * p * p * p);
       const float s = sigm<FAST>(2.f * u), sc = sigm<FAST>(-2.f * u);
       const float du = kSqrt2OverPi * (1.f + 3.f * kGeluC * p * p);
-      return g * (s + 2.f * p * s * sc * du);
+      const float sech2 = s * sc;
+      // |p| > ~1.8e19 makes du Inf where sech2 is already 0: the term is 0, not 0 * Inf.
+      return g * (s + (sech2 == 0.f ? 0.f : 2.f * p * sech2 * du));
     }
     default: {  // SILU
       const float s = sigm<FAST>(p), sc = sigm<FAST>(-p);
@@ -138,6 +141,7 @@ template <bool FAST = false> __device__ __forceinline__ float act_bwd(int act, f
 
 // ---- launch helpers -----------------------------------------------------------------------
 constexpr int kThreads = 256;
+constexpr int kReduceThreads = 256;  // a power of two: reduce_to_block_k halves it
 
 int num_sms() {
   static std::atomic<int> cache[64];  // per device; 0 = not read yet
@@ -223,31 +227,66 @@ struct RedDims {
   int dims[kMaxRank] = {};
 };
 
+// Offsets of output j of `dv` (row-major over its aligned shape) in src (compact strides of
+// `full`) and in dst.
+__device__ inline void reduce_offsets(int64_t j, const View& full, const View& dv, int64_t* src_off, int64_t* dst_off) {
+  int64_t rem = j, so = 0, dof = 0;
+  for (int d = dv.rank - 1; d >= 0; --d) {
+    const int64_t q = rem / dv.shape[d];
+    const int64_t idx = rem - q * dv.shape[d];
+    rem = q;
+    so += idx * full.stride[d];
+    dof += idx * dv.stride[d];
+  }
+  *src_off = so;
+  *dst_off = dof;
+}
+
+// Offset of reduced element k of an output whose first element is at `off`.
+__device__ inline int64_t reduced_offset(int64_t k, int64_t off, const View& full, const RedDims& red) {
+  for (int e = red.n - 1; e >= 0; --e) {
+    const int d = red.dims[e];
+    const int64_t q = k / full.shape[d];
+    off += (k - q * full.shape[d]) * full.stride[d];
+    k = q;
+  }
+  return off;
+}
+
+// Many outputs, few terms each: one thread per output. Double accumulation: a float sum
+// stops growing at 2^24 equal terms.
 template <class T, class S>
 __global__ void reduce_to_k(const S* src, View full, T* dst, View dv, RedDims red, float scale, int64_t n_out,
                             int64_t n_red) {
   for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < n_out; j += int64_t(gridDim.x) * blockDim.x) {
-    // j enumerates dst's aligned shape row-major; full.stride are src's compact strides.
-    int64_t rem = j, src_off = 0, dst_off = 0;
-    for (int d = dv.rank - 1; d >= 0; --d) {
-      const int64_t q = rem / dv.shape[d];
-      const int64_t idx = rem - q * dv.shape[d];
-      rem = q;
-      src_off += idx * full.stride[d];
-      dst_off += idx * dv.stride[d];
+    int64_t src_off, dst_off;
+    reduce_offsets(j, full, dv, &src_off, &dst_off);
+    double acc = 0.0;
+    for (int64_t k = 0; k < n_red; ++k) acc += Cv<S>::ld(src[reduced_offset(k, src_off, full, red)]);
+    dst[dst_off] = Cv<T>::st(float(double(scale) * acc));
+  }
+}
+
+// Few outputs, many terms each (a scalar or [1, N]-like gradient of a large tensor): one
+// block per output, its threads stride over the terms, then a tree in shared memory.
+template <class T, class S>
+__global__ void reduce_to_block_k(const S* src, View full, T* dst, View dv, RedDims red, float scale,
+                                  int64_t n_out, int64_t n_red) {
+  __shared__ double part[kReduceThreads];
+  for (int64_t j = blockIdx.x; j < n_out; j += gridDim.x) {
+    int64_t src_off, dst_off;
+    reduce_offsets(j, full, dv, &src_off, &dst_off);
+    double acc = 0.0;
+    for (int64_t k = threadIdx.x; k < n_red; k += blockDim.x)
+      acc += Cv<S>::ld(src[reduced_offset(k, src_off, full, red)]);
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w /= 2) {
+      if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+      __syncthreads();
     }
-    float acc = 0.f;
-    for (int64_t k = 0; k < n_red; ++k) {
-      int64_t r = k, off = src_off;
-      for (int e = red.n - 1; e >= 0; --e) {
-        const int d = red.dims[e];
-        const int64_t q = r / full.shape[d];
-        off += (r - q * full.shape[d]) * full.stride[d];
-        r = q;
-      }
-      acc += Cv<S>::ld(src[off]);
-    }
-    dst[dst_off] = Cv<T>::st(scale * acc);
+    if (threadIdx.x == 0) dst[dst_off] = Cv<T>::st(float(double(scale) * part[0]));
+    __syncthreads();  // part[] is reused by the block's next output
   }
 }
 
@@ -553,15 +592,24 @@ void reduce_to(DType dt, const void* src, bool src_f32, const View& full, void* 
       red.dims[red.n++] = d;
       n_red *= full.shape[d];
     }
+  // One thread per output leaves the GPU idle when there are few outputs (a scalar bias has
+  // one): then a block per output.
+  const bool per_block = n_out < 16384 && n_red >= 1024;
   by_dtype(dt, [&](auto t) {
     using T = decltype(t);
+    auto launch = [&](auto* typed_src) {
+      using S = std::remove_const_t<std::remove_pointer_t<decltype(typed_src)>>;
+      if (per_block)
+        reduce_to_block_k<T, S><<<unsigned(std::min<int64_t>(n_out, 65535)), kReduceThreads, 0, s>>>(
+            typed_src, full, static_cast<T*>(dst), dst_aligned, red, scale, n_out, n_red);
+      else
+        reduce_to_k<T, S><<<grid_for(n_out), kThreads, 0, s>>>(typed_src, full, static_cast<T*>(dst), dst_aligned,
+                                                               red, scale, n_out, n_red);
+    };
     if (src_f32)
-      reduce_to_k<T, float><<<grid_for(n_out), kThreads, 0, s>>>(static_cast<const float*>(src), full,
-                                                                   static_cast<T*>(dst), dst_aligned, red, scale,
-                                                                   n_out, n_red);
+      launch(static_cast<const float*>(src));
     else
-      reduce_to_k<T, T><<<grid_for(n_out), kThreads, 0, s>>>(static_cast<const T*>(src), full, static_cast<T*>(dst),
-                                                               dst_aligned, red, scale, n_out, n_red);
+      launch(static_cast<const T*>(src));
   });
   DLF_LAUNCHED("reduce_to kernel");
 }

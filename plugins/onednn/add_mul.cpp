@@ -150,14 +150,17 @@ bool forward_own(const View& x, const View& y, const View& bias, const View& out
   const bool nt = total * int64_t(sizeof(float)) > kStreamBytes;
   const int64_t ntiles = (total + kTile - 1) / kTile;
   const int nthr = total > (1 << 15) ? omp_get_max_threads() : 1;
+  // Every thread's tile buffer is allocated here: an exception (bad_alloc) must not leave
+  // an OpenMP region, where it would terminate the process.
+  Buffer bufs{nt ? size_t(nthr) * size_t(kTile) : 0};
 #pragma omp parallel num_threads(nthr)
   {
-    Buffer buf{size_t(kTile)};
+    float* buf = bufs.get() + size_t(omp_get_thread_num()) * size_t(kTile);
 #pragma omp for schedule(static)
     for (int64_t tile = 0; tile < ntiles; ++tile) {
       const int64_t e0 = tile * kTile, len = std::min(kTile, total - e0);
       // In place (out == x) is safe: a tile of x is read into buf before out is written.
-      float* dst = nt ? buf.get() : out.data + e0;
+      float* dst = nt ? buf : out.data + e0;
       for (int64_t s = 0; s < len;) {
         const int64_t col = (e0 + s) % n, seg = std::min(len - s, n - col);
         const float* bseg = bk == BiasKind::kRow ? bias.data + col : bk == BiasKind::kScalar ? bias.data : bias.data + e0 + s;
@@ -298,12 +301,13 @@ bool backward_tiled(State& st, const View& g, const View& x, const View& y, cons
   std::vector<double> partial(gb ? size_t(nthr) * size_t(gbn) : 0, 0.0);
   const float* bp = bias.data;
   std::exception_ptr error;
+  // Allocated before the region: an exception must not leave an OpenMP region.
+  Buffer work{size_t(nthr) * 2 * size_t(kTile)};
 #pragma omp parallel num_threads(nthr)
   {
     const int t = omp_get_thread_num();
-    Buffer pre_buf{size_t(kTile)}, dpre_buf{size_t(kTile)};
-    float* pre = pre_buf.get();
-    float* dpre = dpre_buf.get();
+    float* pre = work.get() + size_t(t) * 2 * size_t(kTile);
+    float* dpre = pre + kTile;
     double* acc = gb && gbn ? partial.data() + size_t(t) * size_t(gbn) : nullptr;
 #pragma omp for schedule(static)
     for (int64_t tile = 0; tile < ntiles; ++tile) {

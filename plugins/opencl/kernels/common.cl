@@ -95,7 +95,9 @@ inline float act_grad(float p, int act) {
       const float du = DLF_SQRT_2_OVER_PI * (1.0f + 3.0f * DLF_GELU_C * p * p);
       const float s = 1.0f / (1.0f + exp(-2.0f * u)); /* (1 + tanh u) / 2 */
       const float sm = 1.0f / (1.0f + exp(2.0f * u)); /* (1 - tanh u) / 2 */
-      return s + 2.0f * p * s * sm * du;
+      const float sech2 = s * sm; /* (1 - tanh^2 u) / 4 */
+      /* |p| > ~1.8e19 makes du Inf where sech2 is already 0: the term is 0, not 0 * Inf. */
+      return s + (sech2 == 0.0f ? 0.0f : 2.0f * p * sech2 * du);
     }
     case 6: {
       const float s = 1.0f / (1.0f + exp(-p));
