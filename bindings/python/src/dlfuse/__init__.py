@@ -1,0 +1,25 @@
+"""dlfuse: fused deep-learning ops over DLPack, through libdlfuse's C ABI (ctypes only).
+
+    import numpy as np, dlfuse
+    out = dlfuse.matmul_add_relu(a, b, bias)          # any __dlpack__ producer
+    np.from_dlpack(out)                               # zero copy
+
+``dlfuse.torch`` (imported on demand) adds autograd Functions and torch.library ops.
+libdlfuse is looked up on first use: $DLFUSE_LIBRARY, <prefix>/lib/libdlfuse.so,
+then ctypes.util.find_library("dlfuse"). See docs/python.md.
+"""
+from ._capi import LibraryNotFound, library_path
+from ._core import (AbiMismatchError, DeviceError, Error, InternalError, InvalidArgumentError,
+                    LoadFailedError, NotFoundError, OutOfMemoryError, PluginInfo, Registry,
+                    Tensor, UnavailableError, UnsupportedError, abi_version,
+                    add_mul_activation, add_mul_activation_backward, last_error, load_plugin,
+                    matmul_add_relu, matmul_add_relu_backward, plugins, registry, to_device)
+
+__version__ = "0.1.0"
+
+__all__ = ["AbiMismatchError", "DeviceError", "Error", "InternalError", "InvalidArgumentError",
+           "LibraryNotFound", "LoadFailedError", "NotFoundError", "OutOfMemoryError",
+           "PluginInfo", "Registry", "Tensor", "UnavailableError", "UnsupportedError",
+           "abi_version", "add_mul_activation", "add_mul_activation_backward", "last_error",
+           "library_path", "load_plugin", "matmul_add_relu", "matmul_add_relu_backward",
+           "plugins", "registry", "to_device"]

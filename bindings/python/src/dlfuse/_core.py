@@ -1,0 +1,687 @@
+"""The binding proper: errors, the registry, DLPack import/export and the four ops."""
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections import namedtuple
+from ctypes import byref, c_int32, c_uint32, c_uint64, c_void_p
+
+from . import _capi as C
+
+# ---- errors ------------------------------------------------------------------------------
+
+
+class Error(RuntimeError):
+    """A dlfuse call failed. ``status`` is the dlfuse_status_t value, ``status_name`` its
+    name, ``message`` the C side's message (dlfuse_last_error) when it came from C."""
+
+    def __init__(self, status, message):
+        self.status = int(status)
+        self.status_name = C.STATUS_NAMES.get(self.status, str(self.status))
+        self.message = message
+        super().__init__(f"[{self.status_name}] {message}")
+
+
+class InvalidArgumentError(Error, ValueError):
+    pass
+
+
+class UnsupportedError(Error):
+    pass
+
+
+class NotFoundError(Error, LookupError):
+    pass
+
+
+class AbiMismatchError(Error):
+    pass
+
+
+class LoadFailedError(Error):
+    pass
+
+
+class UnavailableError(Error):
+    pass
+
+
+class OutOfMemoryError(Error, MemoryError):
+    pass
+
+
+class DeviceError(Error):
+    pass
+
+
+class InternalError(Error):
+    pass
+
+
+_ERRORS = {1: InvalidArgumentError, 2: UnsupportedError, 3: NotFoundError, 4: AbiMismatchError,
+           5: LoadFailedError, 6: UnavailableError, 7: OutOfMemoryError, 8: DeviceError,
+           9: InternalError}
+
+
+def _raise(status, message=None):
+    if message is None:
+        message = C.lib().dlfuse_last_error().decode("utf-8", "replace")
+    raise _ERRORS.get(status, Error)(status, message)
+
+
+def _check(status):
+    if status:
+        _raise(status)
+
+
+def last_error():
+    """The calling thread's last C error message ('' if none)."""
+    return C.lib().dlfuse_last_error().decode("utf-8", "replace")
+
+
+def abi_version():
+    lib = C.lib()
+    ma, mi = c_uint32(), c_uint32()
+    lib.dlfuse_abi_version(byref(ma), byref(mi))
+    return (ma.value, mi.value)
+
+
+# ---- registry ------------------------------------------------------------------------------
+
+PluginInfo = namedtuple("PluginInfo", "index name version path available reason device_type "
+                                      "device device_count abi num_kernels")
+
+
+class Registry:
+    """A set of loaded plugins (dlfuse_registry_t). Most programs use the process-wide
+    default one (``dlfuse.registry()``); make your own to control discovery."""
+
+    def __init__(self, plugin_paths=None, discovery=C.DISCOVER_DEFAULT):
+        self._lib = C.lib()
+        opts = C.dlfuse_registry_options_t()
+        opts.struct_size = ctypes.sizeof(opts)
+        opts.discovery = int(discovery)
+        if plugin_paths is not None and not isinstance(plugin_paths, (str, bytes)):
+            plugin_paths = ":".join(str(p) for p in plugin_paths)
+        opts.plugin_paths = plugin_paths.encode() if isinstance(plugin_paths, str) else plugin_paths
+        h = c_void_p()
+        _check(self._lib.dlfuse_registry_create(byref(opts), byref(h)))
+        self._h = h.value
+        self._destroy = self._lib.dlfuse_registry_destroy
+
+    @property
+    def handle(self):
+        return self._h
+
+    def close(self):
+        """Destroy the registry. No call on it may be in flight; tensors allocated from it
+        keep it open until they are freed."""
+        h, self._h = self._h, None
+        if h:
+            self._destroy(h)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def load_plugin(self, path):
+        """Load one plugin file; returns its PluginInfo, raises dlfuse.Error (with the C
+        message) if it could not be loaded or opened. The file stays listed either way."""
+        idx = c_int32(-1)
+        st = self._lib.dlfuse_registry_load(self._h, str(path).encode(), byref(idx))
+        if st:
+            _raise(st)
+        return self.plugin(idx.value)
+
+    def plugin(self, index):
+        info = C.dlfuse_plugin_info_t()
+        info.struct_size = ctypes.sizeof(info)
+        _check(self._lib.dlfuse_registry_plugin_info(self._h, int(index), byref(info)))
+
+        def s(b):
+            return b.decode("utf-8", "replace") if b else ""
+        return PluginInfo(index=int(index), name=s(info.name), version=s(info.version),
+                          path=s(info.path), available=bool(info.available),
+                          reason=s(info.reason), device_type=info.device_type,
+                          device=C.DEVICE_NAMES.get(info.device_type, str(info.device_type)),
+                          device_count=info.device_count,
+                          abi=(info.abi_major, info.abi_minor), num_kernels=info.num_kernels)
+
+    def plugins(self):
+        n = c_int32()
+        _check(self._lib.dlfuse_registry_plugin_count(self._h, byref(n)))
+        return [self.plugin(i) for i in range(n.value)]
+
+    def prefer(self, plugin_name, op=None):
+        """Prefer a plugin for ``op`` (None: every op); plugin_name None clears."""
+        _check(self._lib.dlfuse_registry_prefer(
+            self._h, op.encode() if op else None,
+            plugin_name.encode() if plugin_name else None))
+
+    def resolve(self, op, device="cpu", dtype="float32"):
+        """Name of the plugin a call of ``op`` on (device, dtype) would run on."""
+        h = c_void_p()
+        _check(self._lib.dlfuse_op_get(self._h, op.encode(), byref(h)))
+        dev_type = C.DEVICE_TYPES[device] if isinstance(device, str) else int(device)
+        code, bits = _DTYPE_BY_NAME[str(dtype)]
+        idx = c_int32()
+        _check(self._lib.dlfuse_op_resolve(h, dev_type, C.DLDataType(code, bits, 1), byref(idx)))
+        return self.plugin(idx.value).name
+
+    def device_count(self, device):
+        dev_type = C.DEVICE_TYPES[device] if isinstance(device, str) else int(device)
+        n = c_int32()
+        _check(self._lib.dlfuse_device_count(self._h, dev_type, byref(n)))
+        return n.value
+
+    def synchronize(self, device, stream=None):
+        dev = _parse_device(device)
+        _check(self._lib.dlfuse_device_synchronize(self._h, C.DLDevice(*dev),
+                                                   _stream_ptr(stream)))
+
+
+_default = None
+_default_lock = threading.Lock()
+
+
+def registry():
+    """The process-wide default registry, created on first use with default discovery
+    ($DLFUSE_PLUGIN_PATH, then <dir of libdlfuse>/dlfuse/plugins)."""
+    global _default
+    r = _default
+    if r is None:
+        with _default_lock:
+            if _default is None:
+                _default = Registry()
+            r = _default
+    return r
+
+
+def plugins():
+    """Every plugin of the default registry (available or not, with the reason)."""
+    return registry().plugins()
+
+
+def load_plugin(path):
+    """Load a plugin file into the default registry; returns its PluginInfo."""
+    return registry().load_plugin(path)
+
+
+# ---- dtypes, devices, streams ----------------------------------------------------------------
+
+_DTYPE_BY_NAME = {"float32": (C.kDLFloat, 32), "float16": (C.kDLFloat, 16),
+                  "float64": (C.kDLFloat, 64), "bfloat16": (C.kDLBfloat, 16)}
+_DTYPE_NAME = {v: k for k, v in _DTYPE_BY_NAME.items()}
+
+
+def _dtype_name(code, bits):
+    return _DTYPE_NAME.get((code, bits), f"dl({code},{bits})")
+
+
+def _numpy_dtype(code, bits):
+    import numpy as np
+    name = _DTYPE_NAME.get((code, bits))
+    if name == "bfloat16":
+        try:
+            import ml_dtypes
+            return np.dtype(ml_dtypes.bfloat16)
+        except ImportError:
+            return None
+    return np.dtype(name) if name else None
+
+
+def _parse_device(device):
+    """'cpu', 'cuda', 'cuda:1', 'opencl:0', (type, id) -> (type, id)."""
+    if isinstance(device, tuple):
+        t, i = device
+        return (C.DEVICE_TYPES[t] if isinstance(t, str) else int(t), int(i))
+    name, _, idx = str(device).partition(":")
+    if name not in C.DEVICE_TYPES:
+        raise ValueError(f"dlfuse: unknown device {device!r}; expected one of "
+                         f"{sorted(C.DEVICE_TYPES)} with an optional ':<id>'")
+    return (C.DEVICE_TYPES[name], int(idx) if idx else 0)
+
+
+# Devices whose DLPack producers take a stream (the DLPack stream protocol).
+_STREAM_DEVICES = (C.kDLCUDA, C.kDLCUDAManaged, C.kDLROCM)
+
+
+def _stream_ptr(stream):
+    """A stream argument -> the address handed to C (None = the plugin's default)."""
+    if stream is None:
+        return None
+    if isinstance(stream, int):
+        return stream or None
+    for attr in ("cuda_stream", "ptr", "handle"):  # torch.cuda.Stream, cupy Stream, ...
+        v = getattr(stream, attr, None)
+        if isinstance(v, int):
+            return v or None
+    raise TypeError(f"dlfuse: stream must be an int (a cudaStream_t / cl_command_queue "
+                    f"address), None, or an object with .cuda_stream or .ptr; got {stream!r}")
+
+
+def _consumer_stream(c_stream):
+    """The DLPack `stream=` value that asks a CUDA producer to make its work visible on the
+    stream dlfuse will run on. NULL (the CUDA plugin's default) is the legacy default
+    stream, which DLPack spells 1 (0 is disallowed)."""
+    return 1 if c_stream is None else c_stream
+
+
+# ---- DLPack import (consumer side) -----------------------------------------------------------
+
+_NAME_V = b"dltensor_versioned"
+_NAME_L = b"dltensor"
+_USED_V = b"used_dltensor_versioned"
+_USED_L = b"used_dltensor"
+_IsValid = C.PyCapsule_IsValid
+_GetPointer = C.PyCapsule_GetPointer
+_TOFF = C.VERSIONED_TENSOR_OFFSET
+_FOFF = C.VERSIONED_FLAGS_OFFSET
+_u32 = ctypes.c_uint32.from_address
+_u64 = c_uint64.from_address
+
+
+class _View:
+    """A borrowed DLTensor: the capsule (or owner) keeps it alive while this object lives.
+    We never take ownership of a producer's capsule: its destructor runs the producer's
+    deleter once we drop it (DLPack: a capsule still named 'dltensor[_versioned]' is
+    freed by its own destructor)."""
+    __slots__ = ("keep", "addr", "read_only", "obj")
+
+    def __init__(self, keep, addr, read_only, obj):
+        self.keep = keep
+        self.addr = addr
+        self.read_only = read_only
+        self.obj = obj
+
+    @property
+    def t(self):
+        return C.DLTensor.from_address(self.addr)
+
+    def shape(self):
+        t = C.DLTensor.from_address(self.addr)
+        return tuple(t.shape[i] for i in range(t.ndim))
+
+
+def _import(obj, c_stream, name):
+    """Borrow obj's DLTensor through __dlpack__ (versioned preferred, legacy accepted)."""
+    if isinstance(obj, Tensor):
+        return _View(obj, obj._tensor_addr, False, obj)
+    if getattr(obj, "requires_grad", False):  # torch refuses to export those
+        obj = obj.detach()
+    try:
+        dev_type = obj.__dlpack_device__()[0]
+    except AttributeError:
+        if not hasattr(obj, "__dlpack__"):
+            raise TypeError(f"dlfuse: argument '{name}' must support the DLPack protocol "
+                            f"(__dlpack__), got {type(obj).__name__}") from None
+        dev_type = C.kDLCPU
+    if dev_type in _STREAM_DEVICES:
+        s = _consumer_stream(c_stream)
+        try:
+            cap = obj.__dlpack__(stream=s, max_version=(1, 0))
+        except TypeError:
+            cap = obj.__dlpack__(stream=s)
+    else:
+        try:
+            cap = obj.__dlpack__(max_version=(1, 0))
+        except TypeError:  # a producer from before DLPack 1.0: legacy capsule
+            cap = obj.__dlpack__()
+    if _IsValid(cap, _NAME_V):
+        p = _GetPointer(cap, _NAME_V)
+        major = _u32(p).value
+        if major != 1:
+            raise BufferError(f"dlfuse: argument '{name}': DLPack major version {major} "
+                              f"is not supported (expected 1)")
+        return _View(cap, p + _TOFF, bool(_u64(p + _FOFF).value & C.DLPACK_FLAG_BITMASK_READ_ONLY),
+                     obj)
+    if _IsValid(cap, _NAME_L):
+        return _View(cap, _GetPointer(cap, _NAME_L), False, obj)
+    raise TypeError(f"dlfuse: argument '{name}': __dlpack__ returned {type(cap).__name__}, "
+                    f"not an unconsumed 'dltensor' or 'dltensor_versioned' capsule")
+
+
+def _import_out(obj, c_stream, name):
+    v = _import(obj, c_stream, name)
+    if v.read_only:
+        raise InvalidArgumentError(1, f"{name}: expected a writable tensor, got one the "
+                                      f"producer exported as read-only")
+    return v
+
+
+# ---- outputs: allocated like the first input ------------------------------------------------
+
+
+def _framework(obj):
+    return type(obj).__module__.partition(".")[0]
+
+
+def _alloc_like(like, view, shape, reg):
+    """A new uninitialized tensor of `shape` with view's dtype and device, from the same
+    framework as `like` when that is NumPy, PyTorch or CuPy, else NumPy for host memory
+    and the plugin's device services for anything else."""
+    fw = _framework(like)
+    t = view.t
+    dev_type, dev_id = t.device.device_type, t.device.device_id
+    if fw == "torch":
+        import torch
+        return torch.empty(shape, dtype=like.dtype, device=like.device)
+    if fw == "numpy" and dev_type == C.kDLCPU:
+        import numpy as np
+        return np.empty(shape, dtype=like.dtype)
+    if fw == "cupy":
+        import cupy
+        with cupy.cuda.Device(dev_id):
+            return cupy.empty(shape, dtype=like.dtype)
+    if dev_type == C.kDLCPU:
+        npdt = _numpy_dtype(t.dtype.code, t.dtype.bits)
+        if npdt is not None:
+            import numpy as np
+            return np.empty(shape, dtype=npdt)
+    return Tensor.empty(shape, (t.dtype.code, t.dtype.bits), (dev_type, dev_id), registry=reg)
+
+
+def _broadcast(*shapes):
+    nd = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(nd):
+        d = 1
+        for s in shapes:
+            j = i - (nd - len(s))
+            if j < 0:
+                continue
+            if s[j] != 1:
+                if d != 1 and d != s[j]:
+                    return None
+                d = s[j]
+        out.append(d)
+    return tuple(out)
+
+
+# ---- DLPack export (producer side): memory from the plugins' device services ----------------
+
+_exports = {}  # address of a DLManagedTensorVersioned / DLManagedTensor -> what keeps it alive
+_exports_lock = threading.Lock()
+
+
+def _release(addr):
+    with _exports_lock:
+        _exports.pop(addr, None)
+
+
+@C.DLManagedTensorVersionedDeleter
+def _deleter_v(p):
+    _release(ctypes.cast(p, c_void_p).value)
+
+
+@C.DLManagedTensorDeleter
+def _deleter_l(p):
+    _release(ctypes.cast(p, c_void_p).value)
+
+
+@C.PyCapsule_Destructor
+def _capsule_destructor(cap):
+    # Runs when a capsule dies. Renamed to used_* = a consumer took it and will call the
+    # deleter; still named dltensor* = nobody consumed it, so we free it here.
+    for nm in (_NAME_V, _NAME_L):
+        if C._PyCapsule_IsValid_raw(cap, nm):
+            _release(C._PyCapsule_GetPointer_raw(cap, nm))
+            return
+
+
+class Tensor:
+    """A tensor in memory from a plugin's device services (dlfuse_device_alloc), freed with
+    dlfuse_device_free when the last reference (including DLPack exports) is gone. It
+    implements __dlpack__/__dlpack_device__, so torch/cupy/numpy take it without a copy
+    (where they understand the device)."""
+
+    def __init__(self, *a, **k):
+        raise TypeError("use dlfuse.Tensor.empty(...) or dlfuse.to_device(...)")
+
+    @classmethod
+    def empty(cls, shape, dtype="float32", device="cpu", registry=None):
+        reg = registry or globals()["registry"]()
+        self = object.__new__(cls)
+        self._reg = reg
+        code, bits = _DTYPE_BY_NAME[dtype] if isinstance(dtype, str) else dtype
+        dev = _parse_device(device)
+        self._shape = tuple(int(s) for s in shape)
+        n = 1
+        for s in self._shape:
+            if s < 0:
+                raise ValueError(f"dlfuse: shape {self._shape} has a negative size")
+            n *= s
+        self._nbytes = n * (bits // 8)
+        self._device = C.DLDevice(*dev)
+        ptr = c_void_p()
+        self._ptr = None
+        _check(reg._lib.dlfuse_device_alloc(reg.handle, self._device, self._nbytes, byref(ptr)))
+        self._ptr = ptr.value
+        self._stream = None
+        nd = len(self._shape)
+        self._shape_arr = (ctypes.c_int64 * max(nd, 1))(*self._shape)
+        t = C.DLTensor()
+        t.data = self._ptr
+        t.device = self._device
+        t.ndim = nd
+        t.dtype = C.DLDataType(code, bits, 1)
+        t.shape = ctypes.cast(self._shape_arr, ctypes.POINTER(ctypes.c_int64))
+        t.strides = None
+        t.byte_offset = 0
+        self._t = t
+        self._tensor_addr = ctypes.addressof(t)
+        return self
+
+    def __del__(self):
+        ptr, self._ptr = getattr(self, "_ptr", None), None
+        if ptr is not None:
+            try:
+                self._reg._lib.dlfuse_device_free(self._reg.handle, self._device, ptr)
+            except Exception:
+                pass
+
+    shape = property(lambda self: self._shape)
+    ndim = property(lambda self: len(self._shape))
+    nbytes = property(lambda self: self._nbytes)
+    dtype = property(lambda self: _dtype_name(self._t.dtype.code, self._t.dtype.bits))
+    device = property(lambda self: (C.DEVICE_NAMES.get(self._device.device_type,
+                                                       str(self._device.device_type)),
+                                    self._device.device_id))
+
+    def data_ptr(self):
+        return self._ptr
+
+    def __repr__(self):
+        return f"dlfuse.Tensor(shape={self._shape}, dtype={self.dtype}, device={self.device})"
+
+    def __dlpack_device__(self):
+        return (self._device.device_type, self._device.device_id)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        if copy:
+            raise BufferError("dlfuse.Tensor: copy=True is not supported")
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"dlfuse.Tensor lives on {self.__dlpack_device__()}, "
+                              f"not {tuple(dl_device)}")
+        if (self._device.device_type in _STREAM_DEVICES and stream != -1
+                and self._stream is not None and _stream_ptr(stream) != self._stream):
+            # Make the last dlfuse call's work on this tensor visible to the consumer.
+            self._reg.synchronize(self.__dlpack_device__(), self._stream)
+        versioned = max_version is not None and tuple(max_version)[0] >= 1
+        if versioned:
+            m = C.DLManagedTensorVersioned()
+            m.version.major, m.version.minor = 1, 0
+            m.deleter = _deleter_v
+            m.flags = 0
+            tgt, name = m.dl_tensor, _NAME_V
+        else:
+            m = C.DLManagedTensor()
+            m.deleter = _deleter_l
+            tgt, name = m.dl_tensor, _NAME_L
+        ctypes.memmove(ctypes.addressof(tgt), self._tensor_addr, ctypes.sizeof(C.DLTensor))
+        addr = ctypes.addressof(m)
+        m.manager_ctx = addr
+        with _exports_lock:
+            _exports[addr] = (m, self)  # the struct and the owner stay alive until released
+        return C.PyCapsule_New(addr, name, _capsule_destructor)
+
+    def to_numpy(self):
+        """A host copy as a NumPy array (a zero-copy view for CPU memory)."""
+        import numpy as np
+        if self._device.device_type == C.kDLCPU:
+            return np.from_dlpack(self)
+        npdt = _numpy_dtype(self._t.dtype.code, self._t.dtype.bits)
+        out = np.empty(self._shape, dtype=npdt)
+        if self._nbytes:
+            _check(self._reg._lib.dlfuse_device_copy(
+                self._reg.handle, self._device, C.COPY_DEVICE_TO_HOST, out.ctypes.data, 0,
+                self._ptr, 0, self._nbytes, self._stream))
+        return out
+
+
+def to_device(array, device, registry=None, stream=None):
+    """Copy a host array (NumPy or anything np.asarray takes) into a new dlfuse.Tensor on
+    `device` ('cpu', 'cuda:0', 'opencl:0', ...) through the plugin's device services."""
+    import numpy as np
+    a = np.ascontiguousarray(array)
+    name = _DTYPE_NAME.get((C.kDLBfloat if a.dtype.name == "bfloat16" else C.kDLFloat,
+                            a.dtype.itemsize * 8))
+    if name is None or a.dtype.kind not in "fV":
+        raise TypeError(f"dlfuse.to_device: dtype {a.dtype} is not a float dtype dlfuse knows")
+    t = Tensor.empty(a.shape, name, device, registry=registry)
+    if t.nbytes:
+        _check(t._reg._lib.dlfuse_device_copy(t._reg.handle, t._device, C.COPY_HOST_TO_DEVICE,
+                                              t._ptr, 0, a.ctypes.data, 0, t.nbytes,
+                                              _stream_ptr(stream)))
+    return t
+
+
+# ---- the ops -------------------------------------------------------------------------------
+
+
+def _act(activation):
+    if isinstance(activation, str):
+        try:
+            return C.ACTIVATIONS[activation]
+        except KeyError:
+            raise ValueError(f"dlfuse: activation must be one of {sorted(C.ACTIVATIONS)}, "
+                             f"got {activation!r}") from None
+    return int(activation)
+
+
+def _prep(stream, reg):
+    reg = reg or registry()
+    return reg, _stream_ptr(stream)
+
+
+def _mark_stream(obj, s):
+    if isinstance(obj, Tensor):
+        obj._stream = s
+
+
+def matmul_add_relu(a, b, bias, out=None, stream=None, *, allow_tf32=False, registry=None):
+    """out = relu(a @ b + bias). a [..., M, K], b [..., K, N], bias broadcastable to out.
+    Returns `out` (allocated like `a` when not given)."""
+    reg, s = _prep(stream, registry)
+    va = _import(a, s, "a")
+    vb = _import(b, s, "b")
+    vbias = _import(bias, s, "bias")
+    if out is None:
+        sa, sb = va.shape(), vb.shape()
+        if len(sa) >= 2 and len(sb) >= 2:
+            batch = _broadcast(sa[:-2], sb[:-2])
+            shape = (batch if batch is not None else sa[:-2]) + (sa[-2], sb[-1])
+        else:
+            shape = (0,)  # the registry refuses 1-D operands and says so
+        out = _alloc_like(a, va, shape, reg)
+    vo = _import_out(out, s, "out")
+    _check(reg._lib.dlfuse_matmul_add_relu(reg.handle, va.addr, vb.addr, vbias.addr, vo.addr,
+                                           1 if allow_tf32 else 0, s))
+    _mark_stream(out, s)
+    return out
+
+
+def matmul_add_relu_backward(grad_out, a, b, out, *, bias_shape=None, needs=(True, True, True),
+                             grad_a=None, grad_b=None, grad_bias=None, stream=None,
+                             allow_tf32=False, registry=None):
+    """(grad_a, grad_b, grad_bias) of matmul_add_relu from grad_out and the saved a, b, out.
+    `needs` says which to compute (others are None); grad_bias has `bias_shape`
+    (default: grad_bias's shape if given, else [N]). Given grad_* tensors are written."""
+    reg, s = _prep(stream, registry)
+    vg = _import(grad_out, s, "grad_out")
+    va = _import(a, s, "a")
+    vb = _import(b, s, "b")
+    vo = _import(out, s, "out")
+    res = [grad_a, grad_b, grad_bias]
+    if needs[0] and grad_a is None:
+        res[0] = _alloc_like(grad_out, vg, va.shape(), reg)
+    if needs[1] and grad_b is None:
+        res[1] = _alloc_like(grad_out, vg, vb.shape(), reg)
+    if needs[2] and grad_bias is None:
+        if bias_shape is None:
+            so = vo.shape()
+            bias_shape = (so[-1],) if so else ()
+        res[2] = _alloc_like(grad_out, vg, tuple(bias_shape), reg)
+    names = ("grad_a", "grad_b", "grad_bias")
+    views = [None if r is None else _import_out(r, s, names[i]) for i, r in enumerate(res)]
+    addrs = [None if v is None else v.addr for v in views]
+    _check(reg._lib.dlfuse_matmul_add_relu_backward(reg.handle, vg.addr, va.addr, vb.addr,
+                                                    vo.addr, addrs[0], addrs[1], addrs[2],
+                                                    1 if allow_tf32 else 0, s))
+    for r in res:
+        _mark_stream(r, s)
+    return tuple(res)
+
+
+def add_mul_activation(x, y, bias, multiplier=1.0, activation="relu", out=None, stream=None, *,
+                       registry=None):
+    """out = act(x + bias + multiplier * y), NumPy broadcasting; `out` may be exactly `x`.
+    Returns `out` (allocated like `x` when not given)."""
+    reg, s = _prep(stream, registry)
+    act = _act(activation)
+    vx = _import(x, s, "x")
+    vy = _import(y, s, "y")
+    vb = _import(bias, s, "bias")
+    if out is None:
+        shape = _broadcast(vx.shape(), vy.shape(), vb.shape())
+        out = _alloc_like(x, vx, shape if shape is not None else vx.shape(), reg)
+        vo = _import_out(out, s, "out")
+    elif out is x:
+        vo = vx
+        if vo.read_only:
+            raise InvalidArgumentError(1, "out: expected a writable tensor, got one the "
+                                          "producer exported as read-only")
+    else:
+        vo = _import_out(out, s, "out")
+    _check(reg._lib.dlfuse_add_mul_activation(reg.handle, vx.addr, vy.addr, vb.addr,
+                                              float(multiplier), act, vo.addr, s))
+    _mark_stream(out, s)
+    return out
+
+
+def add_mul_activation_backward(grad_out, x, y, bias, multiplier=1.0, activation="relu", *,
+                                needs=(True, True, True), grad_x=None, grad_y=None,
+                                grad_bias=None, stream=None, registry=None):
+    """(grad_x, grad_y, grad_bias) of add_mul_activation from grad_out and the forward's
+    inputs (the pre-activation is recomputed)."""
+    reg, s = _prep(stream, registry)
+    act = _act(activation)
+    vg = _import(grad_out, s, "grad_out")
+    vx = _import(x, s, "x")
+    vy = _import(y, s, "y")
+    vb = _import(bias, s, "bias")
+    res = [grad_x, grad_y, grad_bias]
+    for i, v in enumerate((vx, vy, vb)):
+        if needs[i] and res[i] is None:
+            res[i] = _alloc_like(grad_out, vg, v.shape(), reg)
+    names = ("grad_x", "grad_y", "grad_bias")
+    views = [None if r is None else _import_out(r, s, names[i]) for i, r in enumerate(res)]
+    addrs = [None if v is None else v.addr for v in views]
+    _check(reg._lib.dlfuse_add_mul_activation_backward(reg.handle, vg.addr, vx.addr, vy.addr,
+                                                       vb.addr, float(multiplier), act,
+                                                       addrs[0], addrs[1], addrs[2], s))
+    for r in res:
+        _mark_stream(r, s)
+    return tuple(res)
