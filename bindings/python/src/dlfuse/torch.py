@@ -1,0 +1,223 @@
+"""PyTorch integration: autograd Functions and torch.library custom ops.
+
+    import dlfuse.torch as dft
+    y = dft.matmul_add_relu(x, w, b)              # differentiable, torch.compile-able
+    z = dft.add_mul_activation(x, y, b, 0.5, "silu")
+
+The ops are registered as ``torch.ops.dlfuse.matmul_add_relu`` (+ ``_backward``) and
+``torch.ops.dlfuse.add_mul_activation`` (+ ``_backward``) with fake (meta) kernels and
+autograd formulas, so ``torch.compile(fullgraph=True)`` traces them as opaque calls.
+The autograd Functions ``MatmulAddRelu`` and ``AddMulActivation`` call dlfuse directly
+(eager only). Every call runs on the tensors' current CUDA stream
+(torch.cuda.current_stream()).
+"""
+
+from typing import List, Tuple
+
+import torch
+
+from . import _core
+
+__all__ = ["matmul_add_relu", "add_mul_activation", "MatmulAddRelu", "AddMulActivation",
+           "FusedLinearReLU"]
+
+
+def _stream(t):
+    if t.device.type == "cuda":
+        return torch.cuda.current_stream(t.device).cuda_stream
+    return None
+
+
+def _mm_shape(a, b):
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return (*batch, a.shape[-2], b.shape[-1])
+
+
+def _empty0(t):
+    return t.new_empty((0,))
+
+
+# ---- eager kernels (dlfuse through DLPack; outputs allocated by torch) ---------------------
+
+def _mar_fwd(a, b, bias, allow_tf32):
+    out = torch.empty(_mm_shape(a, b), dtype=a.dtype, device=a.device)
+    _core.matmul_add_relu(a, b, bias, out=out, stream=_stream(a), allow_tf32=allow_tf32)
+    return out
+
+
+def _mar_bwd(grad_out, a, b, out, bias_shape, needs, allow_tf32):
+    ga = torch.empty_like(a, memory_format=torch.contiguous_format) if needs[0] else None
+    gb = torch.empty_like(b, memory_format=torch.contiguous_format) if needs[1] else None
+    gbias = (torch.empty(bias_shape, dtype=a.dtype, device=a.device) if needs[2] else None)
+    _core.matmul_add_relu_backward(grad_out, a, b, out, needs=needs, grad_a=ga, grad_b=gb,
+                                   grad_bias=gbias, bias_shape=bias_shape,
+                                   stream=_stream(a), allow_tf32=allow_tf32)
+    return ga, gb, gbias
+
+
+def _amc_fwd(x, y, bias, multiplier, activation):
+    shape = torch.broadcast_shapes(x.shape, y.shape, bias.shape)
+    out = torch.empty(shape, dtype=x.dtype, device=x.device)
+    _core.add_mul_activation(x, y, bias, multiplier, activation, out=out, stream=_stream(x))
+    return out
+
+
+def _amc_bwd(grad_out, x, y, bias, multiplier, activation, needs):
+    res = [torch.empty(t.shape, dtype=t.dtype, device=t.device) if n else None
+           for t, n in zip((x, y, bias), needs)]
+    _core.add_mul_activation_backward(grad_out, x, y, bias, multiplier, activation, needs=needs,
+                                      grad_x=res[0], grad_y=res[1], grad_bias=res[2],
+                                      stream=_stream(x))
+    return tuple(res)
+
+
+# ---- torch.library custom ops --------------------------------------------------------------
+
+@torch.library.custom_op("dlfuse::matmul_add_relu", mutates_args=())
+def _op_mar(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor,
+            allow_tf32: bool = False) -> torch.Tensor:
+    return _mar_fwd(a, b, bias, allow_tf32)
+
+
+@_op_mar.register_fake
+def _(a, b, bias, allow_tf32=False):
+    return a.new_empty(_mm_shape(a, b))
+
+
+@torch.library.custom_op("dlfuse::matmul_add_relu_backward", mutates_args=())
+def _op_mar_bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
+                bias_shape: List[int], needs_a: bool, needs_b: bool, needs_bias: bool,
+                allow_tf32: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    ga, gb, gbias = _mar_bwd(grad_out, a, b, out, tuple(bias_shape),
+                             (needs_a, needs_b, needs_bias), allow_tf32)
+    # custom ops return tensors: an unwanted gradient is an empty one
+    return (ga if ga is not None else _empty0(a), gb if gb is not None else _empty0(a),
+            gbias if gbias is not None else _empty0(a))
+
+
+@_op_mar_bwd.register_fake
+def _(grad_out, a, b, out, bias_shape, needs_a, needs_b, needs_bias, allow_tf32=False):
+    return (a.new_empty(a.shape if needs_a else (0,)), a.new_empty(b.shape if needs_b else (0,)),
+            a.new_empty(tuple(bias_shape) if needs_bias else (0,)))
+
+
+def _mar_setup(ctx, inputs, output):
+    a, b, bias, allow_tf32 = inputs
+    ctx.save_for_backward(a, b, output)
+    ctx.bias_shape = list(bias.shape)
+    ctx.allow_tf32 = allow_tf32
+
+
+def _mar_backward(ctx, grad):
+    a, b, out = ctx.saved_tensors
+    na, nb, nbias = ctx.needs_input_grad[:3]
+    ga, gb, gbias = torch.ops.dlfuse.matmul_add_relu_backward(
+        grad, a, b, out, ctx.bias_shape, na, nb, nbias, ctx.allow_tf32)
+    return (ga if na else None, gb if nb else None, gbias if nbias else None, None)
+
+
+_op_mar.register_autograd(_mar_backward, setup_context=_mar_setup)
+
+
+@torch.library.custom_op("dlfuse::add_mul_activation", mutates_args=())
+def _op_amc(x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor, multiplier: float = 1.0,
+            activation: int = 1) -> torch.Tensor:
+    return _amc_fwd(x, y, bias, multiplier, activation)
+
+
+@_op_amc.register_fake
+def _(x, y, bias, multiplier=1.0, activation=1):
+    return x.new_empty(torch.broadcast_shapes(x.shape, y.shape, bias.shape))
+
+
+@torch.library.custom_op("dlfuse::add_mul_activation_backward", mutates_args=())
+def _op_amc_bwd(grad_out: torch.Tensor, x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor,
+                multiplier: float, activation: int, needs_x: bool, needs_y: bool,
+                needs_bias: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    gx, gy, gb = _amc_bwd(grad_out, x, y, bias, multiplier, activation,
+                          (needs_x, needs_y, needs_bias))
+    return (gx if gx is not None else _empty0(x), gy if gy is not None else _empty0(x),
+            gb if gb is not None else _empty0(x))
+
+
+@_op_amc_bwd.register_fake
+def _(grad_out, x, y, bias, multiplier, activation, needs_x, needs_y, needs_bias):
+    return (x.new_empty(x.shape if needs_x else (0,)), x.new_empty(y.shape if needs_y else (0,)),
+            x.new_empty(bias.shape if needs_bias else (0,)))
+
+
+def _amc_setup(ctx, inputs, output):
+    x, y, bias, multiplier, activation = inputs
+    ctx.save_for_backward(x, y, bias)
+    ctx.multiplier = multiplier
+    ctx.activation = activation
+
+
+def _amc_backward(ctx, grad):
+    x, y, bias = ctx.saved_tensors
+    nx, ny, nb = ctx.needs_input_grad[:3]
+    gx, gy, gb = torch.ops.dlfuse.add_mul_activation_backward(
+        grad, x, y, bias, ctx.multiplier, ctx.activation, nx, ny, nb)
+    return (gx if nx else None, gy if ny else None, gb if nb else None, None, None)
+
+
+_op_amc.register_autograd(_amc_backward, setup_context=_amc_setup)
+
+
+# ---- the public functions ------------------------------------------------------------------
+
+def matmul_add_relu(a, b, bias, allow_tf32=False):
+    """relu(a @ b + bias), differentiable in a, b and bias; works under torch.compile."""
+    return torch.ops.dlfuse.matmul_add_relu(a, b, bias, bool(allow_tf32))
+
+
+def add_mul_activation(x, y, bias, multiplier=1.0, activation="relu"):
+    """act(x + bias + multiplier * y), differentiable in x, y and bias."""
+    return torch.ops.dlfuse.add_mul_activation(x, y, bias, float(multiplier),
+                                               _core._act(activation))
+
+
+# ---- plain autograd Functions (eager; the same kernels without the dispatcher) -------------
+
+class MatmulAddRelu(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b, bias, allow_tf32=False):
+        out = _mar_fwd(a, b, bias, allow_tf32)
+        ctx.save_for_backward(a, b, out)
+        ctx.bias_shape = tuple(bias.shape)
+        ctx.allow_tf32 = allow_tf32
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b, out = ctx.saved_tensors
+        ga, gb, gbias = _mar_bwd(grad, a, b, out, ctx.bias_shape,
+                                 tuple(ctx.needs_input_grad[:3]), ctx.allow_tf32)
+        return ga, gb, gbias, None
+
+
+class AddMulActivation(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y, bias, multiplier=1.0, activation="relu"):
+        act = _core._act(activation)
+        ctx.save_for_backward(x, y, bias)
+        ctx.multiplier, ctx.activation = float(multiplier), act
+        return _amc_fwd(x, y, bias, float(multiplier), act)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, y, bias = ctx.saved_tensors
+        gx, gy, gb = _amc_bwd(grad, x, y, bias, ctx.multiplier, ctx.activation,
+                              tuple(ctx.needs_input_grad[:3]))
+        return gx, gy, gb, None, None
+
+
+class FusedLinearReLU(torch.nn.Linear):
+    """nn.Linear followed by ReLU, as one dlfuse matmul_add_relu (x @ W^T + b; W^T is a
+    strided view, which the plugins take as is)."""
+
+    def __init__(self, in_features, out_features, device=None, dtype=None):
+        super().__init__(in_features, out_features, bias=True, device=device, dtype=dtype)
+
+    def forward(self, x):
+        return matmul_add_relu(x, self.weight.t(), self.bias)
