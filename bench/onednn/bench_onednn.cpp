@@ -2,8 +2,11 @@
 // against raw oneDNN primitives built by hand, for the shapes of shared/anchors
 // (dnnl_anchor.cpp, numpy_anchor.py). Raw and dlfuse calls alternate rep by rep so that
 // load from other processes hits both alike. Prints one "RESULT" line per measurement:
-//   RESULT <case> <path> <median_ms> <min_ms> <reps>
+//   RESULT <case> <path> <median_ms> <min_ms> <reps> <p10_ms> <p90_ms>
 // Usage: bench_onednn <path/to/libdlfuse_onednn.so> [--quick] [--only SUBSTR] [--reps-scale X]
+//                     [--raw-only] [--gemm-peak]
+//   --raw-only   only the raw oneDNN paths (bench/run.py times dlfuse with its own driver)
+//   --gemm-peak  also the CPU GEMM ceiling: plain f32 oneDNN matmul, 4096^3 (2048^3 quick)
 #include <dlfuse/dlfuse.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -54,12 +57,25 @@ void check(dlfuse_status_t st, const char* what) {
 }
 
 std::string g_only;        // --only SUBSTR: run the cases whose name contains it
+bool g_raw_only = false;   // --raw-only: skip the dlfuse paths
 double g_reps_scale = 1.0;  // --reps-scale X: X times the default repetitions
+
+bool measure_paths(const std::string& name, int reps,
+                   const std::vector<std::pair<std::string, std::function<void()>>>& paths);
 
 // Times the given paths alternately, `reps` times each after one warm-up call each.
 bool measure(const std::string& name, int reps, const std::vector<std::pair<std::string, std::function<void()>>>& paths) {
   if (!g_only.empty() && name.find(g_only) == std::string::npos) return false;
   reps = std::max(1, int(reps * g_reps_scale + 0.5));
+  std::vector<std::pair<std::string, std::function<void()>>> kept;
+  for (auto& p : paths)
+    if (!g_raw_only || p.first.rfind("dlfuse", 0) != 0) kept.push_back(p);
+  if (kept.empty()) return false;
+  return measure_paths(name, reps, kept);
+}
+
+bool measure_paths(const std::string& name, int reps,
+                   const std::vector<std::pair<std::string, std::function<void()>>>& paths) {
   std::vector<std::vector<double>> t(paths.size());
   for (auto& p : paths) p.second();
   // The order rotates every rep, so that no path always runs right after the same other
@@ -73,8 +89,14 @@ bool measure(const std::string& name, int reps, const std::vector<std::pair<std:
     }
   for (size_t i = 0; i < paths.size(); ++i) {
     std::sort(t[i].begin(), t[i].end());
-    std::printf("RESULT %s %s %.4f %.4f %d\n", name.c_str(), paths[i].first.c_str(), t[i][t[i].size() / 2], t[i][0],
-                reps);
+    const auto& v = t[i];
+    auto q = [&v](double f) {
+      const double pos = f * double(v.size() - 1);
+      const size_t lo = size_t(pos), hi = std::min(lo + 1, v.size() - 1);
+      return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
+    };
+    std::printf("RESULT %s %s %.4f %.4f %d %.4f %.4f\n", name.c_str(), paths[i].first.c_str(), q(0.5), v[0], reps,
+                q(0.1), q(0.9));
     std::fflush(stdout);
   }
   return true;
@@ -87,11 +109,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s path/to/libdlfuse_onednn.so [--quick] [--only SUBSTR] [--reps-scale X]\n", argv[0]);
     return 2;
   }
-  bool quick = false;
+  bool quick = false, gemm_peak = false;
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) g_only = argv[++i];
     else if (std::strcmp(argv[i], "--reps-scale") == 0 && i + 1 < argc) g_reps_scale = std::atof(argv[++i]);
+    else if (std::strcmp(argv[i], "--raw-only") == 0) g_raw_only = true;
+    else if (std::strcmp(argv[i], "--gemm-peak") == 0) gemm_peak = true;
   }
   dlfuse_registry_options_t opt{sizeof(opt), DLFUSE_DISCOVER_NONE, argv[1]};
   dlfuse_registry_t reg = nullptr;
@@ -109,6 +133,21 @@ int main(int argc, char** argv) {
   stream strm(eng);
   using dt = memory::data_type;
   using tag = memory::format_tag;
+
+  if (gemm_peak) {  // the CPU GEMM ceiling: plain f32 matmul, no bias, no post-op
+    const long n = quick ? 2048 : 4096;
+    Tensor a({n, n}, 21), b({n, n}, 22), c({n, n});
+    memory::desc md({n, n}, dt::f32, tag::ab);
+    matmul::primitive_desc pd(matmul::desc(md, md, md), eng);
+    matmul prim(pd);
+    memory A(md, eng, a.data.data()), B(md, eng, b.data.data()), C(md, eng, c.data.data());
+    measure_paths("gemm_peak_f32_" + std::to_string(n) + "x" + std::to_string(n) + "x" + std::to_string(n),
+                  quick ? 3 : 7, {{"onednn", [&] {
+                                     prim.execute(strm, {{DNNL_ARG_SRC, A}, {DNNL_ARG_WEIGHTS, B}, {DNNL_ARG_DST, C}});
+                                     strm.wait();
+                                   }}});
+    std::printf("INFO gemm_peak impl %s\n", pd.impl_info_str());
+  }
 
   struct MM { long M, K, N; int reps; } mms[] = {{2048, 512, 256, 60}, {4096, 1024, 1024, 15}, {2048, 4096, 4096, 5}};
   for (const MM& s : mms) {
@@ -147,7 +186,7 @@ int main(int argc, char** argv) {
               }},
              {"dlfuse", [&] { check(dlfuse_matmul_add_relu(reg, &a.t, &b.t, &bias.t, &out.t, 0, nullptr), "mm"); }}});
     // Same results (relu(NaN) aside, there is none here): the max difference, for the record.
-    if (ran) {
+    if (ran && !g_raw_only) {
       double md = 0;
       for (size_t i = 0; i < out.data.size(); ++i) md = std::max(md, double(std::abs(out.data[i] - out2.data[i])));
       std::printf("INFO %s max|dlfuse-onednn| = %.3g, impl %s\n", name.c_str(), md, pd.impl_info_str());

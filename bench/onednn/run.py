@@ -25,7 +25,7 @@ def sh(cmd, **kw):
 def results(text, into):
     for line in text.splitlines():
         p = line.split()
-        if len(p) == 6 and p[0] == "RESULT":
+        if len(p) >= 6 and p[0] == "RESULT":
             into.setdefault(p[1], {})[p[2]] = (float(p[3]), float(p[4]), int(p[5]))
         elif line.startswith("INFO"):
             print(line)
