@@ -1,4 +1,6 @@
 // The typed convenience functions: argument packing over the cached built-in handles.
+#include <cstring>
+
 #include "attrs.hpp"
 #include "error.hpp"
 #include "registry.hpp"
@@ -15,6 +17,16 @@ dlfuse_status_t run(dlfuse_registry_t r, Builtin which, const char* fn, const DL
     if (!r) return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument 'registry' is NULL; expected a registry", fn);
     return call_op(r->builtin[which], in, n_in, out, n_out, attrs, n_attrs, stream);
   });
+}
+
+// A C caller may pass any int as a dlfuse_activation_t. Loading such a value as the enum
+// type is undefined in C++ (UBSan: "load of value ... not a valid value"), so the bits
+// are copied out as an integer and the validator refuses values out of range.
+int32_t activation_bits(const dlfuse_activation_t& activation) {
+  static_assert(sizeof(dlfuse_activation_t) == sizeof(int32_t), "enum of 32 bits");
+  int32_t v;
+  std::memcpy(&v, &activation, sizeof v);
+  return v;
 }
 
 }  // namespace
@@ -45,7 +57,7 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation(dlfuse_registry_t regist
                                                         dlfuse_activation_t activation, DLTensor* out, void* stream) {
   const DLTensor* in[3] = {x, y, bias};
   DLTensor* outs[1] = {out};
-  const dlfuse_attr_t attrs[2] = {int_attr(DLFUSE_ATTR_ACTIVATION, static_cast<int32_t>(activation)),
+  const dlfuse_attr_t attrs[2] = {int_attr(DLFUSE_ATTR_ACTIVATION, activation_bits(activation)),
                                   float_attr(DLFUSE_ATTR_MULTIPLIER, multiplier)};
   return run(registry, kAddMul, "dlfuse_add_mul_activation", in, 3, outs, 1, attrs, 2, stream);
 }
@@ -57,7 +69,7 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation_backward(dlfuse_registry
                                                                  DLTensor* grad_y, DLTensor* grad_bias, void* stream) {
   const DLTensor* in[4] = {grad_out, x, y, bias};
   DLTensor* outs[3] = {grad_x, grad_y, grad_bias};
-  const dlfuse_attr_t attrs[2] = {int_attr(DLFUSE_ATTR_ACTIVATION, static_cast<int32_t>(activation)),
+  const dlfuse_attr_t attrs[2] = {int_attr(DLFUSE_ATTR_ACTIVATION, activation_bits(activation)),
                                   float_attr(DLFUSE_ATTR_MULTIPLIER, multiplier)};
   return run(registry, kAddMulBackward, "dlfuse_add_mul_activation_backward", in, 4, outs, 3, attrs, 2, stream);
 }
