@@ -32,7 +32,9 @@ bool self_overlapping(const DLTensor* t, const int64_t* strides) {
   int64_t span = 1;  // elements a stride must reach past
   for (int32_t i = 0; i < k; ++i) {
     if (s[i] < span) return true;
-    span = s[i] * n[i];  // cannot overflow: bounded by the checked extent
+    // s*n may pass 2^63 although the extent, (n-1)*s, fits: then no later stride can
+    // clear the span, so any later dim repeats an address.
+    if (__builtin_mul_overflow(s[i], n[i], &span)) return i + 1 < k;
   }
   return false;
 }
