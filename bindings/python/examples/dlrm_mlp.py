@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""A small DLRM-style model trained twice from the same initialization on the same synthetic
+data: once with dlfuse ops (dlfuse.torch), once in pure PyTorch. The loss curves must agree
+within a stated tolerance; the script exits 1 when they do not (or when training does not
+learn).
+
+Model (as in the cuda-mode DLRM lecture's MLP sizes):
+  dense [B, 13] -> bottom MLP 13-512-256-64-16 (Linear+ReLU each: dlfuse matmul_add_relu)
+  26+5 = 31 categorical features -> embedding tables of width 16 -> [B, 31*16 = 496]
+  h = concat(bottom, embeddings)                  [B, 512]
+  z = silu(h + b_int + 0.5 * tile(bottom, 32))    [B, 512]  (dlfuse add_mul_activation)
+  top MLP 512-256-1: Linear+ReLU (dlfuse) then Linear (logit), BCE-with-logits loss.
+
+    python3 examples/dlrm_mlp.py --device cuda --steps 300
+"""
+import argparse
+import copy
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+try:
+    import dlfuse.torch as dft
+except ImportError:  # run from the source tree
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+    import dlfuse.torch as dft
+
+NUM_DENSE = 13
+NUM_SPARSE = 31
+EMB_DIM = 16
+TABLE_ROWS = 1000
+BOTTOM = (13, 512, 256, 64, 16)
+TOP = (512, 256, 1)
+
+
+class DLRM(torch.nn.Module):
+    def __init__(self, use_dlfuse):
+        super().__init__()
+        self.use_dlfuse = use_dlfuse
+        self.bottom = torch.nn.ModuleList(torch.nn.Linear(i, o)
+                                          for i, o in zip(BOTTOM[:-1], BOTTOM[1:]))
+        self.emb = torch.nn.Parameter(torch.randn(NUM_SPARSE, TABLE_ROWS, EMB_DIM) * 0.1)
+        self.b_int = torch.nn.Parameter(torch.zeros(TOP[0]))
+        self.top_hidden = torch.nn.Linear(TOP[0], TOP[1])
+        self.top_out = torch.nn.Linear(TOP[1], TOP[2])
+
+    def linear_relu(self, x, lin):
+        if self.use_dlfuse:
+            return dft.matmul_add_relu(x, lin.weight.t(), lin.bias)
+        return F.relu(F.linear(x, lin.weight, lin.bias))
+
+    def forward(self, dense, sparse):
+        x = dense
+        for lin in self.bottom:
+            x = self.linear_relu(x, lin)                       # [B, 16]
+        tables = torch.arange(NUM_SPARSE, device=sparse.device)
+        e = self.emb[tables, sparse].reshape(sparse.shape[0], NUM_SPARSE * EMB_DIM)
+        h = torch.cat([x, e], dim=1)                          # [B, 512]
+        y = x.repeat(1, TOP[0] // BOTTOM[-1])                 # [B, 512]
+        if self.use_dlfuse:
+            z = dft.add_mul_activation(h, y, self.b_int, 0.5, "silu")
+        else:
+            z = F.silu(h + self.b_int + 0.5 * y)
+        z = self.linear_relu(z, self.top_hidden)               # [B, 256]
+        return F.linear(z, self.top_out.weight, self.top_out.bias).squeeze(1)
+
+
+def make_data(steps, batch, device, seed):
+    g = torch.Generator().manual_seed(seed)
+    dense = torch.randn(steps, batch, NUM_DENSE, generator=g)
+    sparse = torch.randint(0, TABLE_ROWS, (steps, batch, NUM_SPARSE), generator=g)
+    # a fixed random "teacher" makes the labels learnable
+    w = torch.randn(NUM_DENSE, generator=g)
+    t = torch.randn(NUM_SPARSE, TABLE_ROWS, generator=g)
+    logit = dense @ w + t[torch.arange(NUM_SPARSE), sparse].sum(-1) * 0.3
+    labels = (logit > 0).float()
+    return dense.to(device), sparse.to(device), labels.to(device)
+
+
+def train(model, data, lr, opt_name, compile_model):
+    dense, sparse, labels = data
+    opt = (torch.optim.Adam(model.parameters(), lr=lr) if opt_name == "adam"
+           else torch.optim.SGD(model.parameters(), lr=lr))
+
+    def step(d, s, y):
+        opt.zero_grad(set_to_none=True)
+        loss = F.binary_cross_entropy_with_logits(model(d, s), y)
+        loss.backward()
+        return loss
+
+    fwd_bwd = torch.compile(step) if compile_model else step
+    losses = []
+    t0 = time.perf_counter()
+    for i in range(dense.shape[0]):
+        loss = fwd_bwd(dense[i], sparse[i], labels[i])
+        opt.step()
+        losses.append(loss.detach())
+    losses = [float(x) for x in torch.stack(losses).cpu()]
+    return losses, time.perf_counter() - t0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--opt", choices=("sgd", "adam"), default="adam")
+    ap.add_argument("--lr", type=float, default=None)
+    ap.add_argument("--compile", action="store_true", help="torch.compile the dlfuse step")
+    ap.add_argument("--rtol", type=float, default=2e-3,
+                    help="per-step bound: |loss_dlfuse - loss_torch| <= rtol * max(1, loss)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    lr = args.lr if args.lr is not None else (1e-3 if args.opt == "adam" else 0.1)
+    # exact fp32 on both sides (dlfuse's default is no TF32)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+    torch.manual_seed(args.seed)
+    ref_model = DLRM(use_dlfuse=False).to(args.device)
+    dl_model = copy.deepcopy(ref_model)
+    dl_model.use_dlfuse = True
+    data = make_data(args.steps, args.batch, args.device, args.seed + 1)
+
+    ref_losses, ref_t = train(ref_model, data, lr, args.opt, False)
+    dl_losses, dl_t = train(dl_model, data, lr, args.opt, args.compile)
+
+    worst, worst_i = 0.0, 0
+    for i, (a, b) in enumerate(zip(dl_losses, ref_losses)):
+        d = abs(a - b) / max(1.0, abs(b))
+        if not d <= worst:  # NaN counts as the worst
+            worst, worst_i = d, i
+    n = len(ref_losses)
+    for i in sorted(set([0, 1, n // 4, n // 2, 3 * n // 4, n - 1])):
+        print(f"step {i:4d}  loss torch {ref_losses[i]:.6f}  dlfuse {dl_losses[i]:.6f}  "
+              f"diff {dl_losses[i] - ref_losses[i]:+.2e}")
+    head = sum(ref_losses[:10]) / 10
+    tail = sum(ref_losses[-10:]) / 10
+    print(f"device {args.device}  steps {n}  batch {args.batch}  opt {args.opt} lr {lr}  "
+          f"compile {args.compile}")
+    print(f"time: torch {ref_t:.2f} s, dlfuse {dl_t:.2f} s (incl. warm-up/compile)")
+    print(f"loss first-10 mean {head:.4f} -> last-10 mean {tail:.4f}")
+    print(f"max per-step relative loss difference {worst:.3e} at step {worst_i} "
+          f"(tolerance {args.rtol:g})")
+    ok = worst <= args.rtol
+    learned = tail < head * 0.9 or n < 50
+    if not learned:
+        print("FAIL: the reference did not learn (loss did not fall by 10%)")
+    print("PASS" if ok and learned else "FAIL: loss curves differ beyond tolerance" if not ok else "FAIL")
+    return 0 if ok and learned else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""PyTorch: interop (CPU and, where present, CUDA with streams), autograd through the
+Functions and the torch.library ops, opcheck, torch.compile(fullgraph=True), a short DLRM
+run. Skipped as a whole when torch is not installed; with DLFUSE_REQUIRE_CUDA=1 the CUDA
+cases fail instead of skipping when no CUDA plugin/GPU is there."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import dlfuse  # noqa: E402
+import dlfuse.torch as dft  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REQUIRE_CUDA = os.environ.get("DLFUSE_REQUIRE_CUDA") == "1"
+
+
+def _cuda_ok():
+    return (torch.cuda.is_available()
+            and any(p.available and p.device == "cuda" for p in dlfuse.plugins()))
+
+
+def _cpu_ok():
+    return any(p.available and p.device == "cpu" for p in dlfuse.plugins())
+
+
+def devices():
+    out = [pytest.param("cpu", marks=pytest.mark.skipif(not _cpu_ok(), reason="no CPU plugin"))]
+    if _cuda_ok() or REQUIRE_CUDA:
+        out.append("cuda")
+    else:
+        out.append(pytest.param("cuda", marks=pytest.mark.skip(reason="no CUDA GPU/plugin")))
+    return out
+
+
+@pytest.fixture(params=devices())
+def dev(request):
+    if request.param == "cuda":
+        assert _cuda_ok(), f"CUDA required: torch.cuda={torch.cuda.is_available()}, " \
+                           f"plugins={dlfuse.plugins()}"
+        torch.backends.cuda.matmul.allow_tf32 = False
+    return request.param
+
+
+def close(got, ref, dtype=torch.float32, scale=None):
+    rtol, atol = {torch.float32: (2e-5, 1e-5), torch.float16: (4e-3, 1e-3),
+                  torch.bfloat16: (1.6e-2, 1e-2)}[dtype]
+    ref = ref.double()
+    scale = ref.abs() if scale is None else torch.maximum(scale.double(), ref.abs())
+    err = (got.double() - ref).abs()
+    bad = (err > atol + rtol * scale) | (got.isnan() != ref.isnan())
+    assert not bad.any(), f"{int(bad.sum())} bad of {bad.numel()}, max err {err.max().item()}"
+
+
+def mar_ref(a, b, bias):
+    a64, b64 = a.double(), b.double()
+    z = a64 @ b64 + bias.double()
+    return torch.where(z > 0, z, 0.0), a64.abs() @ b64.abs() + bias.double().abs()
+
+
+def test_interop_zero_copy(dev):
+    a = torch.randn(32, 16, device=dev)
+    b = torch.randn(16, 8, device=dev)
+    bias = torch.randn(8, device=dev)
+    out = dlfuse.matmul_add_relu(a, b, bias)
+    assert isinstance(out, torch.Tensor) and out.device == a.device
+    ref, scale = mar_ref(a, b, bias)
+    close(out, ref, scale=scale)
+    again = torch.from_dlpack(out)
+    assert again.data_ptr() == out.data_ptr()
+    given = torch.full((32, 8), 1234.5, device=dev)
+    p = given.data_ptr()
+    assert dlfuse.matmul_add_relu(a, b, bias, out=given) is given and given.data_ptr() == p
+    close(given, ref, scale=scale)
+
+
+def test_strided_and_requires_grad_inputs(dev):
+    w = torch.randn(8, 16, device=dev, requires_grad=True)   # nn.Linear layout
+    x = torch.randn(20, 16, device=dev)
+    bias = torch.randn(8, device=dev)
+    out = dlfuse.matmul_add_relu(x, w.t(), bias)             # a transposed view, with grad
+    ref, scale = mar_ref(x, w.detach().t(), bias)
+    close(out, ref, scale=scale)
+
+
+def test_dtype_errors_carry_c_message(dev):
+    a = torch.randn(4, 4, device=dev)
+    with pytest.raises(dlfuse.InvalidArgumentError, match="dtype is float16; expected float32"):
+        dlfuse.add_mul_activation(a, a.half(), a[0])
+    with pytest.raises(dlfuse.UnsupportedError, match="no kernel"):
+        dlfuse.add_mul_activation(a.int(), a.int(), a[0].int())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_low_precision(dev, dtype):
+    try:
+        dlfuse.registry().resolve("matmul_add_relu", dev, str(dtype).split(".")[1])
+    except dlfuse.Error:
+        pytest.skip(f"no {dtype} kernel on {dev}")
+    a = torch.randn(24, 16, device=dev).to(dtype)
+    b = torch.randn(16, 8, device=dev).to(dtype)
+    bias = torch.randn(8, device=dev).to(dtype)
+    out = dlfuse.matmul_add_relu(a, b, bias)
+    assert out.dtype == dtype
+    ref, scale = mar_ref(a, b, bias)
+    close(out, ref, dtype, scale=scale)
+
+
+@pytest.mark.parametrize("impl", ["op", "function"])
+def test_autograd_matmul_add_relu(dev, impl):
+    a = torch.randn(3, 10, 6, device=dev, requires_grad=True)
+    b = torch.randn(6, 5, device=dev, requires_grad=True)
+    bias = torch.randn(1, 5, device=dev, requires_grad=True)
+    fn = dft.matmul_add_relu if impl == "op" else dft.MatmulAddRelu.apply
+    out = fn(a, b, bias)
+    g = torch.randn_like(out)
+    out.backward(g)
+    got = [t.grad.clone() for t in (a, b, bias)]
+    a64, b64, bias64 = (t.detach().double().requires_grad_() for t in (a, b, bias))
+    torch.relu(a64 @ b64 + bias64).backward(g.double())
+    for x, r in zip(got, (a64, b64, bias64)):
+        assert x.shape == r.shape
+        close(x, r.grad, scale=torch.full_like(r.grad, 10.0))
+
+
+@pytest.mark.parametrize("impl", ["op", "function"])
+@pytest.mark.parametrize("act", ["relu", "gelu_tanh", "silu", "sigmoid"])
+def test_autograd_add_mul_activation(dev, impl, act):
+    x = torch.randn(9, 7, device=dev, requires_grad=True)
+    y = torch.randn(9, 7, device=dev, requires_grad=True)
+    bias = torch.randn(7, device=dev, requires_grad=True)
+    fn = dft.add_mul_activation if impl == "op" else dft.AddMulActivation.apply
+    out = fn(x, y, bias, 0.3, act)
+    g = torch.randn_like(out)
+    out.backward(g)
+    got = [t.grad.clone() for t in (x, y, bias)]
+    torch_act = {"relu": torch.relu, "silu": torch.nn.functional.silu, "sigmoid": torch.sigmoid,
+                 "gelu_tanh": lambda p: torch.nn.functional.gelu(p, approximate="tanh")}[act]
+    x64, y64, b64 = (t.detach().double().requires_grad_() for t in (x, y, bias))
+    ref = torch_act(x64 + b64 + 0.3 * y64)
+    close(out, ref)
+    ref.backward(g.double())
+    for v, r in zip(got, (x64, y64, b64)):
+        close(v, r.grad, scale=torch.full_like(r.grad, 10.0))
+
+
+def test_only_needed_grads(dev):
+    a = torch.randn(6, 4, device=dev)                 # data: no grad
+    b = torch.randn(4, 3, device=dev, requires_grad=True)
+    bias = torch.randn(3, device=dev, requires_grad=True)
+    dft.matmul_add_relu(a, b, bias).sum().backward()
+    assert a.grad is None and b.grad is not None and bias.grad is not None
+
+
+def test_opcheck(dev):
+    a = torch.randn(5, 4, device=dev, requires_grad=True)
+    b = torch.randn(4, 3, device=dev, requires_grad=True)
+    bias = torch.randn(3, device=dev, requires_grad=True)
+    torch.library.opcheck(torch.ops.dlfuse.matmul_add_relu.default, (a, b, bias, False))
+    x = torch.randn(5, 3, device=dev, requires_grad=True)
+    torch.library.opcheck(torch.ops.dlfuse.add_mul_activation.default, (x, x.detach().clone(), bias, 0.5, 6))
+
+
+def test_torch_compile_fullgraph(dev):
+    lin1 = torch.nn.Linear(16, 32).to(dev)
+    lin2 = torch.nn.Linear(32, 8).to(dev)
+    bint = torch.randn(32, device=dev, requires_grad=True)
+
+    def f(x):
+        h = dft.matmul_add_relu(x, lin1.weight.t(), lin1.bias)
+        h = dft.add_mul_activation(h, h * 2, bint, 0.25, "tanh")
+        return dft.matmul_add_relu(h, lin2.weight.t(), lin2.bias).square().mean()
+
+    def ref(x):
+        h = torch.relu(x @ lin1.weight.t() + lin1.bias)
+        h = torch.tanh(h + bint + 0.25 * (h * 2))
+        return torch.relu(h @ lin2.weight.t() + lin2.bias).square().mean()
+
+    x = torch.randn(12, 16, device=dev)
+    cf = torch.compile(f, fullgraph=True)
+    params = [lin1.weight, lin1.bias, lin2.weight, lin2.bias, bint]
+    got = cf(x)
+    grads = torch.autograd.grad(got, params)
+    want = ref(x)
+    wgrads = torch.autograd.grad(want, params)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    for g, w in zip(grads, wgrads):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_cuda_stream_protocol():
+    if not (_cuda_ok() or REQUIRE_CUDA):
+        pytest.skip("no CUDA GPU/plugin")
+    assert _cuda_ok()
+    s = torch.cuda.Stream()
+    a = torch.randn(256, 128, device="cuda")
+    b = torch.randn(128, 64, device="cuda")
+    bias = torch.randn(64, device="cuda")
+    ref, scale = mar_ref(a, b, bias)
+    torch.cuda.synchronize()
+    with torch.cuda.stream(s):
+        out = torch.empty(256, 64, device="cuda")
+        # the ops run on s; the torch.library op takes torch's current stream
+        dlfuse.matmul_add_relu(a, b, bias, out=out, stream=s)
+        out2 = dft.matmul_add_relu(a, b, bias)
+    s.synchronize()
+    close(out, ref, scale=scale)
+    close(out2, ref, scale=scale)
+    out3 = dlfuse.matmul_add_relu(a, b, bias, stream=s.cuda_stream)
+    s.synchronize()
+    close(out3, ref, scale=scale)
+
+
+def test_dlrm_short_run(dev):
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+    import dlrm_mlp
+    assert dlrm_mlp.main(["--device", dev, "--steps", "12", "--batch", "32"]) == 0
