@@ -1,5 +1,9 @@
 // dlopen a plugin file, check its descriptor against ABI 1, open it, copy its kernels.
 #include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <string>
@@ -20,6 +24,39 @@ std::string file_stem(const std::string& path) {
   if (base.rfind("libdlfuse_", 0) == 0) base = base.substr(10);
   const size_t dot = base.find(".so");
   return dot == std::string::npos ? base : base.substr(0, dot);
+}
+
+// dlopen() maps a file's segments without checking that the file holds them: a plugin
+// file cut short (an interrupted copy or install) raises SIGBUS inside ld.so when it
+// touches a page past the end. A 64-bit ELF whose program headers or segments reach past
+// the end of the file is refused here instead; anything else is left to dlopen's checks.
+std::string truncated_elf(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string why;
+  struct stat st;
+  Elf64_Ehdr eh;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && pread(fd, &eh, sizeof eh, 0) == ssize_t(sizeof eh) &&
+      std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 && eh.e_ident[EI_CLASS] == ELFCLASS64 &&
+      eh.e_phentsize == sizeof(Elf64_Phdr)) {
+    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    const uint64_t table_end = eh.e_phoff + uint64_t(eh.e_phnum) * sizeof(Elf64_Phdr);
+    if (eh.e_phoff > size || table_end > size) {
+      why = "file is truncated: its program headers end at byte " + std::to_string(table_end) + ", the file has " +
+            std::to_string(size);
+    } else {
+      for (uint16_t i = 0; i < eh.e_phnum && why.empty(); ++i) {
+        Elf64_Phdr ph;
+        if (pread(fd, &ph, sizeof ph, off_t(eh.e_phoff + i * sizeof ph)) != ssize_t(sizeof ph)) break;
+        if (ph.p_filesz > 0 && (ph.p_offset > size || ph.p_filesz > size - ph.p_offset))
+          why = "file is truncated: segment " + std::to_string(i) + " needs bytes up to " +
+                std::to_string(ph.p_offset + ph.p_filesz) + ", the file has " + std::to_string(size) +
+                " (refused before dlopen, which would fault on the missing pages)";
+      }
+    }
+  }
+  close(fd);
+  return why;
 }
 
 // Records the failure on the plugin entry and as the thread's last error.
@@ -184,6 +221,8 @@ dlfuse_status_t load_plugin_locked(dlfuse_registry* r, const std::string& path, 
   r->plugins.push_back(std::move(owned));
   if (index) *index = p->index;
 
+  const std::string truncated = truncated_elf(real);
+  if (!truncated.empty()) return refuse(p, DLFUSE_STATUS_LOAD_FAILED, truncated);
   // RTLD_LOCAL: plugins never see each other's symbols, nor leak theirs into the host.
   p->handle = dlopen(real.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!p->handle) {
