@@ -123,6 +123,15 @@ dlfuse_status_t broken_kernel_behaviour(const dlfuse_kernel_args_t* args) {
 #elif UNIT_MODE == UNIT_MODE_KERNEL_ERROR
   put_err(args->err, args->err_size, UNIT_KERNEL_ERROR_MESSAGE);
   return DLFUSE_STATUS_DEVICE_ERROR;
+#elif UNIT_MODE == UNIT_MODE_BAD_STATUS
+  put_err(args->err, args->err_size, "unit-bad-status: returned a status that does not exist");
+  return static_cast<dlfuse_status_t>(UNIT_BAD_STATUS);
+#elif UNIT_MODE == UNIT_MODE_SILENT_ERROR
+  (void)args;
+  return DLFUSE_STATUS_DEVICE_ERROR;
+#elif UNIT_MODE == UNIT_MODE_UNTERMINATED
+  if (args->err && args->err_size) std::memset(args->err, 'u', args->err_size);
+  return DLFUSE_STATUS_DEVICE_ERROR;
 #else
   (void)args;
   return DLFUSE_STATUS_OK;
@@ -226,7 +235,7 @@ dlfuse_kernel_t make_kernel(const char* op, dlfuse_kernel_fn_t fn) {
   std::memset(&k, 0, sizeof k);
   k.struct_size = sizeof(dlfuse_kernel_t);
   k.op = op;
-  k.device_type = kDLCPU;
+  k.device_type = UNIT_MODE == UNIT_MODE_KERNEL_UNKNOWN_DEVICE ? 4242 : kDLCPU;
   k.num_dtypes = 1;
   k.dtypes = &kF32;
   k.priority = UNIT_PRIORITY;
@@ -255,7 +264,7 @@ dlfuse_status_t p_open(const dlfuse_host_info_t* host, void** state, char* err,
                        size_t err_size) {
 #if UNIT_MODE == UNIT_MODE_ABI_MAJOR2 || UNIT_MODE == UNIT_MODE_SHORT_STRUCT || \
     UNIT_MODE == UNIT_MODE_NULL_REQUIRED || UNIT_MODE == UNIT_MODE_NULL_NAME || \
-    UNIT_MODE == UNIT_MODE_V2_ENTRY
+    UNIT_MODE == UNIT_MODE_V2_ENTRY || UNIT_MODE == UNIT_MODE_BAD_NAME || UNIT_MODE == UNIT_MODE_NULL_FREE
   setenv(UNIT_OPENED_ENV_PREFIX UNIT_PLUGIN_NAME, "1", 1);  // must never happen
 #endif
   {
@@ -311,6 +320,38 @@ dlfuse_status_t p_get_kernels(void* state, const dlfuse_kernel_t** kernels,
   *kernels = nullptr;
   *num_kernels = UNIT_NUM_KERNELS;
   return DLFUSE_STATUS_OK;
+#elif UNIT_MODE == UNIT_MODE_NEGATIVE_KERNELS
+  (void)err;
+  (void)err_size;
+  *kernels = g_kernels;
+  *num_kernels = -1;
+  return DLFUSE_STATUS_OK;
+#elif UNIT_MODE == UNIT_MODE_KERNELS_THROW
+  (void)kernels;
+  (void)num_kernels;
+  (void)err;
+  (void)err_size;
+  throw std::runtime_error(UNIT_KERNELS_THROW_MESSAGE);
+#elif UNIT_MODE >= UNIT_MODE_KERNEL_NULL_OP && UNIT_MODE <= UNIT_MODE_KERNEL_MIXED_SIZE
+  // Entry 1 of an otherwise good table has one bad field.
+  (void)err;
+  (void)err_size;
+  static dlfuse_kernel_t broken[UNIT_NUM_KERNELS];
+  std::memcpy(broken, g_kernels, sizeof broken);
+#if UNIT_MODE == UNIT_MODE_KERNEL_NULL_OP
+  broken[1].op = nullptr;
+#elif UNIT_MODE == UNIT_MODE_KERNEL_NULL_FN
+  broken[1].fn = nullptr;
+#elif UNIT_MODE == UNIT_MODE_KERNEL_NO_DTYPES
+  broken[1].num_dtypes = 0;
+#elif UNIT_MODE == UNIT_MODE_KERNEL_CUDA
+  broken[1].device_type = kDLCUDA;
+#else
+  broken[1].struct_size = sizeof(dlfuse_kernel_t) - sizeof(void*);
+#endif
+  *kernels = broken;
+  *num_kernels = UNIT_NUM_KERNELS;
+  return DLFUSE_STATUS_OK;
 #else
   (void)err;
   (void)err_size;
@@ -320,9 +361,16 @@ dlfuse_status_t p_get_kernels(void* state, const dlfuse_kernel_t** kernels,
 #endif
 }
 
-dlfuse_status_t p_device_count(void*, int32_t* count, char*, size_t) {
-  *count = UNIT_MODE == UNIT_MODE_NO_DEVICE ? 0 : 1;
+dlfuse_status_t p_device_count(void*, int32_t* count, char* err, size_t err_size) {
+#if UNIT_MODE == UNIT_MODE_DEVICE_COUNT_FAILS
+  put_err(err, err_size, UNIT_COUNT_FAIL_REASON);
+  return DLFUSE_STATUS_DEVICE_ERROR;
+#else
+  (void)err;
+  (void)err_size;
+  *count = UNIT_MODE == UNIT_MODE_NO_DEVICE ? 0 : UNIT_MODE == UNIT_MODE_DEVICE_COUNT_NEGATIVE ? -1 : 1;
   return DLFUSE_STATUS_OK;
+#endif
 }
 
 dlfuse_status_t p_alloc(void*, int32_t device_id, size_t nbytes, void** ptr, char* err,
@@ -393,6 +441,12 @@ extended_plugin_t make_descriptor() {
   p.get_kernels = nullptr;
 #elif UNIT_MODE == UNIT_MODE_NULL_NAME
   p.name = nullptr;
+#elif UNIT_MODE == UNIT_MODE_BAD_NAME
+  p.name = "Bad-Name/../x";
+#elif UNIT_MODE == UNIT_MODE_NULL_FREE
+  p.free = nullptr;
+#elif UNIT_MODE == UNIT_MODE_KERNEL_UNKNOWN_DEVICE
+  p.device_type = 4242;
 #endif
   return e;
 }
@@ -413,6 +467,8 @@ DLFUSE_EXPORT const dlfuse_plugin_t* dlfuse_plugin_v2(void) { return &g_descript
 DLFUSE_EXPORT const dlfuse_plugin_t* dlfuse_plugin_v1(void) {
 #if UNIT_MODE == UNIT_MODE_NULL_ENTRY
   return nullptr;
+#elif UNIT_MODE == UNIT_MODE_ENTRY_THROWS
+  throw std::runtime_error(UNIT_ENTRY_THROW_MESSAGE);
 #else
   return &g_descriptor.base;
 #endif

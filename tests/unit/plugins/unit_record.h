@@ -71,6 +71,25 @@ typedef void (*unit_plugin_reset_fn_t)(void);
 #define UNIT_MODE_NO_DEVICE 14     /* open() succeeds but device_count() gives 0 */
 #define UNIT_MODE_NULL_NAME 15     /* the descriptor's name is NULL */
 #define UNIT_MODE_DUP_OP 16        /* the kernel table has add_mul_activation on CPU twice */
+/* Broken kernel tables: entry 1 of the table has one bad field. */
+#define UNIT_MODE_KERNEL_NULL_OP 17     /* op is NULL */
+#define UNIT_MODE_KERNEL_NULL_FN 18     /* fn is NULL */
+#define UNIT_MODE_KERNEL_NO_DTYPES 19   /* num_dtypes is 0 */
+#define UNIT_MODE_KERNEL_CUDA 20        /* device_type is kDLCUDA in a CPU plugin */
+#define UNIT_MODE_KERNEL_MIXED_SIZE 21  /* struct_size differs from entry 0's */
+#define UNIT_MODE_NEGATIVE_KERNELS 22   /* get_kernels says OK with a count of -1 */
+#define UNIT_MODE_KERNEL_UNKNOWN_DEVICE 23 /* plugin and kernels on device type 4242 */
+/* Broken descriptors and lifecycles. */
+#define UNIT_MODE_DEVICE_COUNT_NEGATIVE 24 /* device_count() says OK with -1 */
+#define UNIT_MODE_DEVICE_COUNT_FAILS 25 /* device_count() fails with a message */
+#define UNIT_MODE_ENTRY_THROWS 26       /* dlfuse_plugin_v1() throws (breaks the rule on purpose) */
+#define UNIT_MODE_BAD_NAME 27           /* the descriptor's name has characters outside [a-z0-9_] */
+#define UNIT_MODE_KERNELS_THROW 28      /* get_kernels() throws */
+#define UNIT_MODE_NULL_FREE 29          /* a device service (free) is NULL */
+/* Kernels that answer badly. */
+#define UNIT_MODE_BAD_STATUS 30         /* every kernel returns 4242, not a dlfuse_status_t */
+#define UNIT_MODE_SILENT_ERROR 31       /* every kernel fails with DEVICE_ERROR and no message */
+#define UNIT_MODE_UNTERMINATED 32       /* every kernel fills err completely, no NUL, and fails */
 
 /* The third-party op every good unit plugin also serves: out = 2 * in, float32, same
  * shape. The registry knows nothing of it, so it gets only the generic checks. */
@@ -83,6 +102,10 @@ typedef void (*unit_plugin_reset_fn_t)(void);
 #define UNIT_KERNEL_ERROR_MESSAGE "unit-kernel-error: simulated failure code 4242"
 #define UNIT_THROW_MESSAGE "unit-throws: thrown on purpose"
 #define UNIT_OPEN_THROW_MESSAGE "unit-open-throws: thrown from open() on purpose"
+#define UNIT_COUNT_FAIL_REASON "unit-count-fails: simulated: driver lost the device"
+#define UNIT_ENTRY_THROW_MESSAGE "unit-entry-throws: thrown from the entry on purpose"
+#define UNIT_KERNELS_THROW_MESSAGE "unit-kernels-throw: thrown from get_kernels() on purpose"
+#define UNIT_BAD_STATUS 4242
 
 /* A plugin whose open() must never run sets this env var to "1" if it does run. */
 #define UNIT_OPENED_ENV_PREFIX "DLFUSE_UNIT_OPENED_"
