@@ -20,7 +20,8 @@ if ((${#missing[@]})); then
 fi
 
 # DLPack >= 1.0 (docs/abi.md): the header ships in apache-tvm-ffi. NumPy/pytest for the
-# Python tests.
-python3 -m pip install -q --disable-pip-version-check "apache-tvm-ffi>=0.1" "numpy>=2.1" "pytest>=8" 2>&1 |
+# Python tests; setuptools/wheel so `pip install --no-build-isolation ./bindings/python` works.
+python3 -m pip install -q --disable-pip-version-check "apache-tvm-ffi>=0.1" "numpy>=2.1" "pytest>=8" \
+  "setuptools>=61" wheel 2>&1 |
   grep -v "Running pip as the 'root' user" || true
 python3 -c "import tvm_ffi.libinfo as l; print('setup: DLPack header from', l.find_dlpack_include_path())"

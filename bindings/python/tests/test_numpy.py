@@ -451,3 +451,26 @@ def test_opencl_device_tensors(rng):
     assert_close_sum(mo.to_numpy(), ref, scale, np.float32)
     with pytest.raises(dlfuse.InvalidArgumentError, match="device"):
         dlfuse.add_mul_activation(tx, y, bias)  # mixing OpenCL and host memory
+
+
+# ---- the checks catch a wrong kernel -------------------------------------------------------
+
+def test_checks_catch_a_wrong_plugin(rng):
+    """The build's deliberately wrong test plugin (grad_y misses the multiplier) must fail
+    this file's reference check: proof that the checks above can fail."""
+    import os
+    d = os.environ.get("DLFUSE_TEST_PLUGIN_DIR", "")
+    path = os.path.abspath(os.path.join(d, "libdlfuse_testref_wrong.so"))
+    if not d or not os.path.exists(path):
+        pytest.skip("the wrong test plugin is not built here")
+    r = dlfuse.Registry(plugin_paths=[path], discovery=0)
+    assert [(p.name, p.available) for p in r.plugins()] == [("testref_wrong", True)]
+    x, y = (rng.standard_normal((4, 3)) for _ in range(2))
+    bias = rng.standard_normal(3)
+    g = rng.standard_normal((4, 3))
+    m = 0.5
+    gx, gy, gb = dlfuse.add_mul_activation_backward(g, x, y, bias, m, "identity", registry=r)
+    assert_close_sum(gx, g, 0.0, np.float64)
+    with pytest.raises(AssertionError):
+        assert_close_sum(gy, m * g, 0.0, np.float64)
+    r.close()
