@@ -288,36 +288,57 @@ class _View:
     We never take ownership of a producer's capsule: its destructor runs the producer's
     deleter once we drop it (DLPack: a capsule still named 'dltensor[_versioned]' is
     freed by its own destructor)."""
-    __slots__ = ("keep", "addr", "read_only", "obj")
+    __slots__ = ("keep", "addr", "managed")
 
-    def __init__(self, keep, addr, read_only, obj):
-        self.keep = keep
-        self.addr = addr
-        self.read_only = read_only
-        self.obj = obj
+    def __init__(self, keep, addr, managed):
+        self.keep = keep        # the capsule or the dlfuse.Tensor
+        self.addr = addr        # DLTensor*
+        self.managed = managed  # DLManagedTensorVersioned* (0: legacy or a dlfuse.Tensor)
 
     @property
     def t(self):
         return C.DLTensor.from_address(self.addr)
+
+    @property
+    def read_only(self):
+        return bool(self.managed and
+                    _u64(self.managed + _FOFF).value & C.DLPACK_FLAG_BITMASK_READ_ONLY)
 
     def shape(self):
         t = C.DLTensor.from_address(self.addr)
         return tuple(t.shape[i] for i in range(t.ndim))
 
 
+# Per type: does it need .detach() (torch tensors that require grad are refused by torch's
+# __dlpack__) and is it known to live on the host (NumPy: no __dlpack_device__ call).
+_type_info = {}
+
+
+def _info(tp):
+    mod = tp.__module__.partition(".")[0]
+    info = (mod == "torch", mod == "numpy")
+    _type_info[tp] = info
+    return info
+
+
 def _import(obj, c_stream, name):
     """Borrow obj's DLTensor through __dlpack__ (versioned preferred, legacy accepted)."""
-    if isinstance(obj, Tensor):
-        return _View(obj, obj._tensor_addr, False, obj)
-    if getattr(obj, "requires_grad", False):  # torch refuses to export those
+    tp = type(obj)
+    if tp is Tensor:
+        return _View(obj, obj._tensor_addr, 0)
+    is_torch, is_numpy = _type_info.get(tp) or _info(tp)
+    if is_torch and obj.requires_grad:
         obj = obj.detach()
-    try:
-        dev_type = obj.__dlpack_device__()[0]
-    except AttributeError:
-        if not hasattr(obj, "__dlpack__"):
-            raise TypeError(f"dlfuse: argument '{name}' must support the DLPack protocol "
-                            f"(__dlpack__), got {type(obj).__name__}") from None
+    if is_numpy:
         dev_type = C.kDLCPU
+    else:
+        try:
+            dev_type = obj.__dlpack_device__()[0]
+        except AttributeError:
+            if not hasattr(obj, "__dlpack__"):
+                raise TypeError(f"dlfuse: argument '{name}' must support the DLPack protocol "
+                                f"(__dlpack__), got {tp.__name__}") from None
+            dev_type = C.kDLCPU
     if dev_type in _STREAM_DEVICES:
         s = _consumer_stream(c_stream)
         try:
@@ -329,18 +350,19 @@ def _import(obj, c_stream, name):
             cap = obj.__dlpack__(max_version=(1, 0))
         except TypeError:  # a producer from before DLPack 1.0: legacy capsule
             cap = obj.__dlpack__()
-    if _IsValid(cap, _NAME_V):
+    try:
         p = _GetPointer(cap, _NAME_V)
-        major = _u32(p).value
-        if major != 1:
-            raise BufferError(f"dlfuse: argument '{name}': DLPack major version {major} "
-                              f"is not supported (expected 1)")
-        return _View(cap, p + _TOFF, bool(_u64(p + _FOFF).value & C.DLPACK_FLAG_BITMASK_READ_ONLY),
-                     obj)
-    if _IsValid(cap, _NAME_L):
-        return _View(cap, _GetPointer(cap, _NAME_L), False, obj)
-    raise TypeError(f"dlfuse: argument '{name}': __dlpack__ returned {type(cap).__name__}, "
-                    f"not an unconsumed 'dltensor' or 'dltensor_versioned' capsule")
+    except (ValueError, TypeError):
+        if _IsValid(cap, _NAME_L):
+            return _View(cap, _GetPointer(cap, _NAME_L), 0)
+        raise TypeError(f"dlfuse: argument '{name}': __dlpack__ returned "
+                        f"{type(cap).__name__}, not an unconsumed 'dltensor' or "
+                        f"'dltensor_versioned' capsule") from None
+    major = _u32(p).value
+    if major != 1:
+        raise BufferError(f"dlfuse: argument '{name}': DLPack major version {major} "
+                          f"is not supported (expected 1)")
+    return _View(cap, p + _TOFF, p)
 
 
 def _import_out(obj, c_stream, name):

@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Per-call overhead of the Python binding on small tensors.
+
+For add_mul_activation (64x64, relu) and matmul_add_relu (32x32x32), float32, it times:
+  dlfuse        the full call: dlfuse.op(x, y, bias, out=o) (DLPack import of every argument,
+                validation in the registry, the kernel)
+  dlfuse-alloc  the same without out= (the output allocated by the framework)
+  raw-ctypes    the C entry point called through ctypes on DLTensor pointers taken once
+                (what is left when the DLPack work is hoisted out)
+  dlfuse.torch  torch.ops.dlfuse.* (the torch.library custom op) [torch only]
+  framework     the framework's own unfused ops (numpy / torch eager / cupy)
+and, with --noop PATH (bench/'s no-op plugin, libdlfuse_noop.so; CPU only), the full call
+and the raw ctypes call through a registry holding only that plugin: the binding's own
+cost plus the registry's validation, with no kernel at all.
+
+Each number is the median over --reps rounds of (time of --calls back-to-back calls) /
+--calls, after warm-up; on CUDA a round ends with a device synchronize, so a number is
+max(host cost, GPU time) per call. Prints a table and, with --json, writes the numbers.
+
+    DLFUSE_LIBRARY=build/<dir>/lib/libdlfuse.so python3 bindings/python/bench_overhead.py \
+        --framework numpy --noop build/<dir>/bench/plugins/libdlfuse_noop.so
+"""
+import argparse
+import ctypes
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "src"))
+import numpy as np  # noqa: E402
+
+import dlfuse  # noqa: E402
+from dlfuse import _core  # noqa: E402
+
+
+def timeit(fn, calls, reps, sync=None, warm=200):
+    for _ in range(warm):
+        fn()
+    if sync:
+        sync()
+    per = []
+    for _ in range(reps):
+        t0 = time.perf_counter_ns()
+        for _ in range(calls):
+            fn()
+        if sync:
+            sync()
+        per.append((time.perf_counter_ns() - t0) / calls)
+    return statistics.median(per)
+
+
+def make(framework, device):
+    rng = np.random.default_rng(0)
+    host = {"x": rng.standard_normal((64, 64), np.float32),
+            "y": rng.standard_normal((64, 64), np.float32),
+            "b": rng.standard_normal(64, np.float32),
+            "A": rng.standard_normal((32, 32), np.float32),
+            "B": rng.standard_normal((32, 32), np.float32),
+            "c": rng.standard_normal(32, np.float32)}
+    host["o"] = np.empty((64, 64), np.float32)
+    host["O"] = np.empty((32, 32), np.float32)
+    if framework == "numpy":
+        return host, None, None
+    if framework == "torch":
+        import torch
+        t = {k: torch.from_numpy(v).to(device) for k, v in host.items()}
+        sync = torch.cuda.synchronize if device.startswith("cuda") else None
+        stream = torch.cuda.current_stream().cuda_stream if device.startswith("cuda") else None
+        return t, sync, stream
+    if framework == "cupy":
+        import cupy as cp
+        t = {k: cp.asarray(v) for k, v in host.items()}
+        return t, cp.cuda.runtime.deviceSynchronize, None
+    raise SystemExit(f"unknown framework {framework}")
+
+
+def raw_calls(reg, t, stream):
+    """ctypes calls on DLTensor pointers taken once (the capsules are kept alive)."""
+    views = {k: _core._import(v, stream, k) for k, v in t.items()}
+    lib, h = reg._lib, reg.handle
+    px, py, pb, po = (views[k].addr for k in "xybo")
+    pA, pB, pc, pO = (views[k].addr for k in "ABcO")
+    f1, f2 = lib.dlfuse_add_mul_activation, lib.dlfuse_matmul_add_relu
+
+    def am():
+        if f1(h, px, py, pb, 1.0, 1, po, stream):
+            raise dlfuse.Error(0, dlfuse.last_error())
+
+    def mm():
+        if f2(h, pA, pB, pc, pO, 0, stream):
+            raise dlfuse.Error(0, dlfuse.last_error())
+    return am, mm, views
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--framework", choices=("numpy", "torch", "cupy"), default="numpy")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--noop", help="path of libdlfuse_noop.so (CPU)")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+
+    t, sync, stream = make(args.framework, args.device)
+    reg = dlfuse.registry()
+    rows = []
+
+    def row(name, op, fn):
+        ns = timeit(fn, args.calls, args.reps, sync)
+        rows.append({"path": name, "op": op, "ns_per_call": ns})
+
+    x, y, b, o, A, B, c, O = (t[k] for k in "xybo" "ABcO")
+    row("dlfuse", "add_mul 64x64",
+        lambda: dlfuse.add_mul_activation(x, y, b, 1.0, "relu", out=o, stream=stream))
+    row("dlfuse", "matmul 32x32x32", lambda: dlfuse.matmul_add_relu(A, B, c, out=O, stream=stream))
+    row("dlfuse-alloc", "add_mul 64x64",
+        lambda: dlfuse.add_mul_activation(x, y, b, 1.0, "relu", stream=stream))
+    row("dlfuse-alloc", "matmul 32x32x32", lambda: dlfuse.matmul_add_relu(A, B, c, stream=stream))
+    am, mm, _keep = raw_calls(reg, t, stream)
+    row("raw-ctypes", "add_mul 64x64", am)
+    row("raw-ctypes", "matmul 32x32x32", mm)
+    if args.framework == "numpy":
+        row("framework", "add_mul 64x64", lambda: np.maximum(x + b + 1.0 * y, 0, out=o))
+        row("framework", "matmul 32x32x32", lambda: np.maximum(A @ B + c, 0, out=O))
+    elif args.framework == "torch":
+        import torch
+        import dlfuse.torch as dft
+        row("dlfuse.torch", "add_mul 64x64", lambda: dft.add_mul_activation(x, y, b, 1.0, "relu"))
+        row("dlfuse.torch", "matmul 32x32x32", lambda: dft.matmul_add_relu(A, B, c))
+        row("framework", "add_mul 64x64", lambda: torch.relu(x + b + 1.0 * y))
+        row("framework", "matmul 32x32x32", lambda: torch.relu(torch.addmm(c, A, B)))
+    else:
+        import cupy as cp
+        row("framework", "add_mul 64x64", lambda: cp.maximum(x + b + 1.0 * y, 0, out=o))
+        row("framework", "matmul 32x32x32", lambda: cp.maximum(A @ B + c, 0, out=O))
+
+    if args.noop and args.device == "cpu":
+        nreg = dlfuse.Registry(plugin_paths=[os.path.abspath(args.noop)], discovery=0)
+        assert [p.name for p in nreg.plugins() if p.available] == ["noop"], nreg.plugins()
+        h = {k: np.asarray(v) if args.framework == "numpy" else v for k, v in t.items()}
+        hx, hy, hb, ho = (h[k] for k in "xybo")
+        row("noop plugin: dlfuse", "add_mul 64x64",
+            lambda: dlfuse.add_mul_activation(hx, hy, hb, 1.0, "relu", out=ho, registry=nreg))
+        am0, mm0, _keep0 = raw_calls(nreg, h, None)
+        row("noop plugin: raw-ctypes", "add_mul 64x64", am0)
+        row("noop plugin: raw-ctypes", "matmul 32x32x32", mm0)
+
+    plug = reg.resolve("add_mul_activation", "cuda" if args.device.startswith("cuda") else "cpu")
+    meta = {"framework": args.framework, "device": args.device, "plugin": plug,
+            "python": platform.python_version(), "numpy": np.__version__,
+            "machine": platform.processor() or platform.machine(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "calls": args.calls, "reps": args.reps}
+    if args.framework == "torch":
+        import torch
+        meta["torch"] = torch.__version__
+        if args.device.startswith("cuda"):
+            meta["gpu"] = torch.cuda.get_device_name()
+    print(json.dumps(meta))
+    print(f"{'path':28s} {'op':18s} {'us/call':>9s}")
+    for r in rows:
+        print(f"{r['path']:28s} {r['op']:18s} {r['ns_per_call'] / 1000:9.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
