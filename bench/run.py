@@ -1,0 +1,422 @@
+#!/usr/bin/env python3
+"""The benchmark, in one command: every available plugin and every peer present on this
+machine, both ops forward and backward over the anchor shapes, the ceilings (copy
+bandwidth, GEMM peak) and the no-op dispatch overhead, measured in one run.
+
+  python3 bench/run.py [--build DIR] [--quick] [--out DIR] [--no-build] [--no-plot]
+
+--build   a dlfuse build tree (default build/cpu); the targets this needs (dlfuse_bench,
+          dlfuse_noop, dlfuse_bench_onednn where oneDNN is built) are built first unless
+          --no-build.
+--quick   fewer repetitions (about 0.3 s per case instead of 2 s): a few minutes on the
+          2-core CI machine; the full mode is for figures.
+--out     where results.json, results.csv and the plots go
+          (default bench/results/<UTC date>-<device>).
+
+What runs (progress on stderr):
+  plugins   `dlfuse_bench list` (default discovery: the build's plugin folder and
+            $DLFUSE_PLUGIN_PATH); each available plugin and device except the test plugin,
+            through the C API (op handles, device services), float32 and bfloat16;
+            matmul 2048x512x256 and 4096x1024x1024 (+ 8192x4096x4096 on a GPU machine),
+            add_mul_activation (relu, multiplier 0.5, bias [N]) 2048x512 and 16384x8192.
+  peers     raw oneDNN primitives (dlfuse_bench_onednn, where built); NumPy (float32, when a
+            CPU plugin ran); PyTorch eager / torch._addmm_activation / torch.compile when
+            torch with CUDA is importable (bench/peers_torch.py).
+  ceilings  CPU: memcpy bandwidth (dlfuse_bench copy-bw) and oneDNN f32 GEMM 4096^3; GPU:
+            torch 1 GiB device copy and 8192^3 GEMM per dtype.
+  dispatch  ns per call of the no-op plugin through dlfuse_op_call (cached handle) and the
+            typed functions, and through Python (ctypes, or the dlfuse package if present).
+
+% of ceiling: matmul rows: flops / time over the GEMM peak of the device and dtype (fwd
+2MNK, bwd 4MNK: grad_a and grad_b; the pointwise parts are not counted). add_mul rows:
+bytes / time over the copy bandwidth, bytes = every input read once and every output
+written once (fwd (3MN + N) x itemsize, bwd (5MN + 2N) x itemsize). A CPU bfloat16 row is
+compared with the float32 GEMM peak (oneDNN 2.6.3 has no bf16 GEMM on AVX2).
+"""
+import argparse
+import csv
+import ctypes
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def log(msg):
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def jsonl(cmd, env=None, timeout=None):
+    """Runs cmd (stderr passes through as progress), returns its JSON lines."""
+    log("$ " + " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in cmd))
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, timeout=timeout)
+    out = []
+    for line in p.stdout.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            out.append(json.loads(line))
+    if p.returncode != 0:
+        log(f"  exit status {p.returncode} (kept the {len(out)} lines it printed)")
+    return out
+
+
+def loadavg():
+    try:
+        return [float(v) for v in open("/proc/loadavg").read().split()[:3]]
+    except OSError:
+        return None
+
+
+def cpu_name():
+    try:
+        return next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor()
+
+
+def gpu_name():
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
+        return out[0] if out else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+# ---- dispatch through Python -------------------------------------------------------------
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class RegistryOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("discovery", ctypes.c_uint32), ("plugin_paths", ctypes.c_char_p)]
+
+
+class Attr(ctypes.Structure):
+    class _V(ctypes.Union):
+        _fields_ = [("i64", ctypes.c_int64), ("f64", ctypes.c_double)]
+    _fields_ = [("key", ctypes.c_int32), ("type", ctypes.c_int32), ("value", _V)]
+
+
+def python_dispatch(build, noop, quick):
+    """ns per no-op call from Python: the dlfuse package if importable, else plain ctypes."""
+    rows = []
+    n = 20000 if quick else 200000
+    rounds = 5 if quick else 11
+
+    def timeit(name, fn, how):
+        fn()
+        v = []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            v.append((time.perf_counter() - t0) / n * 1e9)
+        v.sort()
+        r = {"dispatch": name, "via": how, "median_ns": v[len(v) // 2], "p10_ns": v[max(0, len(v) // 10)],
+             "p90_ns": v[min(len(v) - 1, (len(v) * 9) // 10)], "calls_per_round": n, "rounds": rounds}
+        log(f"  dispatch {name} ({how}): median {r['median_ns']:.0f} ns/call")
+        rows.append(r)
+
+    lib = ctypes.CDLL(os.path.join(build, "lib", "libdlfuse.so"))
+    lib.dlfuse_last_error.restype = ctypes.c_char_p
+    opts = RegistryOptions(ctypes.sizeof(RegistryOptions), 0, noop.encode())
+    reg = ctypes.c_void_p()
+    if lib.dlfuse_registry_create(ctypes.byref(opts), ctypes.byref(reg)) != 0:
+        raise RuntimeError(lib.dlfuse_last_error().decode())
+    noop_op, am_op = ctypes.c_void_p(), ctypes.c_void_p()
+    lib.dlfuse_op_get(reg, b"noop", ctypes.byref(noop_op))
+    lib.dlfuse_op_get(reg, b"add_mul_activation", ctypes.byref(am_op))
+    shp_mn = (ctypes.c_int64 * 2)(2048, 512)
+    shp_n = (ctypes.c_int64 * 1)(512)
+    bufs = [ctypes.create_string_buffer(2048 * 512 * 4) for _ in range(4)]
+
+    def t(buf, shape, ndim):
+        return DLTensor(ctypes.cast(buf, ctypes.c_void_p), DLDevice(1, 0), ndim, DLDataType(2, 32, 1),
+                        ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)), None, 0)
+    x, y, bias, out = t(bufs[0], shp_mn, 2), t(bufs[1], shp_mn, 2), t(bufs[2], shp_n, 1), t(bufs[3], shp_mn, 2)
+    ins1 = (ctypes.POINTER(DLTensor) * 1)(ctypes.pointer(x))
+    outs1 = (ctypes.POINTER(DLTensor) * 1)(ctypes.pointer(out))
+    ins3 = (ctypes.POINTER(DLTensor) * 3)(ctypes.pointer(x), ctypes.pointer(y), ctypes.pointer(bias))
+    attrs = (Attr * 2)()
+    attrs[0].key, attrs[0].type, attrs[0].value.i64 = 1, 1, 1
+    attrs[1].key, attrs[1].type, attrs[1].value.f64 = 2, 2, 0.5
+    call = lib.dlfuse_op_call
+    call.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32,
+                     ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p]
+    for args, what in [((noop_op, ins1, 1, outs1, 1, None, 0, None), "op_call_generic_op"),
+                       ((am_op, ins3, 3, outs1, 1, attrs, 2, None), "op_call_add_mul_activation")]:
+        if call(*args) != 0:
+            raise RuntimeError(lib.dlfuse_last_error().decode())
+        timeit(what, lambda: call(*args), "python ctypes, argtypes set, arguments prebuilt")
+    lib.dlfuse_registry_destroy(reg)
+
+    try:  # the Python binding (bindings/python), if it is importable here
+        env_lib = os.environ.get("DLFUSE_LIBRARY")
+        os.environ["DLFUSE_LIBRARY"] = os.path.join(build, "lib", "libdlfuse.so")
+        sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
+        import dlfuse  # noqa: F401
+        import numpy as np
+        r = dlfuse.Registry(discover=False) if hasattr(dlfuse, "Registry") else None
+        if r is not None and hasattr(r, "load_plugin"):
+            r.load_plugin(noop)
+            xa, ya = np.ones((2048, 512), np.float32), np.ones((2048, 512), np.float32)
+            ba, oa = np.ones(512, np.float32), np.empty((2048, 512), np.float32)
+            if hasattr(r, "add_mul_activation"):
+                timeit("package_add_mul_activation",
+                       lambda: r.add_mul_activation(xa, ya, ba, 0.5, "relu", out=oa), "python dlfuse package")
+        else:
+            rows.append({"dispatch": "package", "via": "python dlfuse package",
+                         "note": "imported, but no Registry.load_plugin/add_mul_activation to time"})
+        if env_lib is not None:
+            os.environ["DLFUSE_LIBRARY"] = env_lib
+    except Exception as e:  # noqa: BLE001 - report why, keep the run
+        rows.append({"dispatch": "package", "via": "python dlfuse package", "note": f"not timed: {e!r}"[:300]})
+        log(f"  python dlfuse package not timed: {e!r}"[:200])
+    return rows
+
+
+# ---- the model for % of ceiling ------------------------------------------------------------
+
+ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
+
+
+def work(r):
+    dims = [int(v) for v in r["shape"].split("x")]
+    if r["op"] == "matmul_add_relu":
+        M, K, N = dims
+        return "flops", 2.0 * M * N * K * (1 if r["dir"] == "fwd" else 2)
+    M, N = dims
+    s = ITEMSIZE[r["dtype"]]
+    return "bytes", float((3 * M * N + N) * s if r["dir"] == "fwd" else (5 * M * N + 2 * N) * s)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build", "cpu"))
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--no-build", action="store_true")
+    ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch peers even if torch is present")
+    args = ap.parse_args()
+    build = os.path.abspath(args.build)
+    mode = "quick" if args.quick else "full"
+    t_start = time.time()
+    started = datetime.datetime.now(datetime.timezone.utc)
+    gpu = gpu_name()
+    device_tag = (gpu.split(",")[0] if gpu else cpu_name()).replace(" ", "-").replace("/", "-")
+    device_tag = "".join(c for c in device_tag if c.isalnum() or c in "-_.")[:40]
+    out_dir = os.path.abspath(args.out or os.path.join(HERE, "results", started.strftime("%Y-%m-%d") + "-" + device_tag))
+    os.makedirs(out_dir, exist_ok=True)
+
+    if not args.no_build:
+        targets = ["dlfuse_bench", "dlfuse_noop"]
+        have = subprocess.run(["cmake", "--build", build, "--target", "help"], capture_output=True, text=True).stdout
+        if "dlfuse_bench_onednn" in have:
+            targets.append("dlfuse_bench_onednn")
+        log(f"building {' '.join(targets)} in {build}")
+        subprocess.run(["cmake", "--build", build, "-j", str(os.cpu_count() or 2), "--target"] + targets, check=True,
+                       stdout=subprocess.DEVNULL)
+    exe = os.path.join(build, "bin", "dlfuse_bench")
+    noop = os.path.join(build, "bench", "plugins", "libdlfuse_noop.so")
+    onednn_exe = os.path.join(build, "bin", "dlfuse_bench_onednn")
+
+    meta = {
+        "command": "python3 bench/run.py " + " ".join(sys.argv[1:]),
+        "date_utc": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "mode": mode,
+        "host_cpu": cpu_name(), "host_cores": os.cpu_count(), "gpu": gpu,
+        "python": platform.python_version(),
+        "git": subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True).stdout.strip() or None,
+        "git_dirty": bool(subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                                         capture_output=True, text=True).stdout.strip()),
+        "loadavg_before": loadavg(),
+        "env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "DLFUSE_PLUGIN_PATH", "DLFUSE_OPENCL_DEVICE",
+                                           "DLFUSE_PREFER") if k in os.environ},
+    }
+    log(f"{meta['date_utc']} {mode} run on {meta['host_cpu']} ({meta['host_cores']} cores)"
+        f"{', ' + gpu if gpu else ''}; load average {meta['loadavg_before']}; results -> {out_dir}")
+    rows, ceilings, dispatch, plugins, skips = [], [], [], [], []
+
+    def take(lines):
+        for r in lines:
+            if "median_ms" in r and "op" in r:
+                rows.append(r)
+            elif "ceiling" in r:
+                ceilings.append(r)
+            elif "dispatch" in r:
+                dispatch.append(r)
+            elif "skip" in r:
+                skips.append(r)
+                log(f"  skipped: {r}")
+            elif "plugin" in r or "peer" in r:
+                plugins.append(r)
+
+    # 1. dispatch overhead first, while the process and caches are fresh
+    log("[1/5] no-op dispatch through the C API")
+    take(jsonl([exe, "dispatch", noop, "--mode", mode]))
+    log("      ... and through Python")
+    try:
+        dispatch.extend(python_dispatch(build, noop, args.quick))
+    except Exception as e:  # noqa: BLE001
+        log(f"  python dispatch failed: {e!r}")
+
+    # 2. ceilings
+    log("[2/5] ceilings")
+    take(jsonl([exe, "copy-bw", "--mode", mode]))
+    found = jsonl([exe, "list"])
+    cpu_plugins = []
+    for p in found:
+        if not p["available"]:
+            log(f"  plugin {p['name']} unavailable: {p['reason'][:160]}")
+            skips.append({"skip": p["name"], "reason": p["reason"]})
+    onednn_so = next((p["path"] for p in found if p["name"] == "onednn" and p["available"]), None)
+    torch_ok = False
+    if not args.no_torch:
+        torch_ok = subprocess.run([sys.executable, "-c", "import torch, triton; assert torch.cuda.is_available()"],
+                                  capture_output=True).returncode == 0
+    if onednn_so and os.path.exists(onednn_exe):
+        lines = subprocess.run([onednn_exe, onednn_so, "--raw-only", "--gemm-peak"] + (["--quick"] if args.quick else []),
+                               stdout=subprocess.PIPE, text=True).stdout
+        log("  raw oneDNN: GEMM peak and the raw primitives (matmul+bias+relu post-op, binary add+relu)")
+        for line in lines.splitlines():
+            p = line.split()
+            if len(p) >= 8 and p[0] == "RESULT":
+                case, impl, med, mn, reps, p10, p90 = p[1], p[2], float(p[3]), float(p[4]), int(p[5]), float(p[6]), float(p[7])
+                stats = {"median_ms": med, "p10_ms": p10, "p90_ms": p90, "min_ms": mn, "rounds": reps, "batch": 1}
+                if case.startswith("gemm_peak_f32_"):
+                    n = int(case.rsplit("x", 1)[1])
+                    ceilings.append({"ceiling": "gemm_peak", "device": "cpu:0", "dtype": "float32",
+                                     "impl": f"onednn_matmul_{n}^3", "GFLOPs": 2.0 * n ** 3 / (med * 1e-3) / 1e9, **stats})
+                    log(f"  CPU GEMM peak (oneDNN f32 {n}^3): {ceilings[-1]['GFLOPs']:.1f} GFLOP/s")
+                    continue
+                f = case.split("_")
+                # matmul_add_relu_fwd_f32_MxKxN | add_mul_relu_fwd_f32_MxN
+                op = "matmul_add_relu" if case.startswith("matmul") else "add_mul_activation"
+                d, dt, shape = f[-3], {"f32": "float32", "bf16": "bfloat16"}[f[-2]], f[-1]
+                if op == "add_mul_activation" and "relu" not in case:
+                    continue
+                rows.append({"op": op, "dir": d, "dtype": dt, "shape": shape,
+                             "impl": "onednn_raw" if impl == "onednn" else "onednn_raw_nankeep", "device": "cpu:0",
+                             **stats})
+            elif line.startswith("INFO gemm_peak"):
+                log("  " + line)
+
+    # 3. plugins
+    log("[3/5] plugins through the C API")
+    for p in found:
+        if not p["available"] or p["name"].startswith("testref"):
+            continue
+        for dev in range(p["device_count"]):
+            is_gpu = p["device_type"] in (2, 3) or (p["device_type"] == 4 and gpu is not None)
+            cmd = [exe, "ops", p["path"], "--device-id", str(dev), "--mode", mode]
+            if is_gpu:
+                cmd.append("--large")
+            lines = jsonl(cmd)
+            for r in lines:
+                if "median_ms" in r:
+                    r["ceiling_device"] = "gpu" if is_gpu else "cpu"
+            take(lines)
+            if not is_gpu:
+                cpu_plugins.append(p["name"])
+
+    # 4. peers
+    log("[4/5] peers")
+    if cpu_plugins:
+        take(jsonl([sys.executable, os.path.join(HERE, "peers_numpy.py")] + (["--quick"] if args.quick else [])))
+    if torch_ok:
+        take(jsonl([sys.executable, os.path.join(HERE, "peers_torch.py")] + (["--quick"] if args.quick else [])))
+    elif not args.no_torch:
+        log("  torch with CUDA not importable here: no PyTorch peers")
+
+    # 5. % of ceiling
+    log("[5/5] % of ceiling, results")
+    best = {}
+    for c in ceilings:
+        kind = "gpu" if c["device"].startswith("cuda") else "cpu"
+        if c["ceiling"] == "copy_bw":
+            key, val = (kind, "copy_bw", None), c["GBps"]
+        else:
+            key, val = (kind, "gemm_peak", c["dtype"]), c["GFLOPs"]
+        best[key] = max(best.get(key, 0.0), val)
+    for r in rows:
+        kind = r.get("ceiling_device") or ("gpu" if r["device"].startswith("cuda") else "cpu")
+        r["ceiling_device"] = kind
+        what, amount = work(r)
+        sec = r["median_ms"] * 1e-3
+        if what == "flops":
+            r["GFLOPs"] = amount / sec / 1e9
+            peak = best.get((kind, "gemm_peak", r["dtype"])) or (best.get((kind, "gemm_peak", "float32"))
+                                                                  if kind == "cpu" else None)
+            r["pct_of_ceiling"] = 100.0 * r["GFLOPs"] / peak if peak else None
+            r["ceiling"] = f"gemm_peak {peak:.1f} GFLOP/s" if peak else None
+        else:
+            r["GBps"] = amount / sec / 1e9
+            bw = best.get((kind, "copy_bw", None))
+            r["pct_of_ceiling"] = 100.0 * r["GBps"] / bw if bw else None
+            r["ceiling"] = f"copy_bw {bw:.1f} GB/s" if bw else None
+    meta["loadavg_after"] = loadavg()
+    meta["wall_s"] = round(time.time() - t_start, 1)
+    meta["model"] = ("matmul: flops = 2MNK (fwd), 4MNK (bwd: grad_a + grad_b), vs GEMM peak of the device and dtype "
+                     "(CPU bf16 vs the f32 peak); add_mul_activation: bytes = inputs read once + outputs written once "
+                     "(fwd (3MN+N)*itemsize, bwd (5MN+2N)*itemsize), vs copy bandwidth (bytes read + written)")
+    res = {"meta": meta, "plugins": plugins, "skipped": skips, "ceilings": ceilings, "dispatch": dispatch, "rows": rows}
+    with open(os.path.join(out_dir, "results.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    cols = ["op", "dir", "dtype", "shape", "impl", "device", "median_ms", "p10_ms", "p90_ms", "min_ms", "rounds",
+            "batch", "GFLOPs", "GBps", "pct_of_ceiling", "ceiling"]
+    with open(os.path.join(out_dir, "results.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+    # A short table on stdout.
+    print(f"# {meta['date_utc']} {meta['command']}  ({meta['host_cpu']}{', ' + gpu if gpu else ''}; "
+          f"load {meta['loadavg_before']} -> {meta['loadavg_after']}; {meta['wall_s']} s)")
+    for c in ceilings:
+        v = f"{c['GBps']:.1f} GB/s" if "GBps" in c else f"{c['GFLOPs']:.1f} GFLOP/s"
+        print(f"ceiling {c['ceiling']:9s} {c['device']:7s} {c.get('dtype', ''):9s} {c['impl']:24s} {v}")
+    for d in dispatch:
+        if "median_ns" in d:
+            print(f"dispatch {d['dispatch']:28s} {d.get('via', 'C API'):50s} {d['median_ns']:8.1f} ns "
+                  f"[p10 {d['p10_ns']:.1f}, p90 {d['p90_ns']:.1f}]")
+    print(f"{'op':18s} {'dir':3s} {'dtype':8s} {'shape':16s} {'impl':26s} {'median ms':>10s} {'p10':>10s} "
+          f"{'p90':>10s} {'% ceil':>7s}")
+    for r in sorted(rows, key=lambda r: (r["op"], r["dir"], r["dtype"], r["shape"], r["median_ms"])):
+        pct = f"{r['pct_of_ceiling']:.1f}" if r.get("pct_of_ceiling") is not None else "-"
+        print(f"{r['op']:18s} {r['dir']:3s} {r['dtype']:8s} {r['shape']:16s} {r['impl']:26s} {r['median_ms']:10.4f} "
+              f"{r['p10_ms']:10.4f} {r['p90_ms']:10.4f} {pct:>7s}")
+    log(f"wrote {out_dir}/results.json, results.csv")
+    if not args.no_plot:
+        try:
+            import matplotlib  # noqa: F401
+            subprocess.run([sys.executable, os.path.join(HERE, "plot.py"), os.path.join(out_dir, "results.json")],
+                           check=False)
+        except ImportError:
+            log("matplotlib not importable: plot later with python3 bench/plot.py results.json")
+
+
+if __name__ == "__main__":
+    main()
