@@ -95,6 +95,56 @@ def raw_calls(reg, t, stream):
     return am, mm, views
 
 
+def binding_rows(args, t, stream, row):
+    reg = dlfuse.registry()
+    x, y, b, o, A, B, c, O = (t[k] for k in "xyboABcO")
+    row("dlfuse", "add_mul 64x64",
+        lambda: dlfuse.add_mul_activation(x, y, b, 1.0, "relu", out=o, stream=stream))
+    row("dlfuse", "matmul 32x32x32", lambda: dlfuse.matmul_add_relu(A, B, c, out=O, stream=stream))
+    row("dlfuse-alloc", "add_mul 64x64",
+        lambda: dlfuse.add_mul_activation(x, y, b, 1.0, "relu", stream=stream))
+    row("dlfuse-alloc", "matmul 32x32x32", lambda: dlfuse.matmul_add_relu(A, B, c, stream=stream))
+    am, mm, keep = raw_calls(reg, t, stream)
+    row("raw-ctypes", "add_mul 64x64", am)
+    row("raw-ctypes", "matmul 32x32x32", mm)
+    if args.framework == "torch":
+        import dlfuse.torch as dft
+        row("dlfuse.torch", "add_mul 64x64", lambda: dft.add_mul_activation(x, y, b, 1.0, "relu"))
+        row("dlfuse.torch", "matmul 32x32x32", lambda: dft.matmul_add_relu(A, B, c))
+    del keep
+
+
+def framework_rows(args, t, row):
+    x, y, b, o, A, B, c, O = (t[k] for k in "xyboABcO")
+    if args.framework == "numpy":
+        row("framework", "add_mul 64x64", lambda: np.maximum(x + b + 1.0 * y, 0, out=o))
+        row("framework", "matmul 32x32x32", lambda: np.maximum(A @ B + c, 0, out=O))
+    elif args.framework == "torch":
+        import torch
+        row("framework", "add_mul 64x64", lambda: torch.relu(x + b + 1.0 * y))
+        row("framework", "matmul 32x32x32", lambda: torch.relu(torch.addmm(c, A, B)))
+    else:
+        import cupy as cp
+        row("framework", "add_mul 64x64", lambda: cp.maximum(x + b + 1.0 * y, 0, out=o))
+        row("framework", "matmul 32x32x32", lambda: cp.maximum(A @ B + c, 0, out=O))
+
+
+def noop_rows(args, row):
+    """Through a registry holding only the no-op plugin, on NumPy host arrays."""
+    nreg = dlfuse.Registry(plugin_paths=[os.path.abspath(args.noop)], discovery=0)
+    assert [p.name for p in nreg.plugins() if p.available] == ["noop"], nreg.plugins()
+    h, _, _ = make("numpy", "cpu")
+    hx, hy, hb, ho, hA, hB, hc, hO = (h[k] for k in "xyboABcO")
+    row("noop plugin: dlfuse", "add_mul 64x64",
+        lambda: dlfuse.add_mul_activation(hx, hy, hb, 1.0, "relu", out=ho, registry=nreg))
+    row("noop plugin: dlfuse", "matmul 32x32x32",
+        lambda: dlfuse.matmul_add_relu(hA, hB, hc, out=hO, registry=nreg))
+    am0, mm0, keep = raw_calls(nreg, h, None)
+    row("noop plugin: raw-ctypes", "add_mul 64x64", am0)
+    row("noop plugin: raw-ctypes", "matmul 32x32x32", mm0)
+    del keep
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--framework", choices=("numpy", "torch", "cupy"), default="numpy")
@@ -106,50 +156,23 @@ def main():
     args = ap.parse_args()
 
     t, sync, stream = make(args.framework, args.device)
-    reg = dlfuse.registry()
     rows = []
 
     def row(name, op, fn):
         ns = timeit(fn, args.calls, args.reps, sync)
         rows.append({"path": name, "op": op, "ns_per_call": ns})
 
-    x, y, b, o, A, B, c, O = (t[k] for k in "xybo" "ABcO")
-    row("dlfuse", "add_mul 64x64",
-        lambda: dlfuse.add_mul_activation(x, y, b, 1.0, "relu", out=o, stream=stream))
-    row("dlfuse", "matmul 32x32x32", lambda: dlfuse.matmul_add_relu(A, B, c, out=O, stream=stream))
-    row("dlfuse-alloc", "add_mul 64x64",
-        lambda: dlfuse.add_mul_activation(x, y, b, 1.0, "relu", stream=stream))
-    row("dlfuse-alloc", "matmul 32x32x32", lambda: dlfuse.matmul_add_relu(A, B, c, stream=stream))
-    am, mm, _keep = raw_calls(reg, t, stream)
-    row("raw-ctypes", "add_mul 64x64", am)
-    row("raw-ctypes", "matmul 32x32x32", mm)
-    if args.framework == "numpy":
-        row("framework", "add_mul 64x64", lambda: np.maximum(x + b + 1.0 * y, 0, out=o))
-        row("framework", "matmul 32x32x32", lambda: np.maximum(A @ B + c, 0, out=O))
-    elif args.framework == "torch":
-        import torch
-        import dlfuse.torch as dft
-        row("dlfuse.torch", "add_mul 64x64", lambda: dft.add_mul_activation(x, y, b, 1.0, "relu"))
-        row("dlfuse.torch", "matmul 32x32x32", lambda: dft.matmul_add_relu(A, B, c))
-        row("framework", "add_mul 64x64", lambda: torch.relu(x + b + 1.0 * y))
-        row("framework", "matmul 32x32x32", lambda: torch.relu(torch.addmm(c, A, B)))
-    else:
-        import cupy as cp
-        row("framework", "add_mul 64x64", lambda: cp.maximum(x + b + 1.0 * y, 0, out=o))
-        row("framework", "matmul 32x32x32", lambda: cp.maximum(A @ B + c, 0, out=O))
+    dev_kind = "cuda" if args.device.startswith("cuda") else "cpu"
+    try:
+        plug = dlfuse.registry().resolve("add_mul_activation", dev_kind)
+    except dlfuse.Error:
+        plug = None  # e.g. the GPU machine has no CPU plugin: only the no-op rows
+    if plug:
+        binding_rows(args, t, stream, row)
+    framework_rows(args, t, row)
+    if args.noop:
+        noop_rows(args, row)
 
-    if args.noop and args.device == "cpu":
-        nreg = dlfuse.Registry(plugin_paths=[os.path.abspath(args.noop)], discovery=0)
-        assert [p.name for p in nreg.plugins() if p.available] == ["noop"], nreg.plugins()
-        h = {k: np.asarray(v) if args.framework == "numpy" else v for k, v in t.items()}
-        hx, hy, hb, ho = (h[k] for k in "xybo")
-        row("noop plugin: dlfuse", "add_mul 64x64",
-            lambda: dlfuse.add_mul_activation(hx, hy, hb, 1.0, "relu", out=ho, registry=nreg))
-        am0, mm0, _keep0 = raw_calls(nreg, h, None)
-        row("noop plugin: raw-ctypes", "add_mul 64x64", am0)
-        row("noop plugin: raw-ctypes", "matmul 32x32x32", mm0)
-
-    plug = reg.resolve("add_mul_activation", "cuda" if args.device.startswith("cuda") else "cpu")
     meta = {"framework": args.framework, "device": args.device, "plugin": plug,
             "python": platform.python_version(), "numpy": np.__version__,
             "machine": platform.processor() or platform.machine(),
