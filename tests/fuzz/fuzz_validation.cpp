@@ -1,0 +1,328 @@
+// fuzz_validation: libFuzzer target over the registry's call validation.
+//
+// The input bytes are decoded into up to 8 DLTensor descriptors (ndim, shape, strides,
+// dtype, byte_offset, data, device: mostly plausible values, sometimes raw ones: negative,
+// huge, overflowing, NULL, misaligned, unknown dtypes and devices) and one call of the
+// public API: a typed function of ABI 1, or dlfuse_op_call with random tensor counts and
+// attributes (the four ops, a third-party op, an unknown op name), or a device service.
+//
+// Registry 1 holds only the oracle plugin (oracle_plugin.cpp), which abort()s if any call
+// it receives breaks a promise of docs/abi.md ("Validation"). Registry 2 holds the test
+// plugin (tests/plugins/testref), which really computes: it is called only when every
+// tensor lies inside the harness's arena by the harness's own arithmetic and is small, so
+// ASan checks the kernels' memory accesses on fuzzed-but-valid layouts.
+//
+// Every non-OK status must be a dlfuse_status_t and come with a non-empty
+// dlfuse_last_error(). Paths of the plugins come from the environment
+// (FUZZ_ORACLE_PLUGIN, FUZZ_TESTREF_PLUGIN) or from the build (compile definitions).
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include "dlfuse/dlfuse.h"
+#include "oracle.h"
+
+namespace {
+
+constexpr size_t kArenaSize = 1 << 16;
+constexpr int kPool = 8;
+
+dlfuse_registry_t g_oracle_reg = nullptr;
+dlfuse_registry_t g_ref_reg = nullptr;
+char* g_arena = nullptr;
+fuzz_oracle_calls_fn g_oracle_calls = nullptr;
+unsigned long long g_ref_calls = 0, g_ok = 0, g_refused = 0;
+
+const char* path_from(const char* env, const char* built) {
+  const char* e = std::getenv(env);
+  return e && *e ? e : built;
+}
+
+dlfuse_registry_t make_registry(const char* plugin) {
+  dlfuse_registry_options_t o{sizeof(dlfuse_registry_options_t), DLFUSE_DISCOVER_NONE, nullptr};
+  dlfuse_registry_t r = nullptr;
+  if (dlfuse_registry_create(&o, &r) != DLFUSE_STATUS_OK || dlfuse_registry_load(r, plugin, nullptr) != DLFUSE_STATUS_OK) {
+    std::fprintf(stderr, "fuzz_validation: cannot load %s: %s\n", plugin, dlfuse_last_error());
+    std::abort();
+  }
+  return r;
+}
+
+void report() {
+  std::fprintf(stderr, "fuzz_validation: %llu calls OK, %llu refused; oracle checked %llu kernel calls, testref ran %llu\n",
+               g_ok, g_refused, g_oracle_calls ? g_oracle_calls() : 0ull, g_ref_calls);
+}
+
+// A tensor descriptor and the storage its pointers point to.
+struct Desc {
+  DLTensor t{};
+  int64_t shape[17] = {};
+  int64_t strides[17] = {};
+};
+
+int64_t pick_dim(FuzzedDataProvider& p) {
+  const uint8_t b = p.ConsumeIntegral<uint8_t>();
+  if (b < 200) return b % 5;
+  if (b < 215) return 1 + (b % 64);
+  switch (b % 6) {
+    case 0: return -1;
+    case 1: return INT64_MAX;
+    case 2: return int64_t{1} << 32;
+    case 3: return INT64_MIN;
+    default: return p.ConsumeIntegral<int64_t>();
+  }
+}
+
+int64_t pick_stride(FuzzedDataProvider& p) {
+  const uint8_t b = p.ConsumeIntegral<uint8_t>();
+  if (b < 200) return b % 13;
+  switch (b % 5) {
+    case 0: return -1;
+    case 1: return INT64_MAX;
+    case 2: return int64_t{1} << 62;
+    default: return p.ConsumeIntegral<int64_t>();
+  }
+}
+
+void decode(FuzzedDataProvider& p, Desc* d) {
+  DLTensor& t = d->t;
+  const uint8_t nd = p.ConsumeIntegral<uint8_t>();
+  if (nd < 240) t.ndim = nd % 5;
+  else if (nd < 248) t.ndim = 16 + (nd % 3);  // 16 ok, 17 and 18 not
+  else t.ndim = p.ConsumeIntegral<int32_t>();
+  const int n = t.ndim < 0 ? 0 : (t.ndim > 17 ? 17 : t.ndim);
+  for (int i = 0; i < n; ++i) d->shape[i] = pick_dim(p);
+  t.shape = p.ConsumeIntegral<uint8_t>() < 250 ? d->shape : nullptr;
+  if (p.ConsumeBool()) {
+    for (int i = 0; i < n; ++i) d->strides[i] = pick_stride(p);
+    t.strides = d->strides;
+  } else {
+    t.strides = nullptr;
+  }
+  static const DLDataType kTypes[] = {{kDLFloat, 32, 1}, {kDLFloat, 64, 1}, {kDLFloat, 16, 1}, {kDLBfloat, 16, 1},
+                                      {kDLInt, 8, 1},    {kDLUInt, 32, 1},  {kDLInt, 64, 1},   {kDLFloat, 32, 4},
+                                      {kDLBool, 8, 1},   {kDLFloat, 8, 1},  {kDLComplex, 64, 1}};
+  const uint8_t dt = p.ConsumeIntegral<uint8_t>();
+  if (dt < 160) t.dtype = kTypes[0];
+  else if (dt < 240) t.dtype = kTypes[dt % (sizeof(kTypes) / sizeof(kTypes[0]))];
+  else t.dtype = DLDataType{p.ConsumeIntegral<uint8_t>(), p.ConsumeIntegral<uint8_t>(), p.ConsumeIntegral<uint16_t>()};
+  const uint8_t bo = p.ConsumeIntegral<uint8_t>();
+  if (bo < 160) t.byte_offset = 0;
+  else if (bo < 240) t.byte_offset = bo % 40;
+  else t.byte_offset = p.ConsumeIntegral<uint64_t>();
+  const uint8_t da = p.ConsumeIntegral<uint8_t>();
+  const size_t off = p.ConsumeIntegral<uint16_t>() % kArenaSize;
+  if (da < 215) t.data = g_arena + (off & ~size_t{7});
+  else if (da < 235) t.data = g_arena + off;
+  else if (da < 245) t.data = nullptr;
+  else t.data = reinterpret_cast<void*>(static_cast<uintptr_t>(p.ConsumeIntegral<uint64_t>()));
+  const uint8_t dv = p.ConsumeIntegral<uint8_t>();
+  if (dv < 240) t.device = DLDevice{kDLCPU, 0};
+  else t.device = DLDevice{static_cast<DLDeviceType>(p.ConsumeIntegralInRange<int32_t>(0, 20)), p.ConsumeIntegral<int32_t>()};
+}
+
+// The harness's own extent: true when the tensor is safe to compute on (lies in the
+// arena) and small; `elems` receives its element count.
+bool fits_arena(const DLTensor* t, __int128* elems) {
+  if (!t) return true;
+  if (t->ndim < 0 || t->ndim > 16 || (t->ndim > 0 && !t->shape) || t->dtype.bits == 0 || t->dtype.bits % 8) return false;
+  __int128 n = 1, last = 0, compact = 1;
+  for (int i = t->ndim - 1; i >= 0; --i) {
+    if (t->shape[i] < 0 || t->shape[i] > 4096) return false;
+    const __int128 s = t->strides ? t->strides[i] : compact;
+    if (s < 0 || s > 4096) return false;
+    compact *= t->shape[i] > 0 ? t->shape[i] : 1;
+    n *= t->shape[i];
+    if (t->shape[i] > 0) last += (t->shape[i] - 1) * s;
+  }
+  *elems = n;
+  if (n == 0) return true;
+  if (n > 256) return false;
+  const __int128 lo = (__int128)(uintptr_t)t->data + t->byte_offset;
+  const __int128 hi = lo + (last + 1) * (t->dtype.bits / 8);
+  return t->data && lo >= (__int128)(uintptr_t)g_arena && hi <= (__int128)(uintptr_t)g_arena + kArenaSize;
+}
+
+void expect_status(dlfuse_status_t s, const char* what) {
+  if (s == DLFUSE_STATUS_OK) {
+    ++g_ok;
+    return;
+  }
+  ++g_refused;
+  if (s < DLFUSE_STATUS_INVALID_ARGUMENT || s > DLFUSE_STATUS_INTERNAL) {
+    std::fprintf(stderr, "fuzz_validation: %s returned %d, not a dlfuse_status_t\n", what, static_cast<int>(s));
+    std::abort();
+  }
+  const char* e = dlfuse_last_error();
+  if (!e || !*e) {
+    std::fprintf(stderr, "fuzz_validation: %s returned %s with an empty dlfuse_last_error()\n", what,
+                 dlfuse_status_string(s));
+    std::abort();
+  }
+}
+
+// C callers may pass any int as a dlfuse_activation_t; call the typed functions through
+// pointer types that say int32_t, as such a caller's compiler would.
+using AmaFn = dlfuse_status_t (*)(dlfuse_registry_t, const DLTensor*, const DLTensor*, const DLTensor*, double, int32_t,
+                                  DLTensor*, void*);
+using AmaBwdFn = dlfuse_status_t (*)(dlfuse_registry_t, const DLTensor*, const DLTensor*, const DLTensor*,
+                                     const DLTensor*, double, int32_t, DLTensor*, DLTensor*, DLTensor*, void*);
+
+struct Call {
+  int kind;  // 0..3 typed op, 4 generic op_call, 5 device service
+  int op;    // 0..3 known, 4 custom, 5 unknown name
+  std::vector<const DLTensor*> in;
+  std::vector<DLTensor*> out;
+  int32_t n_in = 0, n_out = 0;
+  bool in_null = false, out_null = false;
+  std::vector<dlfuse_attr_t> attrs;
+  int32_t n_attrs = 0;
+  bool attrs_null = false;
+  int64_t act = 0, tf32 = 0;
+  double mul = 1.0;
+};
+
+const char* const kOpNames[] = {DLFUSE_OP_MATMUL_ADD_RELU, DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD,
+                                DLFUSE_OP_ADD_MUL_ACTIVATION, DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD,
+                                FUZZ_ORACLE_CUSTOM_OP, "no_such_op_fuzz"};
+
+dlfuse_status_t run(dlfuse_registry_t reg, const Call& c) {
+  const DLTensor* const* in = c.in_null ? nullptr : c.in.data();
+  DLTensor* const* out = c.out_null ? nullptr : c.out.data();
+  switch (c.kind) {
+    case 0:
+      return dlfuse_matmul_add_relu(reg, c.in[0], c.in[1], c.in[2], c.out[0], static_cast<int32_t>(c.tf32), nullptr);
+    case 1:
+      return dlfuse_matmul_add_relu_backward(reg, c.in[0], c.in[1], c.in[2], c.in[3], c.out[0], c.out[1], c.out[2],
+                                             static_cast<int32_t>(c.tf32), nullptr);
+    case 2:
+      return reinterpret_cast<AmaFn>(&dlfuse_add_mul_activation)(reg, c.in[0], c.in[1], c.in[2], c.mul,
+                                                                 static_cast<int32_t>(c.act), c.out[0], nullptr);
+    case 3:
+      return reinterpret_cast<AmaBwdFn>(&dlfuse_add_mul_activation_backward)(
+          reg, c.in[0], c.in[1], c.in[2], c.in[3], c.mul, static_cast<int32_t>(c.act), c.out[0], c.out[1], c.out[2],
+          nullptr);
+    default: {
+      dlfuse_op_t op = nullptr;
+      dlfuse_status_t s = dlfuse_op_get(reg, kOpNames[c.op], &op);
+      if (s != DLFUSE_STATUS_OK) {
+        if (c.op != 5 && reg == g_oracle_reg) {
+          std::fprintf(stderr, "fuzz_validation: op_get(%s) failed on the oracle: %s\n", kOpNames[c.op], dlfuse_last_error());
+          std::abort();
+        }
+        return s;
+      }
+      return dlfuse_op_call(op, in, c.n_in, out, c.n_out, c.attrs_null ? nullptr : c.attrs.data(), c.n_attrs, nullptr);
+    }
+  }
+}
+
+int32_t pick_count(FuzzedDataProvider& p, int32_t usual) {
+  const uint8_t b = p.ConsumeIntegral<uint8_t>();
+  if (b < 180) return usual;
+  if (b < 240) return b % 18;  // 0..17
+  if (b < 248) return -1 - (b % 3);
+  return p.ConsumeIntegral<int32_t>();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  g_arena = static_cast<char*>(std::malloc(kArenaSize));
+  std::memset(g_arena, 0, kArenaSize);
+  const char* oracle = path_from("FUZZ_ORACLE_PLUGIN", FUZZ_ORACLE_PLUGIN);
+  g_oracle_reg = make_registry(oracle);
+  g_ref_reg = make_registry(path_from("FUZZ_TESTREF_PLUGIN", FUZZ_TESTREF_PLUGIN));
+  // The registry loads RTLD_LOCAL: reach the oracle's hooks through a handle to that file.
+  void* h = dlopen(oracle, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  auto set_arena = h ? reinterpret_cast<fuzz_oracle_set_arena_fn>(dlsym(h, "fuzz_oracle_set_arena")) : nullptr;
+  g_oracle_calls = h ? reinterpret_cast<fuzz_oracle_calls_fn>(dlsym(h, "fuzz_oracle_calls")) : nullptr;
+  if (!set_arena || !g_oracle_calls) {
+    std::fprintf(stderr, "fuzz_validation: the oracle's hooks are missing in %s\n", oracle);
+    std::abort();
+  }
+  set_arena(g_arena, kArenaSize);
+  std::atexit(report);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  FuzzedDataProvider p(data, size);
+  Call c;
+  const uint8_t k = p.ConsumeIntegral<uint8_t>();
+  c.kind = k < 100 ? k % 4 : (k < 240 ? 4 : 5);
+  c.op = c.kind < 4 ? c.kind : p.ConsumeIntegralInRange<int>(0, 5);
+
+  if (c.kind == 5) {  // device services on odd devices: statuses and messages only
+    const DLDevice dev{static_cast<DLDeviceType>(p.ConsumeIntegralInRange<int32_t>(-1, 20)), p.ConsumeIntegral<int32_t>()};
+    int32_t count = -7;
+    expect_status(dlfuse_device_count(g_oracle_reg, dev.device_type, &count), "dlfuse_device_count");
+    void* ptr = nullptr;
+    expect_status(dlfuse_device_alloc(g_oracle_reg, dev, p.ConsumeIntegral<size_t>(), &ptr), "dlfuse_device_alloc");
+    expect_status(dlfuse_device_synchronize(g_oracle_reg, dev, nullptr), "dlfuse_device_synchronize");
+    expect_status(dlfuse_device_free(g_oracle_reg, dev, nullptr), "dlfuse_device_free");
+    return 0;
+  }
+
+  Desc pool[kPool];
+  const int n_desc = p.ConsumeIntegralInRange<int>(1, kPool);
+  for (int i = 0; i < n_desc; ++i) decode(p, &pool[i]);
+  auto pick_tensor = [&](bool output) -> DLTensor* {
+    const uint8_t b = p.ConsumeIntegral<uint8_t>();
+    if (b >= 248) return nullptr;
+    if (output && b >= 232) return &pool[0].t;  // in place on the first input, often x
+    return &pool[b % n_desc].t;
+  };
+
+  static const int kIn[] = {3, 4, 3, 4, 2, 2}, kOut[] = {1, 3, 1, 3, 1, 1};
+  c.n_in = c.kind < 4 ? kIn[c.kind] : pick_count(p, kIn[c.op]);
+  c.n_out = c.kind < 4 ? kOut[c.kind] : pick_count(p, kOut[c.op]);
+  c.in.assign(18, nullptr);
+  c.out.assign(18, nullptr);
+  for (int i = 0; i < 18; ++i) c.in[i] = pick_tensor(false);
+  for (int i = 0; i < 18; ++i) c.out[i] = pick_tensor(true);
+  c.in_null = p.ConsumeIntegral<uint8_t>() >= 250;
+  c.out_null = p.ConsumeIntegral<uint8_t>() >= 250;
+
+  const uint8_t av = p.ConsumeIntegral<uint8_t>();
+  c.act = av < 200 ? av % 7 : (av < 240 ? av % 9 - 1 : p.ConsumeIntegral<int32_t>());
+  c.tf32 = av < 220 ? av % 2 : p.ConsumeIntegral<int32_t>();
+  c.mul = p.ConsumeBool() ? p.ConsumeFloatingPoint<double>() : 1.5;
+  c.n_attrs = pick_count(p, c.op == 0 || c.op == 1 ? 1 : 2);
+  c.attrs.resize(18);
+  for (int i = 0; i < 18; ++i) {
+    dlfuse_attr_t& a = c.attrs[i];
+    const uint8_t b = p.ConsumeIntegral<uint8_t>();
+    a.key = b < 230 ? 1 + b % 3 : p.ConsumeIntegral<int32_t>();
+    a.type = b < 200 ? (a.key == DLFUSE_ATTR_MULTIPLIER ? DLFUSE_ATTR_FLOAT64 : DLFUSE_ATTR_INT64)
+                     : p.ConsumeIntegralInRange<int32_t>(-1, 3);
+    if (a.type == DLFUSE_ATTR_FLOAT64) a.value.f64 = p.ConsumeFloatingPoint<double>();
+    else a.value.i64 = b < 220 ? b % 8 : p.ConsumeIntegral<int64_t>();
+  }
+  c.attrs_null = p.ConsumeIntegral<uint8_t>() >= 250;
+
+  expect_status(run(g_oracle_reg, c), kOpNames[c.op]);
+
+  // The real kernels, when every tensor the call can reach is in the arena and small.
+  if (c.op > 3 || c.in_null || c.out_null) return 0;
+  __int128 work = 1;
+  for (int i = 0; i < kIn[c.op]; ++i) {
+    __int128 e = 0;
+    if (!fits_arena(c.in[i], &e)) return 0;
+    work += e;
+  }
+  for (int i = 0; i < kOut[c.op]; ++i) {
+    __int128 e = 0;
+    if (!fits_arena(c.out[i], &e)) return 0;
+    work += e;
+  }
+  if (work > 2048) return 0;
+  ++g_ref_calls;
+  expect_status(run(g_ref_reg, c), kOpNames[c.op]);
+  return 0;
+}

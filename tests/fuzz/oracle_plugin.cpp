@@ -1,0 +1,348 @@
+// oracle_plugin.cpp: libdlfuse_fuzz_oracle.so, the fuzzers' plugin.
+//
+// It serves the four ops of ABI 1 and one third-party op (FUZZ_ORACLE_CUSTOM_OP) on
+// kDLCPU for several dtypes, and computes nothing: each kernel re-checks, with its own
+// code, every promise the registry makes about a call it lets through (docs/abi.md,
+// "Validation") and abort()s on the first broken one, so that the fuzzer reports it as a
+// crash with the reason on stderr. It also checks the "no kernel for an all-empty output
+// set" rule. When a tensor lies inside the arena the harness registered
+// (fuzz_oracle_set_arena), it reads or writes both ends of the tensor's byte extent, so
+// that ASan sees the extent the kernel was promised.
+//
+// The checks are deliberately written differently from registry/src (element-by-element
+// enumeration for self-overlap, __int128 for extents) so that one shared mistake cannot
+// hide itself.
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <vector>
+
+#include "dlfuse/plugin.h"
+#include "oracle.h"
+
+namespace {
+
+const DLDataType kDtypes[] = {{kDLFloat, 32, 1}, {kDLFloat, 64, 1}, {kDLFloat, 16, 1},
+                              {kDLBfloat, 16, 1}, {kDLInt, 8, 1},    {kDLUInt, 32, 1}};
+constexpr int kNumDtypes = sizeof(kDtypes) / sizeof(kDtypes[0]);
+
+const char* g_arena = nullptr;
+size_t g_arena_size = 0;
+unsigned long long g_calls = 0;
+
+[[noreturn]] void violated(const dlfuse_kernel_args_t* a, const char* fmt, ...) {
+  std::fprintf(stderr, "\nfuzz_oracle: the registry let through an invalid call of '%s': ",
+               a && a->op ? a->op : "?");
+  va_list ap;
+  va_start(ap, fmt);
+  std::vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  std::fprintf(stderr, "\n");
+  std::abort();
+}
+
+#define ORACLE(cond, ...) \
+  do {                    \
+    if (!(cond)) violated(a, __VA_ARGS__); \
+  } while (0)
+
+struct Extent {
+  __int128 lo = 0, hi = 0;  // byte range [lo, hi) in the address space; empty if numel 0
+  __int128 numel = 0;
+};
+
+int64_t stride_of(const DLTensor* t, int i) {
+  if (t->strides) return t->strides[i];
+  int64_t s = 1;
+  for (int j = t->ndim - 1; j > i; --j) s *= t->shape[j] > 0 ? t->shape[j] : 1;
+  return s;
+}
+
+// Checks one tensor against the per-tensor rules; returns its extent.
+Extent check_tensor(const dlfuse_kernel_args_t* a, const char* what, int idx, const DLTensor* t) {
+  ORACLE(t != nullptr, "%s[%d] is NULL", what, idx);
+  ORACLE(t->ndim >= 0 && t->ndim <= 16, "%s[%d].ndim = %d", what, idx, t->ndim);
+  ORACLE(t->ndim == 0 || t->shape, "%s[%d].shape is NULL with ndim %d", what, idx, t->ndim);
+  ORACLE(t->dtype.lanes == 1, "%s[%d] lanes %d", what, idx, t->dtype.lanes);
+  bool known = false;
+  for (const DLDataType& d : kDtypes) known = known || (d.code == t->dtype.code && d.bits == t->dtype.bits);
+  ORACLE(known, "%s[%d] dtype (%d, %d) is not one this plugin declared", what, idx, t->dtype.code, t->dtype.bits);
+  ORACLE(t->device.device_type == kDLCPU && t->device.device_id == 0, "%s[%d] device (%d, %d); expected cpu:0",
+         what, idx, t->device.device_type, t->device.device_id);
+  Extent e;
+  __int128 numel = 1;
+  for (int i = 0; i < t->ndim; ++i) {
+    ORACLE(t->shape[i] >= 0, "%s[%d].shape[%d] = %lld", what, idx, i, (long long)t->shape[i]);
+    numel *= t->shape[i];
+    ORACLE(numel <= INT64_MAX, "%s[%d] element count overflows int64", what, idx);
+    if (t->strides) ORACLE(t->strides[i] >= 0, "%s[%d].strides[%d] = %lld", what, idx, i, (long long)t->strides[i]);
+  }
+  e.numel = numel;
+  ORACLE(t->byte_offset <= (uint64_t)INT64_MAX, "%s[%d].byte_offset = %llu", what, idx,
+         (unsigned long long)t->byte_offset);
+  if (numel == 0) return e;
+  ORACLE(t->data != nullptr, "%s[%d].data is NULL with %lld elements", what, idx, (long long)numel);
+  const int64_t item = t->dtype.bits / 8;
+  __int128 last = 0;
+  for (int i = 0; i < t->ndim; ++i) last += (__int128)(t->shape[i] - 1) * stride_of(t, i);
+  const __int128 bytes = (last + 1) * item;
+  ORACLE(bytes + (__int128)t->byte_offset <= INT64_MAX, "%s[%d] byte extent overflows int64", what, idx);
+  const __int128 first = (__int128)(uintptr_t)t->data + t->byte_offset;
+  ORACLE(first + bytes <= (__int128)UINTPTR_MAX, "%s[%d] extent wraps the address space", what, idx);
+  ORACLE(first % item == 0, "%s[%d] first element misaligned for %lld-byte items", what, idx, (long long)item);
+  e.lo = first;
+  e.hi = first + bytes;
+  return e;
+}
+
+// True when two index tuples of `t` reach one element (enumerated; small tensors only).
+bool self_overlaps(const DLTensor* t, bool* checked) {
+  __int128 numel = 1;
+  for (int i = 0; i < t->ndim; ++i) numel *= t->shape[i];
+  *checked = numel <= 4096;
+  if (!*checked || numel == 0) return false;
+  std::set<int64_t> seen;
+  std::vector<int64_t> idx(t->ndim, 0);
+  for (int64_t l = 0; l < (int64_t)numel; ++l) {
+    int64_t rem = l, off = 0;
+    for (int i = t->ndim - 1; i >= 0; --i) {
+      idx[i] = rem % t->shape[i];
+      rem /= t->shape[i];
+      off += idx[i] * stride_of(t, i);
+    }
+    if (!seen.insert(off).second) return true;
+  }
+  return false;
+}
+
+bool broadcast(const DLTensor* x, const std::vector<int64_t>& s, std::vector<int64_t>* out) {
+  const size_t n = std::max<size_t>(x->ndim, s.size());
+  std::vector<int64_t> r(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t a = i + x->ndim >= n ? x->shape[i + x->ndim - n] : 1;
+    const int64_t b = i + s.size() >= n ? s[i + s.size() - n] : 1;
+    if (a != b && a != 1 && b != 1) return false;
+    r[i] = a == 1 ? b : a;
+  }
+  *out = r;
+  return true;
+}
+
+std::vector<int64_t> shape_of(const DLTensor* t) { return std::vector<int64_t>(t->shape, t->shape + t->ndim); }
+
+bool broadcasts_to(const DLTensor* x, const std::vector<int64_t>& s) {
+  std::vector<int64_t> r;
+  return broadcast(x, s, &r) && r == s;
+}
+
+// matmul out shape from a and b, checked.
+std::vector<int64_t> matmul_shape(const dlfuse_kernel_args_t* a, const DLTensor* A, const DLTensor* B) {
+  ORACLE(A->ndim >= 2 && B->ndim >= 2, "matmul operand with ndim < 2 (%d, %d)", A->ndim, B->ndim);
+  ORACLE(A->shape[A->ndim - 1] == B->shape[B->ndim - 2], "K differs: %lld vs %lld",
+         (long long)A->shape[A->ndim - 1], (long long)B->shape[B->ndim - 2]);
+  DLTensor ab = *A;
+  ab.ndim = A->ndim - 2;
+  std::vector<int64_t> bb(B->shape, B->shape + B->ndim - 2), batch;
+  ORACLE(broadcast(&ab, bb, &batch), "batch dims do not broadcast");
+  batch.push_back(A->shape[A->ndim - 2]);
+  batch.push_back(B->shape[B->ndim - 1]);
+  ORACLE(batch.size() <= 16, "out ndim %zu > 16", batch.size());
+  return batch;
+}
+
+void check_attrs(const dlfuse_kernel_args_t* a, bool matmul) {
+  ORACLE(a->num_attrs >= 0 && (a->num_attrs == 0 || a->attrs), "attrs %d at %p", a->num_attrs, (const void*)a->attrs);
+  if (matmul) {
+    ORACLE(a->num_attrs == 1, "matmul got %d attrs; expected the complete list (1)", a->num_attrs);
+    ORACLE(a->attrs[0].key == DLFUSE_ATTR_ALLOW_TF32 && a->attrs[0].type == DLFUSE_ATTR_INT64 &&
+               (a->attrs[0].value.i64 == 0 || a->attrs[0].value.i64 == 1),
+           "ALLOW_TF32 attribute wrong: key %d type %d value %lld", a->attrs[0].key, a->attrs[0].type,
+           (long long)a->attrs[0].value.i64);
+  } else {
+    ORACLE(a->num_attrs == 2, "add_mul got %d attrs; expected the complete list (2)", a->num_attrs);
+    ORACLE(a->attrs[0].key == DLFUSE_ATTR_ACTIVATION && a->attrs[0].type == DLFUSE_ATTR_INT64 &&
+               a->attrs[0].value.i64 >= 0 && a->attrs[0].value.i64 < DLFUSE_ACT_COUNT,
+           "ACTIVATION attribute wrong: key %d type %d value %lld", a->attrs[0].key, a->attrs[0].type,
+           (long long)a->attrs[0].value.i64);
+    ORACLE(a->attrs[1].key == DLFUSE_ATTR_MULTIPLIER && a->attrs[1].type == DLFUSE_ATTR_FLOAT64,
+           "MULTIPLIER attribute wrong: key %d type %d", a->attrs[1].key, a->attrs[1].type);
+  }
+}
+
+bool exactly_same_view(const DLTensor* x, const DLTensor* y) {
+  if (x->data != y->data || x->byte_offset != y->byte_offset || x->ndim != y->ndim ||
+      x->dtype.code != y->dtype.code || x->dtype.bits != y->dtype.bits)
+    return false;
+  for (int i = 0; i < x->ndim; ++i)
+    if (x->shape[i] != y->shape[i] || (x->shape[i] > 1 && stride_of(x, i) != stride_of(y, i))) return false;
+  return true;
+}
+
+bool in_arena(const Extent& e) {
+  return g_arena && e.numel > 0 && e.lo >= (__int128)(uintptr_t)g_arena &&
+         e.hi <= (__int128)(uintptr_t)g_arena + (__int128)g_arena_size;
+}
+
+dlfuse_status_t kernel(void*, void* kernel_data, const dlfuse_kernel_args_t* a) {
+  const int op = static_cast<int>(reinterpret_cast<intptr_t>(kernel_data));
+  __atomic_add_fetch(&g_calls, 1, __ATOMIC_RELAXED);
+  ORACLE(a->struct_size >= sizeof(dlfuse_kernel_args_t), "args struct_size %zu", a->struct_size);
+  ORACLE(a->err && a->err_size > 0, "no error buffer");
+  static const char* const kNames[] = {DLFUSE_OP_MATMUL_ADD_RELU, DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD,
+                                       DLFUSE_OP_ADD_MUL_ACTIVATION, DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD,
+                                       FUZZ_ORACLE_CUSTOM_OP};
+  ORACLE(a->op && std::strcmp(a->op, kNames[op]) == 0, "op name '%s' reached the kernel of '%s'",
+         a->op ? a->op : "(null)", kNames[op]);
+  static const int kIn[] = {3, 4, 3, 4}, kOut[] = {1, 3, 1, 3};
+  const bool known = op < 4;
+  if (known) {
+    ORACLE(a->num_inputs == kIn[op] && a->num_outputs == kOut[op], "%d inputs, %d outputs", a->num_inputs,
+           a->num_outputs);
+  } else {
+    ORACLE(a->num_inputs >= 0 && a->num_inputs <= 16 && a->num_outputs >= 1 && a->num_outputs <= 16,
+           "%d inputs, %d outputs", a->num_inputs, a->num_outputs);
+  }
+  ORACLE(a->num_inputs == 0 || a->inputs, "inputs NULL");
+  ORACLE(a->outputs, "outputs NULL");
+
+  std::vector<Extent> in(a->num_inputs), out(a->num_outputs);
+  const DLTensor* first = nullptr;
+  for (int i = 0; i < a->num_inputs; ++i) {
+    in[i] = check_tensor(a, "inputs", i, a->inputs[i]);
+    if (!first) first = a->inputs[i];
+  }
+  bool any_nonempty = false;
+  for (int i = 0; i < a->num_outputs; ++i) {
+    const DLTensor* t = a->outputs[i];
+    if (!t) {
+      ORACLE(!known || op == 1 || op == 3, "required output %d is NULL", i);
+      continue;
+    }
+    out[i] = check_tensor(a, "outputs", i, t);
+    any_nonempty = any_nonempty || out[i].numel > 0;
+    if (!first) first = t;
+    bool checked = false;
+    ORACLE(!self_overlaps(t, &checked), "outputs[%d] has two elements at one address", i);
+  }
+  ORACLE(any_nonempty, "the kernel ran although no present output has an element");
+  for (int i = 0; i < a->num_inputs + a->num_outputs; ++i) {
+    const DLTensor* t = i < a->num_inputs ? a->inputs[i] : a->outputs[i - a->num_inputs];
+    if (!t) continue;
+    ORACLE(t->dtype.code == first->dtype.code && t->dtype.bits == first->dtype.bits, "tensors of mixed dtypes");
+  }
+  // Outputs overlap nothing, except add_mul_activation's out being exactly x.
+  for (int i = 0; i < a->num_outputs; ++i) {
+    if (!a->outputs[i] || out[i].numel == 0) continue;
+    for (int j = 0; j < a->num_outputs; ++j)
+      if (j != i && a->outputs[j] && out[j].numel > 0)
+        ORACLE(out[i].hi <= out[j].lo || out[j].hi <= out[i].lo, "outputs %d and %d overlap", i, j);
+    for (int j = 0; j < a->num_inputs; ++j) {
+      if (in[j].numel == 0) continue;
+      if (out[i].hi <= in[j].lo || in[j].hi <= out[i].lo) continue;
+      ORACLE(op == 2 && i == 0 && j == 0 && exactly_same_view(a->outputs[0], a->inputs[0]),
+             "output %d overlaps input %d", i, j);
+    }
+  }
+  // Shapes and attributes of the known ops.
+  if (op == 0) {
+    const std::vector<int64_t> s = matmul_shape(a, a->inputs[0], a->inputs[1]);
+    ORACLE(broadcasts_to(a->inputs[2], s), "bias does not broadcast to out");
+    ORACLE(shape_of(a->outputs[0]) == s, "out has the wrong shape");
+    check_attrs(a, true);
+  } else if (op == 1) {
+    const std::vector<int64_t> s = matmul_shape(a, a->inputs[1], a->inputs[2]);
+    ORACLE(shape_of(a->inputs[0]) == s && shape_of(a->inputs[3]) == s, "grad_out/out shape wrong");
+    if (a->outputs[0]) ORACLE(shape_of(a->outputs[0]) == shape_of(a->inputs[1]), "grad_a shape wrong");
+    if (a->outputs[1]) ORACLE(shape_of(a->outputs[1]) == shape_of(a->inputs[2]), "grad_b shape wrong");
+    if (a->outputs[2]) ORACLE(broadcasts_to(a->outputs[2], s), "grad_bias does not broadcast to out");
+    check_attrs(a, true);
+  } else if (op == 2 || op == 3) {
+    const int o = op == 3 ? 1 : 0;
+    std::vector<int64_t> xy, s;
+    ORACLE(broadcast(a->inputs[o], shape_of(a->inputs[o + 1]), &xy), "x and y do not broadcast");
+    ORACLE(broadcast(a->inputs[o + 2], xy, &s), "bias does not broadcast with x, y");
+    if (op == 2) {
+      ORACLE(shape_of(a->outputs[0]) == s, "out shape wrong");
+    } else {
+      ORACLE(shape_of(a->inputs[0]) == s, "grad_out shape wrong");
+      for (int i = 0; i < 3; ++i)
+        if (a->outputs[i]) ORACLE(shape_of(a->outputs[i]) == shape_of(a->inputs[1 + i]), "grad %d shape wrong", i);
+    }
+    check_attrs(a, false);
+  } else {
+    ORACLE(a->num_attrs >= 0 && (a->num_attrs == 0 || a->attrs), "attrs %d at NULL", a->num_attrs);
+  }
+  // Touch both ends of every extent that lies in the harness's arena.
+  volatile char sink = 0;
+  for (int i = 0; i < a->num_inputs; ++i)
+    if (in_arena(in[i])) {
+      sink = sink + reinterpret_cast<const char*>((uintptr_t)in[i].lo)[0];
+      sink = sink + reinterpret_cast<const char*>((uintptr_t)in[i].hi)[-1];
+    }
+  for (int i = 0; i < a->num_outputs; ++i)
+    if (a->outputs[i] && in_arena(out[i])) {
+      reinterpret_cast<char*>((uintptr_t)out[i].lo)[0] = 1;
+      reinterpret_cast<char*>((uintptr_t)out[i].hi)[-1] = 2;
+    }
+  (void)sink;
+  return DLFUSE_STATUS_OK;
+}
+
+dlfuse_kernel_t make(const char* op, int id) {
+  return dlfuse_kernel_t{sizeof(dlfuse_kernel_t), op, kDLCPU, kNumDtypes, kDtypes, 1000, kernel,
+                         reinterpret_cast<void*>(static_cast<intptr_t>(id))};
+}
+
+const dlfuse_kernel_t kKernels[] = {
+    make(DLFUSE_OP_MATMUL_ADD_RELU, 0), make(DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD, 1),
+    make(DLFUSE_OP_ADD_MUL_ACTIVATION, 2), make(DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, 3),
+    make(FUZZ_ORACLE_CUSTOM_OP, 4)};
+
+int g_state;
+
+dlfuse_status_t p_open(const dlfuse_host_info_t*, void** state, char*, size_t) {
+  *state = &g_state;
+  return DLFUSE_STATUS_OK;
+}
+void p_close(void*) {}
+dlfuse_status_t p_kernels(void*, const dlfuse_kernel_t** k, int32_t* n, char*, size_t) {
+  *k = kKernels;
+  *n = sizeof(kKernels) / sizeof(kKernels[0]);
+  return DLFUSE_STATUS_OK;
+}
+dlfuse_status_t p_count(void*, int32_t* c, char*, size_t) {
+  *c = 1;
+  return DLFUSE_STATUS_OK;
+}
+dlfuse_status_t p_alloc(void*, int32_t, size_t, void** p, char* err, size_t n) {
+  *p = nullptr;
+  std::snprintf(err, n, "fuzz_oracle: no memory services");
+  return DLFUSE_STATUS_UNSUPPORTED;
+}
+dlfuse_status_t p_free(void*, int32_t, void*, char* err, size_t n) {
+  std::snprintf(err, n, "fuzz_oracle: no memory services");
+  return DLFUSE_STATUS_UNSUPPORTED;
+}
+dlfuse_status_t p_copy(void*, int32_t, dlfuse_copy_kind_t, void*, size_t, const void*, size_t, size_t, void*,
+                       char* err, size_t n) {
+  std::snprintf(err, n, "fuzz_oracle: no memory services");
+  return DLFUSE_STATUS_UNSUPPORTED;
+}
+dlfuse_status_t p_sync(void*, int32_t, void*, char*, size_t) { return DLFUSE_STATUS_OK; }
+
+const dlfuse_plugin_t kPlugin = {sizeof(dlfuse_plugin_t), DLFUSE_ABI_MAJOR, DLFUSE_ABI_MINOR, "fuzz_oracle",
+                                 "1.0.0", kDLCPU, p_open, p_close, p_kernels, p_count, p_alloc, p_free, p_copy,
+                                 p_sync};
+
+}  // namespace
+
+extern "C" {
+DLFUSE_EXPORT const dlfuse_plugin_t* dlfuse_plugin_v1(void) { return &kPlugin; }
+DLFUSE_EXPORT void fuzz_oracle_set_arena(const void* base, size_t size) {
+  g_arena = static_cast<const char*>(base);
+  g_arena_size = size;
+}
+DLFUSE_EXPORT unsigned long long fuzz_oracle_calls(void) { return __atomic_load_n(&g_calls, __ATOMIC_RELAXED); }
+}
