@@ -274,6 +274,50 @@ def main():
             elif "plugin" in r or "peer" in r:
                 plugins.append(r)
 
+    def save(stage):
+        """Writes results.json/.csv with what is measured so far (a run cut short keeps them)."""
+        meta["complete"] = stage == "done"
+        best = {}
+        for c in ceilings:
+            kind = "gpu" if c["device"].startswith("cuda") else "cpu"
+            if c["ceiling"] == "copy_bw":
+                key, val = (kind, "copy_bw", None), c["GBps"]
+            else:
+                key, val = (kind, "gemm_peak", c["dtype"]), c["GFLOPs"]
+            best[key] = max(best.get(key, 0.0), val)
+        for r in rows:
+            kind = r.get("ceiling_device") or ("gpu" if r["device"].startswith("cuda") else "cpu")
+            r["ceiling_device"] = kind
+            what, amount = work(r)
+            sec = r["median_ms"] * 1e-3
+            if what == "flops":
+                r["GFLOPs"] = amount / sec / 1e9
+                peak = best.get((kind, "gemm_peak", r["dtype"])) or (best.get((kind, "gemm_peak", "float32"))
+                                                                      if kind == "cpu" else None)
+                r["pct_of_ceiling"] = 100.0 * r["GFLOPs"] / peak if peak else None
+                r["ceiling"] = f"gemm_peak {peak:.1f} GFLOP/s" if peak else None
+            else:
+                r["GBps"] = amount / sec / 1e9
+                bw = best.get((kind, "copy_bw", None))
+                r["pct_of_ceiling"] = 100.0 * r["GBps"] / bw if bw else None
+                r["ceiling"] = f"copy_bw {bw:.1f} GB/s" if bw else None
+        meta["loadavg_after"] = loadavg()
+        meta["wall_s"] = round(time.time() - t_start, 1)
+        meta["model"] = ("matmul: flops = 2MNK (fwd), 4MNK (bwd: grad_a + grad_b), vs GEMM peak of the device and dtype "
+                         "(CPU bf16 vs the f32 peak); add_mul_activation: bytes = inputs read once + outputs written once "
+                         "(fwd (3MN+N)*itemsize, bwd (5MN+2N)*itemsize), vs copy bandwidth (bytes read + written)")
+        res = {"meta": meta, "plugins": plugins, "skipped": skips, "ceilings": ceilings, "dispatch": dispatch, "rows": rows}
+        with open(os.path.join(out_dir, "results.json"), "w") as f:
+            json.dump(res, f, indent=1)
+        cols = ["op", "dir", "dtype", "shape", "impl", "device", "median_ms", "p10_ms", "p90_ms", "min_ms", "rounds",
+                "batch", "GFLOPs", "GBps", "pct_of_ceiling", "ceiling"]
+        with open(os.path.join(out_dir, "results.csv"), "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+            w.writeheader()
+            for r in rows:
+                w.writerow(r)
+        return res
+
     # 1. dispatch overhead first, while the process and caches are fresh
     log("[1/5] no-op dispatch through the C API")
     take(jsonl([exe, "dispatch", noop, "--mode", mode]))
@@ -324,6 +368,7 @@ def main():
             elif line.startswith("INFO gemm_peak"):
                 log("  " + line)
 
+    save("ceilings")
     # 3. plugins
     log("[3/5] plugins through the C API")
     for p in found:
@@ -342,6 +387,7 @@ def main():
             if not is_gpu:
                 cpu_plugins.append(p["name"])
 
+    save("plugins")
     # 4. peers
     log("[4/5] peers")
     if cpu_plugins:
@@ -353,45 +399,8 @@ def main():
 
     # 5. % of ceiling
     log("[5/5] % of ceiling, results")
-    best = {}
-    for c in ceilings:
-        kind = "gpu" if c["device"].startswith("cuda") else "cpu"
-        if c["ceiling"] == "copy_bw":
-            key, val = (kind, "copy_bw", None), c["GBps"]
-        else:
-            key, val = (kind, "gemm_peak", c["dtype"]), c["GFLOPs"]
-        best[key] = max(best.get(key, 0.0), val)
-    for r in rows:
-        kind = r.get("ceiling_device") or ("gpu" if r["device"].startswith("cuda") else "cpu")
-        r["ceiling_device"] = kind
-        what, amount = work(r)
-        sec = r["median_ms"] * 1e-3
-        if what == "flops":
-            r["GFLOPs"] = amount / sec / 1e9
-            peak = best.get((kind, "gemm_peak", r["dtype"])) or (best.get((kind, "gemm_peak", "float32"))
-                                                                  if kind == "cpu" else None)
-            r["pct_of_ceiling"] = 100.0 * r["GFLOPs"] / peak if peak else None
-            r["ceiling"] = f"gemm_peak {peak:.1f} GFLOP/s" if peak else None
-        else:
-            r["GBps"] = amount / sec / 1e9
-            bw = best.get((kind, "copy_bw", None))
-            r["pct_of_ceiling"] = 100.0 * r["GBps"] / bw if bw else None
-            r["ceiling"] = f"copy_bw {bw:.1f} GB/s" if bw else None
-    meta["loadavg_after"] = loadavg()
-    meta["wall_s"] = round(time.time() - t_start, 1)
-    meta["model"] = ("matmul: flops = 2MNK (fwd), 4MNK (bwd: grad_a + grad_b), vs GEMM peak of the device and dtype "
-                     "(CPU bf16 vs the f32 peak); add_mul_activation: bytes = inputs read once + outputs written once "
-                     "(fwd (3MN+N)*itemsize, bwd (5MN+2N)*itemsize), vs copy bandwidth (bytes read + written)")
-    res = {"meta": meta, "plugins": plugins, "skipped": skips, "ceilings": ceilings, "dispatch": dispatch, "rows": rows}
-    with open(os.path.join(out_dir, "results.json"), "w") as f:
-        json.dump(res, f, indent=1)
-    cols = ["op", "dir", "dtype", "shape", "impl", "device", "median_ms", "p10_ms", "p90_ms", "min_ms", "rounds",
-            "batch", "GFLOPs", "GBps", "pct_of_ceiling", "ceiling"]
-    with open(os.path.join(out_dir, "results.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow(r)
+    res = save("done")
+    ceilings, dispatch = res["ceilings"], res["dispatch"]
     # A short table on stdout.
     print(f"# {meta['date_utc']} {meta['command']}  ({meta['host_cpu']}{', ' + gpu if gpu else ''}; "
           f"load {meta['loadavg_before']} -> {meta['loadavg_after']}; {meta['wall_s']} s)")
