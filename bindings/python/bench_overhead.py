@@ -79,6 +79,7 @@ def make(framework, device):
 
 def raw_calls(reg, t, stream):
     """ctypes calls on DLTensor pointers taken once (the capsules are kept alive)."""
+    stream = _core._stream_ptr(stream)
     views = {k: _core._import(v, stream, k) for k, v in t.items()}
     lib, h = reg._lib, reg.handle
     px, py, pb, po = (views[k].addr for k in "xybo")

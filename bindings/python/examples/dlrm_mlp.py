@@ -1,8 +1,15 @@
 #!/usr/bin/env python3
-"""A small DLRM-style model trained twice from the same initialization on the same synthetic
-data: once with dlfuse ops (dlfuse.torch), once in pure PyTorch. The loss curves must agree
-within a stated tolerance; the script exits 1 when they do not (or when training does not
-learn).
+"""A small DLRM-style model trained from one initialization on the same synthetic data three
+times: with dlfuse ops (dlfuse.torch, float32), in pure PyTorch (float32), and in pure
+PyTorch in float64 (the anchor). The script exits 1 unless
+  (a) over the first --early steps the dlfuse and PyTorch float32 losses agree per step to
+      --rtol (relative, floor 1): before training's chaotic amplification of rounding sets in;
+  (b) over all steps dlfuse stays as close to the float64 run as PyTorch float32 does:
+      max_i |L_dlfuse - L_64| <= --factor * max_i |L_torch32 - L_64| + --slack
+      (relative, floor 1). Two float32 programs that sum in different orders drift apart
+      under Adam, which divides tiny gradient differences by tiny second moments; this bound
+      asks dlfuse to be no worse an approximation of the exact run than PyTorch itself;
+  (c) the loss falls (the last 10 steps' mean is below 0.9x the first 10 steps').
 
 Model (as in the cuda-mode DLRM lecture's MLP sizes):
   dense [B, 13] -> bottom MLP 13-512-256-64-16 (Linear+ReLU each: dlfuse matmul_add_relu)
@@ -110,8 +117,11 @@ def main(argv=None):
     ap.add_argument("--opt", choices=("sgd", "adam"), default="adam")
     ap.add_argument("--lr", type=float, default=None)
     ap.add_argument("--compile", action="store_true", help="torch.compile the dlfuse step")
-    ap.add_argument("--rtol", type=float, default=2e-3,
-                    help="per-step bound: |loss_dlfuse - loss_torch| <= rtol * max(1, loss)")
+    ap.add_argument("--rtol", type=float, default=1e-3,
+                    help="(a): |L_dlfuse - L_torch32| <= rtol * max(1, L) over the early steps")
+    ap.add_argument("--early", type=int, default=100, help="(a)'s number of steps")
+    ap.add_argument("--factor", type=float, default=2.0, help="(b)'s factor")
+    ap.add_argument("--slack", type=float, default=1e-3, help="(b)'s additive slack")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     lr = args.lr if args.lr is not None else (1e-3 if args.opt == "adam" else 0.1)
@@ -123,34 +133,49 @@ def main(argv=None):
     ref_model = DLRM(use_dlfuse=False).to(args.device)
     dl_model = copy.deepcopy(ref_model)
     dl_model.use_dlfuse = True
+    ref64 = copy.deepcopy(ref_model).double()
     data = make_data(args.steps, args.batch, args.device, args.seed + 1)
+    data64 = (data[0].double(), data[1], data[2].double())
 
     ref_losses, ref_t = train(ref_model, data, lr, args.opt, False)
     dl_losses, dl_t = train(dl_model, data, lr, args.opt, args.compile)
+    l64, _ = train(ref64, data64, lr, args.opt, False)
 
-    worst, worst_i = 0.0, 0
-    for i, (a, b) in enumerate(zip(dl_losses, ref_losses)):
+    def rel(a, b):
         d = abs(a - b) / max(1.0, abs(b))
-        if not d <= worst:  # NaN counts as the worst
-            worst, worst_i = d, i
+        return d if d == d else float("inf")  # NaN counts as infinitely far
+
     n = len(ref_losses)
+    early = min(args.early, n)
+    d_direct = [rel(a, b) for a, b in zip(dl_losses, ref_losses)]
+    d_dl64 = [rel(a, b) for a, b in zip(dl_losses, l64)]
+    d_t64 = [rel(a, b) for a, b in zip(ref_losses, l64)]
     for i in sorted(set([0, 1, n // 4, n // 2, 3 * n // 4, n - 1])):
-        print(f"step {i:4d}  loss torch {ref_losses[i]:.6f}  dlfuse {dl_losses[i]:.6f}  "
-              f"diff {dl_losses[i] - ref_losses[i]:+.2e}")
+        print(f"step {i:4d}  loss float64 {l64[i]:.6f}  torch32 {ref_losses[i]:.6f}  "
+              f"dlfuse {dl_losses[i]:.6f}  dlfuse-torch32 {dl_losses[i] - ref_losses[i]:+.2e}")
     head = sum(ref_losses[:10]) / 10
     tail = sum(ref_losses[-10:]) / 10
     print(f"device {args.device}  steps {n}  batch {args.batch}  opt {args.opt} lr {lr}  "
           f"compile {args.compile}")
     print(f"time: torch {ref_t:.2f} s, dlfuse {dl_t:.2f} s (incl. warm-up/compile)")
     print(f"loss first-10 mean {head:.4f} -> last-10 mean {tail:.4f}")
-    print(f"max per-step relative loss difference {worst:.3e} at step {worst_i} "
-          f"(tolerance {args.rtol:g})")
-    ok = worst <= args.rtol
-    learned = tail < head * 0.9 or n < 50
-    if not learned:
-        print("FAIL: the reference did not learn (loss did not fall by 10%)")
-    print("PASS" if ok and learned else "FAIL: loss curves differ beyond tolerance" if not ok else "FAIL")
-    return 0 if ok and learned else 1
+    a_worst = max(d_direct[:early])
+    b_dl, b_t = max(d_dl64), max(d_t64)
+    b_bound = args.factor * b_t + args.slack
+    print(f"max |dlfuse - torch32| (relative) over all steps: {max(d_direct):.3e}")
+    print(f"(a) max |dlfuse - torch32| over the first {early} steps: {a_worst:.3e} "
+          f"(bound {args.rtol:g})")
+    print(f"(b) max |dlfuse - float64| {b_dl:.3e}; max |torch32 - float64| {b_t:.3e}; "
+          f"bound {args.factor:g} x {b_t:.3e} + {args.slack:g} = {b_bound:.3e}")
+    ok_a = a_worst <= args.rtol
+    ok_b = b_dl <= b_bound
+    ok_c = tail < head * 0.9 or n < 50
+    for name, ok in (("a", ok_a), ("b", ok_b), ("c: the loss falls", ok_c)):
+        if not ok:
+            print(f"FAIL ({name})")
+    ok = ok_a and ok_b and ok_c
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -211,6 +211,9 @@ def test_cuda_stream_protocol():
     out3 = dlfuse.matmul_add_relu(a, b, bias, stream=s.cuda_stream)
     s.synchronize()
     close(out3, ref, scale=scale)
+    # the legacy default stream, spelled as torch does (0) and as DLPack does (1)
+    for st in (0, 1, torch.cuda.default_stream()):
+        close(dlfuse.matmul_add_relu(a, b, bias, stream=st), ref, scale=scale)
 
 
 def test_dlrm_short_run(dev):

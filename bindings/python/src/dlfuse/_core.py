@@ -266,7 +266,7 @@ def _consumer_stream(c_stream):
     """The DLPack `stream=` value that asks a CUDA producer to make its work visible on the
     stream dlfuse will run on. NULL (the CUDA plugin's default) is the legacy default
     stream, which DLPack spells 1 (0 is disallowed)."""
-    return 1 if c_stream is None else c_stream
+    return c_stream or 1
 
 
 # ---- DLPack import (consumer side) -----------------------------------------------------------
