@@ -213,9 +213,16 @@ dlfuse_status_t canonical_attrs(const OpSpec& spec, const dlfuse_attr_t* attrs, 
   return DLFUSE_STATUS_OK;
 }
 
-std::string arg_name(const OpSpec* spec, bool output, int32_t i) {
+// Names for messages, without building a string on every call (kMaxArgs == 16).
+#define DLFUSE_ARGS16(p) p "[0]", p "[1]", p "[2]", p "[3]", p "[4]", p "[5]", p "[6]", p "[7]", p "[8]", \
+    p "[9]", p "[10]", p "[11]", p "[12]", p "[13]", p "[14]", p "[15]"
+const char* const kInputNames[kMaxArgs] = {DLFUSE_ARGS16("inputs")};
+const char* const kOutputNames[kMaxArgs] = {DLFUSE_ARGS16("outputs")};
+#undef DLFUSE_ARGS16
+
+const char* arg_name(const OpSpec* spec, bool output, int32_t i) {
   if (spec) return output ? spec->output_names[i] : spec->input_names[i];
-  return std::string(output ? "outputs[" : "inputs[") + std::to_string(i) + "]";
+  return output ? kOutputNames[i] : kInputNames[i];
 }
 
 }  // namespace
@@ -241,10 +248,10 @@ dlfuse_status_t validate_call(const OpSpec* spec, const char* op, const DLTensor
   if (!outputs)
     return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument 'outputs' is NULL; expected an array of %d tensors", op, num_outputs);
 
-  TensorView in[kMaxArgs], out[kMaxArgs];
+  TensorView in[kMaxArgs], out[kMaxArgs];  // uninitialized: check_tensor fills what is used
   const DLTensor* first = nullptr;
-  std::string first_name;
-  const auto check_common = [&](const TensorView& v, const std::string& name) {
+  const char* first_name = "";
+  const auto check_common = [&](const TensorView& v, const char* name) {
     if (!first) {
       first = v.t;
       first_name = name;
@@ -252,28 +259,30 @@ dlfuse_status_t validate_call(const OpSpec* spec, const char* op, const DLTensor
     }
     if (v.t->dtype.code != first->dtype.code || v.t->dtype.bits != first->dtype.bits)
       return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s': dtype is %s; expected %s, the dtype of '%s'", op,
-                  name.c_str(), dtype_name(v.t->dtype).c_str(), dtype_name(first->dtype).c_str(), first_name.c_str());
+                  name, dtype_name(v.t->dtype).c_str(), dtype_name(first->dtype).c_str(), first_name);
     if (v.t->device.device_type != first->device.device_type || v.t->device.device_id != first->device.device_id)
       return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s': device is %s; expected %s, the device of '%s'", op,
-                  name.c_str(), device_name(v.t->device).c_str(), device_name(first->device).c_str(), first_name.c_str());
+                  name, device_name(v.t->device).c_str(), device_name(first->device).c_str(), first_name);
     return DLFUSE_STATUS_OK;
   };
 
   for (int32_t i = 0; i < num_inputs; ++i) {
-    const std::string name = arg_name(spec, false, i);
-    if (auto s = check_tensor(op, name.c_str(), inputs[i], false, &in[i])) return s;
+    const char* name = arg_name(spec, false, i);
+    if (auto s = check_tensor(op, name, inputs[i], false, &in[i])) return s;
     if (auto s = check_common(in[i], name)) return s;
   }
   bool any_output = false, all_empty = true;
   for (int32_t i = 0; i < num_outputs; ++i) {
-    const std::string name = arg_name(spec, true, i);
+    const char* name = arg_name(spec, true, i);
     if (!outputs[i]) {
+      out[i].t = nullptr;
+      out[i].numel = 0;
       if (spec && !spec->outputs_optional)
         return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s' is NULL; expected a DLTensor (it is required)", op,
-                    name.c_str());
+                    name);
       continue;
     }
-    if (auto s = check_tensor(op, name.c_str(), outputs[i], true, &out[i])) return s;
+    if (auto s = check_tensor(op, name, outputs[i], true, &out[i])) return s;
     if (auto s = check_common(out[i], name)) return s;
     any_output = true;
     all_empty = all_empty && out[i].numel == 0;
@@ -285,12 +294,12 @@ dlfuse_status_t validate_call(const OpSpec* spec, const char* op, const DLTensor
     for (int32_t j = 0; j < i; ++j)
       if (out[j].t && views_overlap(out[i], out[j]))
         return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s' overlaps output '%s' in memory; expected disjoint outputs",
-                    op, arg_name(spec, true, i).c_str(), arg_name(spec, true, j).c_str());
+                    op, arg_name(spec, true, i), arg_name(spec, true, j));
     for (int32_t j = 0; j < num_inputs; ++j) {
       if (!views_overlap(out[i], in[j])) continue;
       if (spec && spec->in_place_out_x && i == 0 && j == 0 && same_view(out[0], in[0])) continue;
       return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s' overlaps input '%s' in memory; expected no overlap%s", op,
-                  arg_name(spec, true, i).c_str(), arg_name(spec, false, j).c_str(),
+                  arg_name(spec, true, i), arg_name(spec, false, j),
                   spec && spec->in_place_out_x && i == 0 && j == 0
                       ? " other than exactly the same view (in place)" : "");
     }

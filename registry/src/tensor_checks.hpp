@@ -10,16 +10,20 @@ namespace dlfuse {
 // Deeper tensors are refused; the limit keeps validation allocation-free.
 constexpr int32_t kMaxNdim = 16;
 
-// What check_tensor learned about a valid tensor.
+// What check_tensor learned about a valid tensor. No member is initialized by default:
+// check_tensor sets every one (strides only in [0, ndim)), and validation keeps 32 views
+// on the stack per call, whose zeroing cost more than half of a no-op call's dispatch
+// (bench/driver, `dlfuse_bench dispatch`). A view that no tensor filled must have its
+// `t` set to NULL (and numel to 0) by whoever holds it.
 struct TensorView {
-  const DLTensor* t = nullptr;
-  int64_t numel = 0;
-  int64_t itemsize = 0;
-  int64_t strides[kMaxNdim] = {};  // in elements; compact row-major when t->strides is NULL
+  const DLTensor* t;
+  int64_t numel;
+  int64_t itemsize;
+  int64_t strides[kMaxNdim];  // in elements; compact row-major when t->strides is NULL
   // The bytes the view can touch, [lo, hi), in the address space named by `space`:
   // 0 for directly addressed memory, the cl_mem handle on OpenCL.
-  uintptr_t space = 0;
-  uint64_t lo = 0, hi = 0;
+  uintptr_t space;
+  uint64_t lo, hi;
 };
 
 // Validates `t` as argument `arg` of `op`: non-NULL, 0 <= ndim <= kMaxNdim, sizes >= 0,
