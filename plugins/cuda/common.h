@@ -29,6 +29,10 @@ struct Error : std::runtime_error {
 
 inline void throw_cuda(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return;
+  // A failed runtime call (say cudaMallocFromPoolAsync out of memory) also leaves its error
+  // as the thread's last error; left there, the next call's launch check (DLF_LAUNCHED)
+  // would report it again. Clear it (sticky device errors stay sticky regardless).
+  (void)cudaGetLastError();
   const dlfuse_status_t st =
       e == cudaErrorMemoryAllocation ? DLFUSE_STATUS_OUT_OF_MEMORY : DLFUSE_STATUS_DEVICE_ERROR;
   throw Error(st, std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");

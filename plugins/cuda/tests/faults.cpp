@@ -146,6 +146,18 @@ int main(int argc, char** argv) {
          "alloc 1 PiB is not OUT_OF_MEMORY");
   expect_refused(dlfuse_device_alloc(d.reg, d.dev, SIZE_MAX, &p), "alloc SIZE_MAX bytes", "cuda");
 
+  {
+    // A failed allocation leaves nothing behind that the next kernel would trip on.
+    std::vector<float> v(16, 0.5f);
+    int64_t s[2] = {4, 4};
+    DLTensor x = d.put(v, 2, s), y = d.put(v, 2, s), bias = d.put(v, 2, s), out = d.put(v, 2, s);
+    EXPECT(dlfuse_add_mul_activation(d.reg, &x, &y, &bias, 1.0, DLFUSE_ACT_IDENTITY, &out, nullptr) == DLFUSE_STATUS_OK,
+           "a kernel right after a failed allocation: %s", last().c_str());
+    dlfuse_device_synchronize(d.reg, d.dev, nullptr);
+    EXPECT(d.get(out, 5) == 1.5f, "a kernel right after a failed allocation gave %f", d.get(out, 5));
+    d.release();
+  }
+
   std::printf("invalid device ids:\n");
   for (int id : {99, count, -1}) {
     const DLDevice bad{kDLCUDA, id};
@@ -155,7 +167,9 @@ int main(int argc, char** argv) {
     float h = 0;
     expect_refused(dlfuse_device_copy(d.reg, bad, DLFUSE_COPY_HOST_TO_DEVICE, &h, 0, &h, 0, 4, nullptr),
                    ("copy on cuda:" + n).c_str(), n);
-    expect_refused(dlfuse_device_free(d.reg, bad, nullptr), ("free on cuda:" + n).c_str(), n);
+    // (free of NULL is OK on any device, like free(NULL); a real pointer is checked)
+    int dummy = 0;
+    expect_refused(dlfuse_device_free(d.reg, bad, &dummy), ("free on cuda:" + n).c_str(), n);
   }
   {
     // Tensors that claim cuda:99 (their memory is real, on device 0): refused before any launch.

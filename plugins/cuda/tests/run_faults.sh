@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA fault test on a GPU machine (the lent H100: no oneDNN, maybe no GoogleTest):
 # builds libdlfuse and the CUDA plugin, compiles tests/faults.cpp against them, runs it,
-# then runs it again under compute-sanitizer (leak check, no memory exhaustion there).
+# then runs it again under compute-sanitizer (leak check, no memory exhaustion there),
+# and the plugin's float32 conformance suite.
 # Logs go to $OUT (or ./faults-out). Usage: bash plugins/cuda/tests/run_faults.sh
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
@@ -23,7 +24,7 @@ GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
   cmake -S . -B "$B" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLFUSE_BUILD_TESTS=OFF -DDLFUSE_WITH_ONEDNN=OFF \
     -DDLFUSE_WITH_OPENCL=OFF -DDLFUSE_BUILD_BENCH=OFF -DDLFUSE_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DDLPACK_INCLUDE_DIR="$DLINC" >/dev/null &&
-    cmake --build "$B" -j "$(nproc)" --target dlfuse dlfuse_cuda >/dev/null &&
+    cmake --build "$B" -j "$(nproc)" --target dlfuse dlfuse_cuda dlfuse_cli >/dev/null &&
     g++ -std=c++17 -O1 -g -Wall -Wextra plugins/cuda/tests/faults.cpp -o "$B/faults" -I abi/include -I "$DLINC" \
       -I "$CUDA_HOME/include" -L "$B/lib" -ldlfuse -L "$CUDA_HOME/lib64" -lcudart -Wl,-rpath,"$B/lib:$CUDA_HOME/lib64"
 } >"$OUT/build.log" 2>&1 || { echo "build failed"; tail -30 "$OUT/build.log"; exit 1; }
@@ -39,5 +40,9 @@ rc2=${PIPESTATUS[0]}
 echo "=== compute-sanitizer, API errors reported (the OOM and bad-device calls are expected to show)"
 "$CS" --tool memcheck --leak-check full "$B/faults" "$PLUGIN" --no-exhaust >"$OUT/sanitizer-api.log" 2>&1
 echo "rc $?; $(grep -c 'Program hit' "$OUT/sanitizer-api.log") API error reports; tail:"; tail -5 "$OUT/sanitizer-api.log"
-echo "faults rc $rc1, compute-sanitizer rc $rc2"
-[ "$rc1" = 0 ] && [ "$rc2" = 0 ]
+echo "=== conformance of the plugin (float32), after the faults"
+"$B/bin/dlfuse" conform "$PLUGIN" --dtype float32 >"$OUT/conform.log" 2>&1
+rc3=$?
+tail -3 "$OUT/conform.log"
+echo "faults rc $rc1, compute-sanitizer rc $rc2, conform rc $rc3"
+[ "$rc1" = 0 ] && [ "$rc2" = 0 ] && [ "$rc3" = 0 ]
