@@ -225,6 +225,15 @@ const char* arg_name(const OpSpec* spec, bool output, int32_t i) {
   return output ? kOutputNames[i] : kInputNames[i];
 }
 
+__attribute__((noinline, cold)) dlfuse_status_t mismatch_message(const char* op, const char* name, const DLTensor* t,
+                                                                const DLTensor* first, const char* first_name) {
+  if (t->dtype.code != first->dtype.code || t->dtype.bits != first->dtype.bits)
+    return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s': dtype is %s; expected %s, the dtype of '%s'", op,
+                name, dtype_name(t->dtype).c_str(), dtype_name(first->dtype).c_str(), first_name);
+  return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s': device is %s; expected %s, the device of '%s'", op,
+              name, device_name(t->device).c_str(), device_name(first->device).c_str(), first_name);
+}
+
 }  // namespace
 
 const OpSpec* find_known_op(const char* name) {
@@ -251,18 +260,19 @@ dlfuse_status_t validate_call(const OpSpec* spec, const char* op, const DLTensor
   TensorView in[kMaxArgs], out[kMaxArgs];  // uninitialized: check_tensor fills what is used
   const DLTensor* first = nullptr;
   const char* first_name = "";
+  // Every tensor shares the first one's dtype and device. The mismatch message is built
+  // out of line (mismatch_message): the check itself stays a few inlined compares.
   const auto check_common = [&](const TensorView& v, const char* name) {
     if (!first) {
       first = v.t;
       first_name = name;
       return DLFUSE_STATUS_OK;
     }
-    if (v.t->dtype.code != first->dtype.code || v.t->dtype.bits != first->dtype.bits)
-      return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s': dtype is %s; expected %s, the dtype of '%s'", op,
-                  name, dtype_name(v.t->dtype).c_str(), dtype_name(first->dtype).c_str(), first_name);
-    if (v.t->device.device_type != first->device.device_type || v.t->device.device_id != first->device.device_id)
-      return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s': device is %s; expected %s, the device of '%s'", op,
-                  name, device_name(v.t->device).c_str(), device_name(first->device).c_str(), first_name);
+    if (__builtin_expect(v.t->dtype.code != first->dtype.code || v.t->dtype.bits != first->dtype.bits ||
+                             v.t->device.device_type != first->device.device_type ||
+                             v.t->device.device_id != first->device.device_id,
+                         0))
+      return mismatch_message(op, name, v.t, first, first_name);
     return DLFUSE_STATUS_OK;
   };
 

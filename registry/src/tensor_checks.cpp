@@ -89,8 +89,10 @@ dlfuse_status_t check_tensor(const char* op, const char* arg, const DLTensor* t,
     return bad("byte_offset", "<= 2^63-1", std::to_string(t->byte_offset));
   if (numel == 0) return DLFUSE_STATUS_OK;
 
-  int64_t last = 0;  // index of the farthest element
-  for (int32_t i = 0; i < t->ndim; ++i) {
+  // Index of the farthest element: numel - 1 for compact row-major (numel fits, so no
+  // overflow); for explicit strides, sum (shape[i] - 1) * strides[i], checked.
+  int64_t last = t->strides ? 0 : numel - 1;
+  for (int32_t i = 0; t->strides && i < t->ndim; ++i) {
     int64_t step;
     if (!mul_ok(t->shape[i] - 1, v->strides[i], &step) || !add_ok(last, step, &last))
       return bad("extent", "<= 2^63-1 elements", "larger (shape " + shape_string(t->shape, t->ndim) +
@@ -121,15 +123,11 @@ dlfuse_status_t check_tensor(const char* op, const char* arg, const DLTensor* t,
     v->hi = static_cast<uint64_t>(end);
   }
 
-  if (is_output && self_overlapping(t, v->strides))
+  // Compact row-major never maps two elements to one address.
+  if (is_output && t->strides && self_overlapping(t, v->strides))
     return bad("layout", "no two elements at one address (an output cannot be a broadcast view)",
                "strides " + shape_string(v->strides, t->ndim) + " for shape " + shape_string(t->shape, t->ndim));
   return DLFUSE_STATUS_OK;
-}
-
-bool views_overlap(const TensorView& a, const TensorView& b) {
-  if (a.numel == 0 || b.numel == 0 || a.space != b.space) return false;
-  return a.lo < b.hi && b.lo < a.hi;
 }
 
 bool same_view(const TensorView& a, const TensorView& b) {
@@ -166,7 +164,10 @@ bool broadcasts_to(const int64_t* from, int32_t nfrom, const int64_t* to, int32_
 }
 
 bool same_shape(const int64_t* a, int32_t na, const int64_t* b, int32_t nb) {
-  return na == nb && (na == 0 || std::memcmp(a, b, sizeof(int64_t) * na) == 0);
+  if (na != nb) return false;
+  for (int32_t i = 0; i < na; ++i)  // a loop, not memcmp: shapes are short and this runs per call
+    if (a[i] != b[i]) return false;
+  return true;
 }
 
 }  // namespace dlfuse

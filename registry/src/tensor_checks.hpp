@@ -32,8 +32,12 @@ struct TensorView {
 dlfuse_status_t check_tensor(const char* op, const char* arg, const DLTensor* t, bool is_output,
                              TensorView* view);
 
-// True when the byte ranges of two non-empty views intersect.
-bool views_overlap(const TensorView& a, const TensorView& b);
+// True when the byte ranges of two non-empty views intersect. Inline: called for every
+// (output, input) pair of every call.
+inline bool views_overlap(const TensorView& a, const TensorView& b) {
+  if (a.numel == 0 || b.numel == 0 || a.space != b.space) return false;
+  return a.lo < b.hi && b.lo < a.hi;
+}
 // True when a and b are the very same view: data, byte_offset, dtype, shape, strides.
 bool same_view(const TensorView& a, const TensorView& b);
 
