@@ -6,28 +6,64 @@ matmul_add_relu fwd as eager relu(addmm), torch._addmm_activation (cuBLASLt's bi
 epilogue) and torch.compile; bwd (grad_a, grad_b, grad_bias from a saved out) eager and
 compiled; add_mul_activation fwd/bwd eager and compiled (the backward recomputes the
 pre-activation from x, y, bias, as the plugins do).
-Timing: triton.testing.do_bench (CUDA events, L2 flushed before each call), median and
-10th/90th percentiles. torch.compile runs with dynamic=True: one compilation per function
-and dtype instead of one per shape, which keeps the whole run inside a GPU lease.
+Timing: the method of bench/driver/dlfuse_bench.cpp, so that the rows compare like for
+like with the plugins': warm-up, then batches of about 2 ms of back-to-back calls (at most
+100), each batch closed by torch.cuda.synchronize() and timed by the host clock; median and
+10th/90th percentiles of the per-call times over the batches (about 2 s per case, 0.3 s
+with --quick); inputs rotate over several sets when a set is smaller than 128 MiB.
+torch.compile runs with dynamic=True: one compilation per function and dtype instead of
+one per shape, which keeps the whole run inside a GPU lease.
 Usage: python3 bench/peers_torch.py [--quick]
 """
 import json
 import sys
+import time
 
 import torch
-from triton.testing import do_bench
 
 QUICK = "--quick" in sys.argv
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 torch._dynamo.config.recompile_limit = 64
 dev = "cuda"
-REP = 50 if QUICK else 200
 
 
-def bench(fn):
-    p10, med, p90 = do_bench(fn, warmup=25, rep=REP, quantiles=[0.1, 0.5, 0.9])
-    return {"median_ms": med, "p10_ms": p10, "p90_ms": p90}
+def sets_for(set_bytes):
+    want = (128 << 20) // max(set_bytes, 1) + 1
+    cap = max(1, (1 << 30) // max(set_bytes, 1))
+    return max(1, min(want, 8, cap))
+
+
+def bench(call):
+    """call(i) runs repetition i (rotating over input sets itself)."""
+    budget, min_rounds, max_rounds = (0.3, 3, 30) if QUICK else (2.0, 7, 300)
+    sync = torch.cuda.synchronize
+    call(0)
+    sync()
+    t0 = time.perf_counter()
+    call(1)
+    sync()
+    one = time.perf_counter() - t0
+    if one < 0.05:
+        call(2)
+        sync()
+        t0 = time.perf_counter()
+        call(3)
+        sync()
+        one = min(one, time.perf_counter() - t0)
+    batch = int(min(100, max(1, 0.002 / max(one, 1e-7))))
+    rounds = int(min(max_rounds, max(min_rounds if one <= 0.5 else 3, budget / max(one * batch, 1e-7))))
+    per_call, rep = [], 0
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(batch):
+            call(rep)
+            rep += 1
+        sync()
+        per_call.append((time.perf_counter() - t0) / batch)
+    q = torch.tensor(per_call, dtype=torch.float64).quantile(torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64))
+    return {"median_ms": float(q[1]) * 1e3, "p10_ms": float(q[0]) * 1e3, "p90_ms": float(q[2]) * 1e3,
+            "min_ms": min(per_call) * 1e3, "rounds": rounds, "batch": batch}
 
 
 def emit(obj):
@@ -46,7 +82,7 @@ emit({"peer": "torch", "version": torch.__version__, "cuda": torch.version.cuda,
       "gpu": torch.cuda.get_device_name(0)})
 x = torch.empty(1 << 30, dtype=torch.uint8, device=dev)
 y = torch.empty_like(x)
-s = bench(lambda: y.copy_(x))
+s = bench(lambda i: y.copy_(x))
 emit({"ceiling": "copy_bw", "device": "cuda:0", "impl": "torch_copy_1GiB", "bytes": 2 * x.numel(),
       "GBps": 2 * x.numel() / (s["median_ms"] * 1e-3) / 1e9, **s})
 del x, y
@@ -54,7 +90,7 @@ for dt in (torch.float32, torch.bfloat16):
     n = 8192
     a = torch.randn(n, n, device=dev, dtype=dt)
     b = torch.randn(n, n, device=dev, dtype=dt)
-    s = bench(lambda: a @ b)
+    s = bench(lambda i: a @ b)
     emit({"ceiling": "gemm_peak", "device": "cuda:0", "dtype": str(dt).split(".")[1], "impl": f"torch_mm_{n}^3",
           "GFLOPs": 2 * n ** 3 / (s["median_ms"] * 1e-3) / 1e9, **s})
     del a, b
@@ -85,28 +121,37 @@ for dt in (torch.float32, torch.bfloat16):
     ama_c = torch.compile(ama, dynamic=True)
     ama_bwd_c = torch.compile(ama_bwd, dynamic=True)
     for (M, K, N) in [(2048, 512, 256), (4096, 1024, 1024), (8192, 4096, 4096)]:
-        a = torch.randn(M, K, device=dev, dtype=dt)
-        b = torch.randn(K, N, device=dev, dtype=dt)
-        bias = torch.randn(N, device=dev, dtype=dt)
-        g = torch.randn(M, N, device=dev, dtype=dt)
+        it = dt.itemsize
+        S = sets_for((M * K + K * N + 2 * M * N + N) * it)
+        A = [torch.randn(M, K, device=dev, dtype=dt) for _ in range(S)]
+        B = [torch.randn(K, N, device=dev, dtype=dt) for _ in range(S)]
+        Bi = [torch.randn(N, device=dev, dtype=dt) for _ in range(S)]
+        G = [torch.randn(M, N, device=dev, dtype=dt) for _ in range(S)]
         shape = f"{M}x{K}x{N}"
-        row("matmul_add_relu", "fwd", dt, shape, "torch_gemm_only", bench(lambda: a @ b))
-        row("matmul_add_relu", "fwd", dt, shape, "torch_eager", bench(lambda: mar_eager(a, b, bias)))
+        row("matmul_add_relu", "fwd", dt, shape, "torch_gemm_only", bench(lambda i: A[i % S] @ B[i % S]))
+        row("matmul_add_relu", "fwd", dt, shape, "torch_eager",
+            bench(lambda i: mar_eager(A[i % S], B[i % S], Bi[i % S])))
         row("matmul_add_relu", "fwd", dt, shape, "torch_addmm_activation",
-            bench(lambda: torch._addmm_activation(bias, a, b)))
-        row("matmul_add_relu", "fwd", dt, shape, "torch_compile", bench(lambda: mar_c(a, b, bias)))
-        out = mar_eager(a, b, bias)
-        row("matmul_add_relu", "bwd", dt, shape, "torch_eager", bench(lambda: mar_bwd(g, out, a, b)))
-        row("matmul_add_relu", "bwd", dt, shape, "torch_compile", bench(lambda: mar_bwd_c(g, out, a, b)))
-        del a, b, bias, g, out
+            bench(lambda i: torch._addmm_activation(Bi[i % S], A[i % S], B[i % S])))
+        row("matmul_add_relu", "fwd", dt, shape, "torch_compile", bench(lambda i: mar_c(A[i % S], B[i % S], Bi[i % S])))
+        O = [mar_eager(A[k], B[k], Bi[k]) for k in range(S)]
+        row("matmul_add_relu", "bwd", dt, shape, "torch_eager",
+            bench(lambda i: mar_bwd(G[i % S], O[i % S], A[i % S], B[i % S])))
+        row("matmul_add_relu", "bwd", dt, shape, "torch_compile",
+            bench(lambda i: mar_bwd_c(G[i % S], O[i % S], A[i % S], B[i % S])))
+        del A, B, Bi, G, O
     for (M, N) in [(2048, 512), (16384, 8192)]:
-        x = torch.randn(M, N, device=dev, dtype=dt)
-        y = torch.randn(M, N, device=dev, dtype=dt)
-        bias = torch.randn(N, device=dev, dtype=dt)
-        g = torch.randn(M, N, device=dev, dtype=dt)
+        S = sets_for((7 * M * N + 2 * N) * dt.itemsize)
+        X = [torch.randn(M, N, device=dev, dtype=dt) for _ in range(S)]
+        Y = [torch.randn(M, N, device=dev, dtype=dt) for _ in range(S)]
+        Bi = [torch.randn(N, device=dev, dtype=dt) for _ in range(S)]
+        G = [torch.randn(M, N, device=dev, dtype=dt) for _ in range(S)]
         shape = f"{M}x{N}"
-        row("add_mul_activation", "fwd", dt, shape, "torch_eager", bench(lambda: ama(x, bias, y)))
-        row("add_mul_activation", "fwd", dt, shape, "torch_compile", bench(lambda: ama_c(x, bias, y)))
-        row("add_mul_activation", "bwd", dt, shape, "torch_eager", bench(lambda: ama_bwd(g, x, y, bias)))
-        row("add_mul_activation", "bwd", dt, shape, "torch_compile", bench(lambda: ama_bwd_c(g, x, y, bias)))
-        del x, y, bias, g
+        row("add_mul_activation", "fwd", dt, shape, "torch_eager", bench(lambda i: ama(X[i % S], Bi[i % S], Y[i % S])))
+        row("add_mul_activation", "fwd", dt, shape, "torch_compile",
+            bench(lambda i: ama_c(X[i % S], Bi[i % S], Y[i % S])))
+        row("add_mul_activation", "bwd", dt, shape, "torch_eager",
+            bench(lambda i: ama_bwd(G[i % S], X[i % S], Y[i % S], Bi[i % S])))
+        row("add_mul_activation", "bwd", dt, shape, "torch_compile",
+            bench(lambda i: ama_bwd_c(G[i % S], X[i % S], Y[i % S], Bi[i % S])))
+        del X, Y, Bi, G
