@@ -171,23 +171,18 @@ def python_dispatch(build, noop, quick):
         timeit(what, lambda: call(*args), "python ctypes, argtypes set, arguments prebuilt")
     lib.dlfuse_registry_destroy(reg)
 
-    try:  # the Python binding (bindings/python), if it is importable here
+    try:  # the Python binding (bindings/python/src, package dlfuse), if it is importable here
         env_lib = os.environ.get("DLFUSE_LIBRARY")
         os.environ["DLFUSE_LIBRARY"] = os.path.join(build, "lib", "libdlfuse.so")
-        sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
-        import dlfuse  # noqa: F401
+        sys.path.insert(0, os.path.join(ROOT, "bindings", "python", "src"))
         import numpy as np
-        r = dlfuse.Registry(discover=False) if hasattr(dlfuse, "Registry") else None
-        if r is not None and hasattr(r, "load_plugin"):
-            r.load_plugin(noop)
-            xa, ya = np.ones((2048, 512), np.float32), np.ones((2048, 512), np.float32)
-            ba, oa = np.ones(512, np.float32), np.empty((2048, 512), np.float32)
-            if hasattr(r, "add_mul_activation"):
-                timeit("package_add_mul_activation",
-                       lambda: r.add_mul_activation(xa, ya, ba, 0.5, "relu", out=oa), "python dlfuse package")
-        else:
-            rows.append({"dispatch": "package", "via": "python dlfuse package",
-                         "note": "imported, but no Registry.load_plugin/add_mul_activation to time"})
+        import dlfuse
+        preg = dlfuse.Registry(plugin_paths=[noop], discovery=0)
+        xa, ya = np.ones((2048, 512), np.float32), np.ones((2048, 512), np.float32)
+        ba, oa = np.ones(512, np.float32), np.empty((2048, 512), np.float32)
+        timeit("package_add_mul_activation",
+               lambda: dlfuse.add_mul_activation(xa, ya, ba, 0.5, "relu", out=oa, registry=preg),
+               "python dlfuse package (NumPy arrays via DLPack, out= given)")
         if env_lib is not None:
             os.environ["DLFUSE_LIBRARY"] = env_lib
     except Exception as e:  # noqa: BLE001 - report why, keep the run
