@@ -48,8 +48,10 @@ inline std::vector<int64_t> aligned_strides(const DLTensor* t, int rank) {
   return aligned_strides(shape_of(t), t->strides, rank);
 }
 
+// An empty tensor may have data NULL (docs/abi.md); offsetting NULL is undefined, and the
+// base of an empty tensor is never read.
 inline char* base_of(const DLTensor* t) {
-  return static_cast<char*>(t->data) + t->byte_offset;
+  return t->data ? static_cast<char*>(t->data) + t->byte_offset : nullptr;
 }
 
 inline int64_t dot(const std::vector<int64_t>& idx, const std::vector<int64_t>& strides) {
