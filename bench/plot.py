@@ -92,7 +92,7 @@ def main():
                    key=lambda c: (c[0], c[1], c[2] != "float32", c[2], shape_key(c[3])))
     impls = sorted({r["impl"] for r in res["rows"] if r.get("pct_of_ceiling") is not None})
     if cases and impls:
-        fig, ax = plt.subplots(figsize=(max(8, 0.75 * len(cases) + 2), 5))
+        fig, ax = plt.subplots(figsize=(max(8, 1.0 * len(cases) + 2), 5))
         w = 0.8 / len(impls)
         for k, impl in enumerate(impls):
             xs, ys = [], []
