@@ -327,8 +327,13 @@ def _import(obj, c_stream, name):
     if tp is Tensor:
         return _View(obj, obj._tensor_addr, 0)
     is_torch, is_numpy = _type_info.get(tp) or _info(tp)
-    if is_torch and obj.requires_grad:
-        obj = obj.detach()
+    if is_torch:
+        if obj.requires_grad:
+            obj = obj.detach()
+        if obj.device.type == "cpu":
+            # Host memory needs no stream handshake: torch's own exporter, without the
+            # Python-level checks of Tensor.__dlpack__ (3 us -> 0.4 us a tensor).
+            return _capsule_view(_torch_export(obj), name)
     if is_numpy:
         dev_type = C.kDLCPU
     else:
@@ -350,6 +355,20 @@ def _import(obj, c_stream, name):
             cap = obj.__dlpack__(max_version=(1, 0))
         except TypeError:  # a producer from before DLPack 1.0: legacy capsule
             cap = obj.__dlpack__()
+    return _capsule_view(cap, name)
+
+
+def _torch_export(t):
+    global _torch_export
+    import torch
+    f = getattr(torch._C, "_to_dlpack_versioned", None)
+    if f is None:
+        from torch.utils.dlpack import to_dlpack as f
+    _torch_export = f
+    return f(t)
+
+
+def _capsule_view(cap, name):
     try:
         p = _GetPointer(cap, _NAME_V)
     except (ValueError, TypeError):

@@ -33,6 +33,16 @@ def _mm_shape(a, b):
     return (*batch, a.shape[-2], b.shape[-1])
 
 
+def _bshape(*shapes):
+    """torch.broadcast_shapes for concrete shapes, without its ~15 us: the common cases
+    directly, anything else (including the error) by torch."""
+    if shapes[0] == shapes[1] and len(shapes[2]) <= len(shapes[0]):
+        out = _core._broadcast(*shapes)
+        if out is not None:
+            return out
+    return torch.broadcast_shapes(*shapes)
+
+
 def _empty0(t):
     return t.new_empty((0,))
 
@@ -40,7 +50,11 @@ def _empty0(t):
 # ---- eager kernels (dlfuse through DLPack; outputs allocated by torch) ---------------------
 
 def _mar_fwd(a, b, bias, allow_tf32):
-    out = torch.empty(_mm_shape(a, b), dtype=a.dtype, device=a.device)
+    if a.dim() == 2 and b.dim() == 2:
+        shape = (a.shape[0], b.shape[1])
+    else:
+        shape = _mm_shape(a, b)
+    out = torch.empty(shape, dtype=a.dtype, device=a.device)
     _core.matmul_add_relu(a, b, bias, out=out, stream=_stream(a), allow_tf32=allow_tf32)
     return out
 
@@ -56,7 +70,7 @@ def _mar_bwd(grad_out, a, b, out, bias_shape, needs, allow_tf32):
 
 
 def _amc_fwd(x, y, bias, multiplier, activation):
-    shape = torch.broadcast_shapes(x.shape, y.shape, bias.shape)
+    shape = _bshape(tuple(x.shape), tuple(y.shape), tuple(bias.shape))
     out = torch.empty(shape, dtype=x.dtype, device=x.device)
     _core.add_mul_activation(x, y, bias, multiplier, activation, out=out, stream=_stream(x))
     return out
