@@ -48,10 +48,11 @@ inline std::vector<int64_t> aligned_strides(const DLTensor* t, int rank) {
   return aligned_strides(shape_of(t), t->strides, rank);
 }
 
-// An empty tensor may have data NULL (docs/abi.md); offsetting NULL is undefined, and the
-// base of an empty tensor is never read.
+// Integer arithmetic: the data of an empty tensor may be NULL or any value (docs/abi.md)
+// and its base is never read, but pointer arithmetic on it (NULL + offset, or past the end
+// of the address space) would be undefined. A non-empty tensor's extent is checked.
 inline char* base_of(const DLTensor* t) {
-  return t->data ? static_cast<char*>(t->data) + t->byte_offset : nullptr;
+  return reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(t->data) + t->byte_offset);
 }
 
 inline int64_t dot(const std::vector<int64_t>& idx, const std::vector<int64_t>& strides) {
