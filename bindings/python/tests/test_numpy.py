@@ -474,3 +474,35 @@ def test_checks_catch_a_wrong_plugin(rng):
     with pytest.raises(AssertionError):
         assert_close_sum(gy, m * g, 0.0, np.float64)
     r.close()
+
+
+# ---- library lookup, preferences ------------------------------------------------------------
+
+def test_missing_library_is_a_lazy_clear_error(tmp_path):
+    import subprocess
+    import sys
+    code = ("import dlfuse\n"
+            "try:\n    dlfuse.plugins()\n"
+            "except dlfuse.LibraryNotFound as e:\n    print('LNF', e)\n")
+    env = {k: v for k, v in __import__("os").environ.items()}
+    env["DLFUSE_LIBRARY"] = str(tmp_path / "nope" / "libdlfuse.so")
+    env["PYTHONPATH"] = __import__("os").path.dirname(dlfuse.__path__[0])
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("LNF") and "DLFUSE_LIBRARY" in r.stdout
+    assert str(tmp_path / "nope" / "libdlfuse.so") in r.stdout
+
+
+def test_prefer_and_resolve(cpu_f32):
+    reg = dlfuse.Registry()
+    names = [p.name for p in reg.plugins() if p.available and p.device == "cpu"]
+    assert reg.resolve("matmul_add_relu", "cpu", "float32") == cpu_f32
+    last = names[-1]
+    reg.prefer(last)
+    assert reg.resolve("matmul_add_relu", "cpu", "float32") == last
+    with pytest.raises(dlfuse.Error):
+        reg.prefer("no_such_plugin_xyz")
+    reg.prefer(None)
+    assert reg.resolve("matmul_add_relu", "cpu", "float32") == cpu_f32
+    reg.close()
