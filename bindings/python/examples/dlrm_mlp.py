@@ -123,7 +123,10 @@ def main(argv=None):
     ap.add_argument("--factor", type=float, default=2.0, help="(b)'s factor")
     ap.add_argument("--slack", type=float, default=1e-3, help="(b)'s additive slack")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--contiguous", action="store_true",
+                    help="hand dlfuse contiguous copies of its inputs (debugging aid)")
     args = ap.parse_args(argv)
+    dft.FORCE_CONTIGUOUS = args.contiguous
     lr = args.lr if args.lr is not None else (1e-3 if args.opt == "adam" else 0.1)
     # exact fp32 on both sides (dlfuse's default is no TF32)
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -22,6 +22,15 @@ __all__ = ["matmul_add_relu", "add_mul_activation", "MatmulAddRelu", "AddMulActi
            "FusedLinearReLU"]
 
 
+# Set True to hand the kernels contiguous copies of every input (a debugging aid: it takes
+# the plugins' strided-layout paths out of the picture; costs a copy per strided input).
+FORCE_CONTIGUOUS = False
+
+
+def _c(*ts):
+    return tuple(t.contiguous() for t in ts) if FORCE_CONTIGUOUS else ts
+
+
 def _stream(t):
     if t.device.type == "cuda":
         return torch.cuda.current_stream(t.device).cuda_stream
@@ -50,6 +59,7 @@ def _empty0(t):
 # ---- eager kernels (dlfuse through DLPack; outputs allocated by torch) ---------------------
 
 def _mar_fwd(a, b, bias, allow_tf32):
+    a, b, bias = _c(a, b, bias)
     if a.dim() == 2 and b.dim() == 2:
         shape = (a.shape[0], b.shape[1])
     else:
@@ -60,6 +70,7 @@ def _mar_fwd(a, b, bias, allow_tf32):
 
 
 def _mar_bwd(grad_out, a, b, out, bias_shape, needs, allow_tf32):
+    grad_out, a, b, out = _c(grad_out, a, b, out)
     ga = torch.empty_like(a, memory_format=torch.contiguous_format) if needs[0] else None
     gb = torch.empty_like(b, memory_format=torch.contiguous_format) if needs[1] else None
     gbias = (torch.empty(bias_shape, dtype=a.dtype, device=a.device) if needs[2] else None)
@@ -70,6 +81,7 @@ def _mar_bwd(grad_out, a, b, out, bias_shape, needs, allow_tf32):
 
 
 def _amc_fwd(x, y, bias, multiplier, activation):
+    x, y, bias = _c(x, y, bias)
     shape = _bshape(tuple(x.shape), tuple(y.shape), tuple(bias.shape))
     out = torch.empty(shape, dtype=x.dtype, device=x.device)
     _core.add_mul_activation(x, y, bias, multiplier, activation, out=out, stream=_stream(x))
@@ -77,6 +89,7 @@ def _amc_fwd(x, y, bias, multiplier, activation):
 
 
 def _amc_bwd(grad_out, x, y, bias, multiplier, activation, needs):
+    grad_out, x, y, bias = _c(grad_out, x, y, bias)
     res = [torch.empty(t.shape, dtype=t.dtype, device=t.device) if n else None
            for t, n in zip((x, y, bias), needs)]
     _core.add_mul_activation_backward(grad_out, x, y, bias, multiplier, activation, needs=needs,
