@@ -500,7 +500,8 @@ class Tensor:
         self._ptr = None
         _check(reg._lib.dlfuse_device_alloc(reg.handle, self._device, self._nbytes, byref(ptr)))
         self._ptr = ptr.value
-        self._stream = None
+        self._stream = None    # the stream of the last dlfuse call that wrote it
+        self._written = False  # by a dlfuse call (to_device's copies have completed)
         nd = len(self._shape)
         self._shape_arr = (ctypes.c_int64 * max(nd, 1))(*self._shape)
         t = C.DLTensor()
@@ -546,10 +547,12 @@ class Tensor:
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError(f"dlfuse.Tensor lives on {self.__dlpack_device__()}, "
                               f"not {tuple(dl_device)}")
-        if (self._device.device_type in _STREAM_DEVICES and stream != -1
-                and self._stream is not None and _stream_ptr(stream) != self._stream):
-            # Make the last dlfuse call's work on this tensor visible to the consumer.
-            self._reg.synchronize(self.__dlpack_device__(), self._stream)
+        if self._written and self._device.device_type in _STREAM_DEVICES and stream != -1:
+            # Make the last dlfuse call's work on this tensor visible to the consumer's
+            # stream (DLPack: None and 1 are the legacy default stream, our None).
+            consumer = None if stream in (None, 1) else _stream_ptr(stream)
+            if consumer != self._stream:
+                self._reg.synchronize(self.__dlpack_device__(), self._stream)
         versioned = max_version is not None and tuple(max_version)[0] >= 1
         if versioned:
             m = C.DLManagedTensorVersioned()
@@ -620,6 +623,7 @@ def _prep(stream, reg):
 def _mark_stream(obj, s):
     if isinstance(obj, Tensor):
         obj._stream = s
+        obj._written = True
 
 
 def matmul_add_relu(a, b, bias, out=None, stream=None, *, allow_tf32=False, registry=None):
