@@ -506,3 +506,14 @@ def test_prefer_and_resolve(cpu_f32):
     reg.prefer(None)
     assert reg.resolve("matmul_add_relu", "cpu", "float32") == cpu_f32
     reg.close()
+
+
+def test_registry_close_refuses_live_tensors():
+    r = dlfuse.Registry()
+    t = dlfuse.Tensor.empty((3,), "float32", "cpu", registry=r)
+    with pytest.raises(dlfuse.InvalidArgumentError, match="still alive"):
+        r.close()
+    del t
+    gc.collect()
+    r.close()
+    r.close()  # twice is fine

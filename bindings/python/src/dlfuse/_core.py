@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import weakref
 from collections import namedtuple
 from ctypes import byref, c_int32, c_uint32, c_uint64, c_void_p
 
@@ -108,14 +109,20 @@ class Registry:
         _check(self._lib.dlfuse_registry_create(byref(opts), byref(h)))
         self._h = h.value
         self._destroy = self._lib.dlfuse_registry_destroy
+        self._tensors = weakref.WeakSet()
 
     @property
     def handle(self):
         return self._h
 
     def close(self):
-        """Destroy the registry. No call on it may be in flight; tensors allocated from it
-        keep it open until they are freed."""
+        """Destroy the registry. No call on it may be in flight, and no dlfuse.Tensor
+        allocated from it may be alive (InvalidArgumentError: their memory belongs to its
+        plugins). Dropping the last reference closes it too (tensors hold one)."""
+        live = len(self._tensors)
+        if live:
+            raise InvalidArgumentError(1, f"Registry.close: {live} dlfuse.Tensor(s) allocated "
+                                          f"from this registry are still alive")
         h, self._h = self._h, None
         if h:
             self._destroy(h)
@@ -500,6 +507,7 @@ class Tensor:
         self._ptr = None
         _check(reg._lib.dlfuse_device_alloc(reg.handle, self._device, self._nbytes, byref(ptr)))
         self._ptr = ptr.value
+        reg._tensors.add(self)
         self._stream = None    # the stream of the last dlfuse call that wrote it
         self._written = False  # by a dlfuse call (to_device's copies have completed)
         nd = len(self._shape)
