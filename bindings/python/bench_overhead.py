@@ -21,7 +21,6 @@ max(host cost, GPU time) per call. Prints a table and, with --json, writes the n
         --framework numpy --noop build/<dir>/bench/plugins/libdlfuse_noop.so
 """
 import argparse
-import ctypes
 import json
 import os
 import platform

@@ -70,7 +70,6 @@ def test_cupy_roundtrip_zero_copy_and_stream():
 
 def test_jax_inputs_give_exportable_device_tensor():
     jax = _need("jax")
-    import jax.numpy as jnp
     if not any(d.platform == "gpu" for d in jax.devices()):
         if REQUIRE_CUDA:
             pytest.fail(f"jax sees no GPU: {jax.devices()}")

@@ -1,6 +1,5 @@
 """NumPy interop: round trips, strides, zero copy (by pointer), out=, legacy capsules,
 errors carrying the C message. References are float64 NumPy."""
-import ctypes
 import gc
 import threading
 

@@ -5,7 +5,6 @@ cases fail instead of skipping when no CUDA plugin/GPU is there."""
 import os
 import sys
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
