@@ -4,9 +4,11 @@
 set -euo pipefail
 
 # oneDNN (CPU plugin), the Khronos OpenCL headers + ICD loader with PoCL as the CPU device
-# (OpenCL plugin), clinfo to list platforms, Google Benchmark for bench/.
+# (OpenCL plugin), clinfo to list platforms, Google Benchmark for bench/, clang-14 with
+# its libFuzzer runtime (the fuzz preset) and valgrind (memcheck runs of the CPU path).
 apt_packages=(cmake g++ make pkg-config python3 python3-pip libgtest-dev libgmock-dev
-  libdnnl-dev opencl-headers ocl-icd-opencl-dev pocl-opencl-icd clinfo libbenchmark-dev)
+  libdnnl-dev opencl-headers ocl-icd-opencl-dev pocl-opencl-icd clinfo libbenchmark-dev
+  clang-14 libclang-rt-14-dev valgrind)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
