@@ -248,7 +248,8 @@ def main():
         "git_dirty": bool(subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
                                          capture_output=True, text=True).stdout.strip()),
         "loadavg_before": loadavg(),
-        "env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "DLFUSE_PLUGIN_PATH", "DLFUSE_OPENCL_DEVICE",
+        "env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "POCL_MAX_PTHREAD_COUNT",
+                                           "DLFUSE_PLUGIN_PATH", "DLFUSE_OPENCL_DEVICE",
                                            "DLFUSE_PREFER") if k in os.environ},
     }
     log(f"{meta['date_utc']} {mode} run on {meta['host_cpu']} ({meta['host_cores']} cores)"
