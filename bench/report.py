@@ -35,7 +35,10 @@ def main():
     print("| ceiling | device | dtype | how | median | p10-p90 of time |")
     print("|---|---|---|---|---:|---|")
     for c in res["ceilings"]:
-        v = f"{c['GBps']:.1f} GB/s" if "GBps" in c else f"{c['GFLOPs'] / 1e3:.2f} TFLOP/s"
+        if "GBps" in c:
+            v = f"{c['GBps']:.1f} GB/s"
+        else:
+            v = f"{c['GFLOPs'] / 1e3:.2f} TFLOP/s" if c["GFLOPs"] >= 1000 else f"{c['GFLOPs']:.1f} GFLOP/s"
         print(f"| {c['ceiling']} | {c['device']} | {c.get('dtype', '-')} | {c['impl']} | {v} | "
               f"{fmt_t(c['p10_ms'])} - {fmt_t(c['p90_ms'])} |")
     print()
