@@ -97,7 +97,10 @@ inline int64_t numel(const DLTensor* t) {
   return n;
 }
 
-inline char* base_of(const DLTensor* t) { return static_cast<char*>(t->data) + t->byte_offset; }
+// In integers: an empty tensor may have NULL data, and NULL + offset is undefined.
+inline char* base_of(const DLTensor* t) {
+  return reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(t->data) + t->byte_offset);
+}
 
 // Strides of t aligned to the last ndim of `rank` dims; broadcast (size-1 or missing) dims get 0.
 inline std::vector<int64_t> aligned_strides(const DLTensor* t, int rank) {

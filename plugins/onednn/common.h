@@ -107,7 +107,8 @@ inline std::vector<int64_t> compact_strides(const std::vector<int64_t>& shape) {
 // The float32 view of a float32 DLTensor (honors byte_offset; NULL strides = compact).
 inline View view_of(const DLTensor* t) {
   View v;
-  v.data = reinterpret_cast<float*>(static_cast<char*>(t->data) + t->byte_offset);
+  // In integers: an empty tensor may have NULL data, and NULL + offset is undefined.
+  v.data = reinterpret_cast<float*>(reinterpret_cast<uintptr_t>(t->data) + t->byte_offset);
   v.shape.assign(t->shape, t->shape + t->ndim);
   if (t->strides) v.strides.assign(t->strides, t->strides + t->ndim);
   else v.strides = compact_strides(v.shape);

@@ -113,7 +113,7 @@ View input_f32(const DLTensor* t, Storage s, Buffer& buf) {
   if (s == Storage::kF32) return view_of(t);
   const std::vector<int64_t> shape(t->shape, t->shape + t->ndim), ss = strides_of(t);
   View v = compact_view(buf, shape);
-  const uint16_t* src = reinterpret_cast<const uint16_t*>(static_cast<const char*>(t->data) + t->byte_offset);
+  const uint16_t* src = reinterpret_cast<const uint16_t*>(reinterpret_cast<uintptr_t>(t->data) + t->byte_offset);
   const int r = int(shape.size());
   const int64_t inner = r ? ss[r - 1] : 1, dinner = 1;
   float* dst = v.data;
@@ -136,7 +136,7 @@ View output_f32(const DLTensor* t, Storage s, Buffer& buf) {
 void store_output(const View& f, DLTensor* t, Storage s) {
   if (s == Storage::kF32) return;
   const std::vector<int64_t> ds = strides_of(t);
-  uint16_t* dst = reinterpret_cast<uint16_t*>(static_cast<char*>(t->data) + t->byte_offset);
+  uint16_t* dst = reinterpret_cast<uint16_t*>(reinterpret_cast<uintptr_t>(t->data) + t->byte_offset);
   const int r = f.rank();
   const int64_t inner = r ? ds[r - 1] : 1;
   const bool bf = s == Storage::kBF16;
