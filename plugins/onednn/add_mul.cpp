@@ -373,6 +373,88 @@ bool backward_tiled(State& st, const View& g, const View& x, const View& y, cons
   return true;
 }
 
+// ---- bf16 / f16: row blocks ----------------------------------------------------------
+// oneDNN 2.6.3 has no bf16/f16 primitives on AVX2, so these dtypes run the float32 code on
+// converted copies. Whole-tensor copies cost a fresh page-faulted f32 buffer per tensor per
+// call (12-15x the f32 time at 16384x8192); instead the call is cut into blocks of rows of
+// the output's first dim, and each block is converted, computed and stored through small
+// buffers reused from block to block.
+
+// A DLTensor restricted to rows [r0, r0 + n) of the broadcast output's first dim; a tensor
+// broadcast along that dim (missing or of size 1) is used whole.
+struct RowBlock {
+  DLTensor t{};
+  std::vector<int64_t> shape;
+  bool sliced = false;
+  RowBlock(const DLTensor* src, int out_rank, int64_t rows_total) : t(*src), shape(src->shape, src->shape + src->ndim) {
+    sliced = src->ndim == out_rank && out_rank > 0 && src->shape[0] == rows_total && rows_total > 1;
+    t.shape = shape.data();
+  }
+  void select(const DLTensor* src, int64_t r0, int64_t n) {
+    if (!sliced) return;
+    int64_t stride0 = 1;
+    if (src->strides) stride0 = src->strides[0];
+    else
+      for (int i = 1; i < src->ndim; ++i) stride0 *= src->shape[i];
+    shape[0] = n;
+    t.byte_offset = src->byte_offset + uint64_t(r0 * stride0) * (src->dtype.bits / 8);
+  }
+};
+
+// Elements per block and tensor: 4 float32 buffers of 2 MiB stay in the caches.
+// DLFUSE_ONEDNN_BLOCK_ELEMS overrides it (tests use tiny blocks to cut every case).
+int64_t block_elems() {
+  static const int64_t n = [] {
+    const char* e = std::getenv("DLFUSE_ONEDNN_BLOCK_ELEMS");
+    const long long v = e ? std::atoll(e) : 0;
+    return v > 0 ? int64_t(v) : int64_t(1) << 19;
+  }();
+  return n;
+}
+
+// Rows of the output per block, or 0 when the call is not worth cutting.
+int64_t block_rows(const DLTensor* out) {
+  if (out->ndim < 1 || out->shape[0] < 2) return 0;
+  int64_t numel = 1;
+  for (int i = 0; i < out->ndim; ++i) numel *= out->shape[i];
+  if (numel <= block_elems()) return 0;
+  const int64_t inner = numel / out->shape[0];
+  return std::max<int64_t>(1, block_elems() / std::max<int64_t>(1, inner));
+}
+
+void forward_block(State& st, const DLTensor* x, const DLTensor* y, const DLTensor* b, DLTensor* o, Storage s,
+                   int act, float mult, Buffer& bx, Buffer& by, Buffer& bb, Buffer& bo) {
+  const View xv = input_f32(x, s, bx), yv = input_f32(y, s, by), bv = input_f32(b, s, bb);
+  const View ov = output_f32(o, s, bo);
+  if (ov.numel() > 0 && !forward_own(xv, yv, bv, ov, act, mult) && !forward_onednn(st, xv, yv, bv, ov, act, mult))
+    forward_generic(xv, yv, bv, ov, act, mult);
+  store_output(ov, o, s);
+}
+
+void backward_block(State& st, const DLTensor* const* in, DLTensor* const* out, const View* acc_into[3], Storage s,
+                    int act, float mult, Buffer* bufs) {
+  const View g = input_f32(in[0], s, bufs[0]), x = input_f32(in[1], s, bufs[1]), y = input_f32(in[2], s, bufs[2]),
+             bias = input_f32(in[3], s, bufs[3]);
+  View gr[3];
+  const View* pg[3] = {nullptr, nullptr, nullptr};
+  for (int k = 0; k < 3; ++k) {
+    if (!out[k]) continue;
+    gr[k] = output_f32(out[k], s, bufs[4 + k]);
+    pg[k] = &gr[k];
+  }
+  if (!backward_tiled(st, g, x, y, bias, pg[0], pg[1], pg[2], act, mult))
+    backward_generic(g, x, y, bias, pg[0], pg[1], pg[2], act, mult);
+  for (int k = 0; k < 3; ++k) {
+    if (!out[k]) continue;
+    if (acc_into[k]) {  // a gradient of a tensor broadcast along the rows: summed over blocks
+      const View& a = *acc_into[k];
+      for (int64_t i = 0, n = a.numel(); i < n; ++i) a.data[i] += gr[k].data[i];
+    } else {
+      store_output(gr[k], out[k], s);
+    }
+  }
+}
+
 }  // namespace
 
 dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_t* args) {
@@ -382,13 +464,22 @@ dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_
     const float mult = float(read_multiplier(args));
     State& st = *static_cast<State*>(state);
     const DLTensor* const* in = args->inputs;
+    DLTensor* out = args->outputs[0];
     const Storage s = storage_of(in[0]->dtype);
     Buffer bx, by, bb, bo;
-    const View x = input_f32(in[0], s, bx), y = input_f32(in[1], s, by), bias = input_f32(in[2], s, bb);
-    const View out = output_f32(args->outputs[0], s, bo);
-    if (out.numel() > 0 && !forward_own(x, y, bias, out, act, mult) && !forward_onednn(st, x, y, bias, out, act, mult))
-      forward_generic(x, y, bias, out, act, mult);
-    store_output(out, args->outputs[0], s);
+    const int64_t rows = s == Storage::kF32 ? 0 : block_rows(out);
+    if (rows == 0) {
+      forward_block(st, in[0], in[1], in[2], out, s, act, mult, bx, by, bb, bo);
+      return DLFUSE_STATUS_OK;
+    }
+    const int r = out->ndim;
+    const int64_t m = out->shape[0];
+    RowBlock x(in[0], r, m), y(in[1], r, m), b(in[2], r, m), o(out, r, m);
+    for (int64_t r0 = 0; r0 < m; r0 += rows) {
+      const int64_t n = std::min(rows, m - r0);
+      x.select(in[0], r0, n), y.select(in[1], r0, n), b.select(in[2], r0, n), o.select(out, r0, n);
+      forward_block(st, &x.t, &y.t, &b.t, &o.t, s, act, mult, bx, by, bb, bo);
+    }
     return DLFUSE_STATUS_OK;
   });
 }
@@ -402,21 +493,46 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
     const DLTensor* const* in = args->inputs;
     DLTensor* const* out = args->outputs;
     const Storage s = storage_of(in[0]->dtype);
-    Buffer bg, bx, by, bb, bgx, bgy, bgb;
-    const View g = input_f32(in[0], s, bg), x = input_f32(in[1], s, bx), y = input_f32(in[2], s, by),
-               bias = input_f32(in[3], s, bb);
-    View gx, gy, gb;
-    if (out[0]) gx = output_f32(out[0], s, bgx);
-    if (out[1]) gy = output_f32(out[1], s, bgy);
-    if (out[2]) gb = output_f32(out[2], s, bgb);
-    const View* pgx = out[0] ? &gx : nullptr;
-    const View* pgy = out[1] ? &gy : nullptr;
-    const View* pgb = out[2] ? &gb : nullptr;
-    if (!backward_tiled(st, g, x, y, bias, pgx, pgy, pgb, act, mult))
-      backward_generic(g, x, y, bias, pgx, pgy, pgb, act, mult);
-    if (out[0]) store_output(gx, out[0], s);
-    if (out[1]) store_output(gy, out[1], s);
-    if (out[2]) store_output(gb, out[2], s);
+    Buffer bufs[7];
+    const View* none[3] = {nullptr, nullptr, nullptr};
+    const int64_t rows = s == Storage::kF32 ? 0 : block_rows(in[0]);
+    if (rows == 0) {
+      backward_block(st, in, out, none, s, act, mult, bufs);
+      return DLFUSE_STATUS_OK;
+    }
+    const int r = in[0]->ndim;
+    const int64_t m = in[0]->shape[0];
+    std::vector<RowBlock> blocks;
+    blocks.reserve(7);
+    for (int k = 0; k < 4; ++k) blocks.emplace_back(in[k], r, m);
+    for (int k = 0; k < 3; ++k) blocks.emplace_back(out[k] ? out[k] : in[1 + k], r, m);
+    // A gradient whose tensor is not cut (broadcast along the rows) is summed over the
+    // blocks in float32 buffers of its own shape, then stored once.
+    Buffer acc_buf[3];
+    View acc[3];
+    const View* acc_into[3] = {nullptr, nullptr, nullptr};
+    for (int k = 0; k < 3; ++k) {
+      if (!out[k] || blocks[4 + k].sliced) continue;
+      acc[k] = compact_view(acc_buf[k], std::vector<int64_t>(out[k]->shape, out[k]->shape + out[k]->ndim));
+      fill_view(acc[k], 0.f);
+      acc_into[k] = &acc[k];
+    }
+    const DLTensor* bin[4];
+    DLTensor* bout[3];
+    for (int64_t r0 = 0; r0 < m; r0 += rows) {
+      const int64_t n = std::min(rows, m - r0);
+      for (int k = 0; k < 4; ++k) {
+        blocks[k].select(in[k], r0, n);
+        bin[k] = &blocks[k].t;
+      }
+      for (int k = 0; k < 3; ++k) {
+        if (out[k]) blocks[4 + k].select(out[k], r0, n);
+        bout[k] = out[k] ? &blocks[4 + k].t : nullptr;
+      }
+      backward_block(st, bin, bout, acc_into, s, act, mult, bufs);
+    }
+    for (int k = 0; k < 3; ++k)
+      if (acc_into[k]) store_output(acc[k], out[k], s);
     return DLFUSE_STATUS_OK;
   });
 }

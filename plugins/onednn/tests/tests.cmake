@@ -9,6 +9,17 @@ foreach(_dt float32 bfloat16 float16)
 endforeach()
 set_tests_properties(${_onednn_tests} PROPERTIES LABELS "conformance;onednn")
 
+# bf16/f16 add_mul runs in blocks of rows (add_mul.cpp); blocks of 7 elements cut every
+# conformance case, so the block seams, broadcast inputs and summed gradients are checked.
+foreach(_dt bfloat16 float16)
+  foreach(_op add_mul_activation add_mul_activation_backward)
+    add_test(NAME conform.onednn.${_dt}.${_op}.blocks
+             COMMAND $<TARGET_FILE:dlfuse_cli> conform $<TARGET_FILE:dlfuse_onednn> --dtype ${_dt} --op ${_op})
+    set_tests_properties(conform.onednn.${_dt}.${_op}.blocks PROPERTIES
+      LABELS "conformance;onednn" ENVIRONMENT "DLFUSE_ONEDNN_BLOCK_ELEMS=7")
+  endforeach()
+endforeach()
+
 add_executable(onednn_threads_test ${CMAKE_CURRENT_SOURCE_DIR}/tests/threads_test.cpp)
 target_link_libraries(onednn_threads_test PRIVATE dlfuse::dlfuse Threads::Threads)
 target_compile_options(onednn_threads_test PRIVATE -Wall -Wextra)
