@@ -412,8 +412,27 @@ int cmd_dispatch(const std::string& path) {
     t.shape = shape.data();
     return t;
   };
-  mem.reserve(6);
+  std::vector<int64_t> s_half{1024, 512};
+  mem.reserve(12);
   DLTensor x = mk(s_mn), y = mk(s_mn), bias = mk(s_n), out = mk(s_mn), a = mk(s_mk), b = mk(s_kn);
+  // The registry remembers each thread's last 8 valid layouts per op and then checks only
+  // pointers: `_new_data` alternates two sets of buffers of one layout (a training step's
+  // fresh allocations), `_2_layouts` alternates two layouts (both remembered),
+  // `_9_layouts` cycles through nine [128 k, 512] views of x, y, out: each call misses.
+  DLTensor x2 = mk(s_mn), y2 = mk(s_mn), out2 = mk(s_mn), xh = mk(s_half), yh = mk(s_half), outh = mk(s_half);
+  constexpr int kCycle = 9;
+  int64_t s_cycle[kCycle][2];
+  DLTensor xc[kCycle], yc[kCycle], outc[kCycle];
+  const DLTensor* am_inc[kCycle][3];
+  DLTensor* am_outc[kCycle][1];
+  for (int k = 0; k < kCycle; ++k) {
+    s_cycle[k][0] = 128 * (k + 1);
+    s_cycle[k][1] = 512;
+    xc[k] = x, yc[k] = y, outc[k] = out;
+    xc[k].shape = yc[k].shape = outc[k].shape = s_cycle[k];
+    am_inc[k][0] = &xc[k], am_inc[k][1] = &yc[k], am_inc[k][2] = &bias;
+    am_outc[k][0] = &outc[k];
+  }
   dlfuse_op_t am, mm, noop;
   ck(dlfuse_op_get(reg, DLFUSE_OP_ADD_MUL_ACTIVATION, &am), "op_get");
   ck(dlfuse_op_get(reg, DLFUSE_OP_MATMUL_ADD_RELU, &mm), "op_get");
@@ -427,6 +446,10 @@ int cmd_dispatch(const std::string& path) {
   attrs[1].value.f64 = 0.5;
   const DLTensor* am_in[3] = {&x, &y, &bias};
   DLTensor* am_out[1] = {&out};
+  const DLTensor* am_in2[3] = {&x2, &y2, &bias};
+  DLTensor* am_out2[1] = {&out2};
+  const DLTensor* am_inh[3] = {&xh, &yh, &bias};
+  DLTensor* am_outh[1] = {&outh};
   const DLTensor* mm_in[3] = {&a, &b, &bias};
   DLTensor* mm_out[1] = {&out};
   const DLTensor* n_in[1] = {&x};
@@ -481,6 +504,31 @@ int cmd_dispatch(const std::string& path) {
        [&] {
          int st = 0;
          for (int i = 0; i < n; ++i) st |= dlfuse_op_call(am, am_in, 3, am_out, 1, attrs, 2, nullptr);
+         return st;
+       }},
+      {"op_call_add_mul_activation_new_data",
+       [&] {
+         int st = 0;
+         for (int i = 0; i < n; i += 2) {
+           st |= dlfuse_op_call(am, am_in, 3, am_out, 1, attrs, 2, nullptr);
+           st |= dlfuse_op_call(am, am_in2, 3, am_out2, 1, attrs, 2, nullptr);
+         }
+         return st;
+       }},
+      {"op_call_add_mul_activation_2_layouts",
+       [&] {
+         int st = 0;
+         for (int i = 0; i < n; i += 2) {
+           st |= dlfuse_op_call(am, am_in, 3, am_out, 1, attrs, 2, nullptr);
+           st |= dlfuse_op_call(am, am_inh, 3, am_outh, 1, attrs, 2, nullptr);
+         }
+         return st;
+       }},
+      {"op_call_add_mul_activation_9_layouts",
+       [&] {
+         int st = 0;
+         for (int i = 0, k = 0; i < n; ++i, k = k + 1 == kCycle ? 0 : k + 1)
+           st |= dlfuse_op_call(am, am_inc[k], 3, am_outc[k], 1, attrs, 2, nullptr);
          return st;
        }},
       {"typed_add_mul_activation",

@@ -1,6 +1,7 @@
 #include "tensor_checks.hpp"
 
 #include <cstring>
+#include <string>
 
 #include "error.hpp"
 #include "format.hpp"
@@ -41,36 +42,37 @@ bool self_overlapping(const DLTensor* t, const int64_t* strides) {
 
 }  // namespace
 
-dlfuse_status_t check_tensor(const char* op, const char* arg, const DLTensor* t, bool is_output,
+// Messages name the op, the argument, what is wrong, its value and what was expected.
+#define DLFUSE_BAD(what, expected, actual)                                                          \
+  fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s': %s is %s; expected %s", op, arg, what, \
+       std::string(actual).c_str(), std::string(expected).c_str())
+
+dlfuse_status_t check_layout(const char* op, const char* arg, const DLTensor* t, bool is_output,
                              TensorView* v) {
-  const auto bad = [&](const char* what, const std::string& expected, const std::string& actual) {
-    return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s': %s is %s; expected %s", op,
-                arg, what, actual.c_str(), expected.c_str());
-  };
   if (!t) return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s' is NULL; expected a DLTensor", op, arg);
   if (t->ndim < 0 || t->ndim > kMaxNdim)
-    return bad("ndim", "0.." + std::to_string(kMaxNdim), std::to_string(t->ndim));
-  if (t->ndim > 0 && !t->shape) return bad("shape", "a pointer to ndim sizes", "NULL");
-  if (t->dtype.lanes != 1) return bad("dtype", "lanes == 1", dtype_name(t->dtype));
+    return DLFUSE_BAD("ndim", "0.." + std::to_string(kMaxNdim), std::to_string(t->ndim));
+  if (t->ndim > 0 && !t->shape) return DLFUSE_BAD("shape", "a pointer to ndim sizes", "NULL");
+  if (t->dtype.lanes != 1) return DLFUSE_BAD("dtype", "lanes == 1", dtype_name(t->dtype));
   if (t->dtype.bits == 0 || t->dtype.bits % 8 != 0)
-    return bad("dtype", "a whole number of bytes per element", dtype_name(t->dtype));
+    return DLFUSE_BAD("dtype", "a whole number of bytes per element", dtype_name(t->dtype));
   v->t = t;
   v->itemsize = t->dtype.bits / 8;
 
   int64_t numel = 1;
   for (int32_t i = 0; i < t->ndim; ++i) {
     if (t->shape[i] < 0)
-      return bad(("shape[" + std::to_string(i) + "]").c_str(), ">= 0", std::to_string(t->shape[i]));
+      return DLFUSE_BAD(("shape[" + std::to_string(i) + "]").c_str(), ">= 0", std::to_string(t->shape[i]));
     if (!mul_ok(numel, t->shape[i], &numel))
-      return bad("element count", "<= 2^63-1", "larger (shape " + shape_string(t->shape, t->ndim) + ")");
+      return DLFUSE_BAD("element count", "<= 2^63-1", "larger (shape " + shape_string(t->shape, t->ndim) + ")");
   }
   v->numel = numel;
 
   if (t->strides) {
     for (int32_t i = 0; i < t->ndim; ++i) {
       if (t->strides[i] < 0)
-        return bad(("strides[" + std::to_string(i) + "]").c_str(),
-                   ">= 0 (negative strides are not supported)", std::to_string(t->strides[i]));
+        return DLFUSE_BAD(("strides[" + std::to_string(i) + "]").c_str(),
+                          ">= 0 (negative strides are not supported)", std::to_string(t->strides[i]));
       v->strides[i] = t->strides[i];
     }
   } else {
@@ -79,14 +81,10 @@ dlfuse_status_t check_tensor(const char* op, const char* arg, const DLTensor* t,
       v->strides[i] = s;
       // Only matters when another dim is 0 and numel stayed small.
       if (!mul_ok(s, t->shape[i] > 0 ? t->shape[i] : 1, &s))
-        return bad("compact strides", "<= 2^63-1", "larger (shape " + shape_string(t->shape, t->ndim) + ")");
+        return DLFUSE_BAD("compact strides", "<= 2^63-1", "larger (shape " + shape_string(t->shape, t->ndim) + ")");
     }
   }
-
-  v->space = t->device.device_type == kDLOpenCL ? reinterpret_cast<uintptr_t>(t->data) : 0;
-  v->lo = v->hi = 0;
-  if (t->byte_offset > static_cast<uint64_t>(INT64_MAX))
-    return bad("byte_offset", "<= 2^63-1", std::to_string(t->byte_offset));
+  v->bytes = 0;
   if (numel == 0) return DLFUSE_STATUS_OK;
 
   // Index of the farthest element: numel - 1 for compact row-major (numel fits, so no
@@ -95,40 +93,54 @@ dlfuse_status_t check_tensor(const char* op, const char* arg, const DLTensor* t,
   for (int32_t i = 0; t->strides && i < t->ndim; ++i) {
     int64_t step;
     if (!mul_ok(t->shape[i] - 1, v->strides[i], &step) || !add_ok(last, step, &last))
-      return bad("extent", "<= 2^63-1 elements", "larger (shape " + shape_string(t->shape, t->ndim) +
-                                                       ", strides " + shape_string(v->strides, t->ndim) + ")");
+      return DLFUSE_BAD("extent", "<= 2^63-1 elements",
+                        "larger (shape " + shape_string(t->shape, t->ndim) + ", strides " +
+                            shape_string(v->strides, t->ndim) + ")");
   }
-  int64_t bytes, end;
-  if (!add_ok(last, 1, &bytes) || !mul_ok(bytes, v->itemsize, &bytes) ||
-      !add_ok(bytes, static_cast<int64_t>(t->byte_offset), &end))
-    return bad("byte extent", "<= 2^63-1", "larger (shape " + shape_string(t->shape, t->ndim) + ")");
-  if (!t->data) return bad("data", "a non-NULL pointer for a non-empty tensor", "NULL");
+  if (!add_ok(last, 1, &v->bytes) || !mul_ok(v->bytes, v->itemsize, &v->bytes))
+    return DLFUSE_BAD("byte extent", "<= 2^63-1", "larger (shape " + shape_string(t->shape, t->ndim) + ")");
+
+  // Compact row-major never maps two elements to one address.
+  if (is_output && t->strides && self_overlapping(t, v->strides))
+    return DLFUSE_BAD("layout", "no two elements at one address (an output cannot be a broadcast view)",
+                      "strides " + shape_string(v->strides, t->ndim) + " for shape " + shape_string(t->shape, t->ndim));
+  return DLFUSE_STATUS_OK;
+}
+
+dlfuse_status_t check_placement_slow(const char* op, const char* arg, TensorView* v) {
+  const DLTensor* t = v->t;
+  v->space = t->device.device_type == kDLOpenCL ? reinterpret_cast<uintptr_t>(t->data) : 0;
+  v->lo = v->hi = 0;
+  if (t->byte_offset > static_cast<uint64_t>(INT64_MAX))
+    return DLFUSE_BAD("byte_offset", "<= 2^63-1", std::to_string(t->byte_offset));
+  if (v->numel == 0) return DLFUSE_STATUS_OK;
+  int64_t end;
+  if (!add_ok(v->bytes, static_cast<int64_t>(t->byte_offset), &end))
+    return DLFUSE_BAD("byte extent", "<= 2^63-1", "larger (shape " + shape_string(t->shape, t->ndim) + ")");
+  if (!t->data) return DLFUSE_BAD("data", "a non-NULL pointer for a non-empty tensor", "NULL");
 
   if (v->space == 0) {
     const uintptr_t addr = reinterpret_cast<uintptr_t>(t->data);
     if (addr > UINTPTR_MAX - static_cast<uint64_t>(end))
-      return bad("data + byte extent", "inside the address space", "past its end");
+      return DLFUSE_BAD("data + byte extent", "inside the address space", "past its end");
     const uintptr_t first = addr + t->byte_offset;
     // A power-of-two item size: a mask, not a 64-bit division (a tenth of a call's dispatch).
     const uint64_t mask = static_cast<uint64_t>(v->itemsize) - 1;
     if ((v->itemsize & mask) == 0 && (first & mask) != 0)
-      return bad("data + byte_offset", "aligned to " + std::to_string(v->itemsize) + " bytes",
-                 "misaligned address");
+      return DLFUSE_BAD("data + byte_offset", "aligned to " + std::to_string(v->itemsize) + " bytes",
+                        "misaligned address");
     v->lo = first;
-    v->hi = first + static_cast<uint64_t>(bytes);
+    v->hi = first + static_cast<uint64_t>(v->bytes);
   } else {
     if (t->byte_offset % v->itemsize != 0)
-      return bad("byte_offset", "a multiple of " + std::to_string(v->itemsize), std::to_string(t->byte_offset));
+      return DLFUSE_BAD("byte_offset", "a multiple of " + std::to_string(v->itemsize), std::to_string(t->byte_offset));
     v->lo = t->byte_offset;
     v->hi = static_cast<uint64_t>(end);
   }
-
-  // Compact row-major never maps two elements to one address.
-  if (is_output && t->strides && self_overlapping(t, v->strides))
-    return bad("layout", "no two elements at one address (an output cannot be a broadcast view)",
-               "strides " + shape_string(v->strides, t->ndim) + " for shape " + shape_string(t->shape, t->ndim));
   return DLFUSE_STATUS_OK;
 }
+
+#undef DLFUSE_BAD
 
 bool same_view(const TensorView& a, const TensorView& b) {
   const DLTensor* x = a.t;

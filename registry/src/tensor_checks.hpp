@@ -20,17 +20,56 @@ struct TensorView {
   int64_t numel;
   int64_t itemsize;
   int64_t strides[kMaxNdim];  // in elements; compact row-major when t->strides is NULL
+  int64_t bytes;  // from the first element's byte to past the farthest one's; 0 if empty
   // The bytes the view can touch, [lo, hi), in the address space named by `space`:
   // 0 for directly addressed memory, the cl_mem handle on OpenCL.
   uintptr_t space;
   uint64_t lo, hi;
 };
 
-// Validates `t` as argument `arg` of `op`: non-NULL, 0 <= ndim <= kMaxNdim, sizes >= 0,
-// lanes 1, whole-byte items, strides >= 0, no int64 overflow in sizes or byte extents,
-// data present and item-aligned. Outputs must also not overlap themselves.
-dlfuse_status_t check_tensor(const char* op, const char* arg, const DLTensor* t, bool is_output,
+// A tensor's checks come in two parts so that a call repeating the last call's layout
+// (op_validators.cpp) reruns only the second: check_layout reads everything but `data`
+// and `byte_offset`, check_placement reads only those two (and what the first stored).
+
+// Validates the layout of `t` as argument `arg` of `op`: non-NULL, 0 <= ndim <= kMaxNdim,
+// sizes >= 0, lanes 1, whole-byte items, strides >= 0, no int64 overflow in sizes or
+// element extents. Outputs must also not overlap themselves.
+dlfuse_status_t check_layout(const char* op, const char* arg, const DLTensor* t, bool is_output,
                              TensorView* view);
+// Validates where the laid-out tensor `view->t` lies: byte_offset and the byte extent fit,
+// data present (when not empty) and item-aligned, the extent inside the address space.
+// Sets space, lo and hi.
+dlfuse_status_t check_placement_slow(const char* op, const char* arg, TensorView* view);
+
+// The common case inline (it runs for every tensor of every call): a non-empty tensor in
+// directly addressed memory, with a power-of-two item size, that passes. Anything else,
+// failures included, goes through check_placement_slow, which gives the message.
+inline dlfuse_status_t check_placement(const char* op, const char* arg, TensorView* v) {
+  const DLTensor* t = v->t;
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(t->data);
+  const uint64_t offset = t->byte_offset;
+  const uint64_t bytes = static_cast<uint64_t>(v->bytes);
+  const uint64_t mask = static_cast<uint64_t>(v->itemsize) - 1;
+  // Both below 2^62: their sum fits in int64, as check_placement_slow requires.
+  const uint64_t extent = offset + bytes;
+  const uint64_t first = addr + offset;
+  if (__builtin_expect(t->device.device_type != kDLOpenCL && v->numel > 0 && addr != 0 &&
+                           (offset | bytes) < (uint64_t{1} << 62) && addr <= UINT64_MAX - extent &&
+                           (static_cast<uint64_t>(v->itemsize) & mask) == 0 && (first & mask) == 0,
+                       1)) {
+    v->space = 0;
+    v->lo = first;
+    v->hi = first + bytes;
+    return DLFUSE_STATUS_OK;
+  }
+  return check_placement_slow(op, arg, v);
+}
+
+inline dlfuse_status_t check_tensor(const char* op, const char* arg, const DLTensor* t, bool is_output,
+                                    TensorView* view) {
+  if (auto s = check_layout(op, arg, t, is_output, view)) return s;
+  return check_placement(op, arg, view);
+}
 
 // True when the byte ranges of two non-empty views intersect. Inline: called for every
 // (output, input) pair of every call.

@@ -13,13 +13,19 @@
 // ASan checks the kernels' memory accesses on fuzzed-but-valid layouts.
 //
 // Every non-OK status must be a dlfuse_status_t and come with a non-empty
-// dlfuse_last_error(). Paths of the plugins come from the environment
+// dlfuse_last_error(). Each thread's registry calls remember the layout of the last valid
+// call of each op (registry/src/op_validators.cpp); an outcome must not depend on that
+// history: every call of the oracle runs again at once (a repeat of its own layout), then
+// with its tensors moved (same layouts, other data and byte_offset), and each outcome,
+// status and message, must equal that of a thread which never called before. Paths of the plugins come from the environment
 // (FUZZ_ORACLE_PLUGIN, FUZZ_TESTREF_PLUGIN) or from the build (compile definitions).
 #include <dlfcn.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include <fuzzer/FuzzedDataProvider.h>
@@ -166,6 +172,20 @@ void expect_status(dlfuse_status_t s, const char* what) {
   }
 }
 
+struct Outcome {
+  dlfuse_status_t status;
+  std::string message;
+};
+
+Outcome outcome_of(dlfuse_status_t s) { return {s, s == DLFUSE_STATUS_OK ? std::string() : dlfuse_last_error()}; }
+
+void expect_same(const Outcome& a, const Outcome& b, const char* what) {
+  if (a.status == b.status && a.message == b.message) return;
+  std::fprintf(stderr, "fuzz_validation: %s: outcome depends on the thread's history:\n  %s: %s\n  %s: %s\n", what,
+               dlfuse_status_string(a.status), a.message.c_str(), dlfuse_status_string(b.status), b.message.c_str());
+  std::abort();
+}
+
 // C callers may pass any int as a dlfuse_activation_t; call the typed functions through
 // pointer types that say int32_t, as such a caller's compiler would.
 using AmaFn = dlfuse_status_t (*)(dlfuse_registry_t, const DLTensor*, const DLTensor*, const DLTensor*, double, int32_t,
@@ -219,6 +239,25 @@ dlfuse_status_t run(dlfuse_registry_t reg, const Call& c) {
       }
       return dlfuse_op_call(op, in, c.n_in, out, c.n_out, c.attrs_null ? nullptr : c.attrs.data(), c.n_attrs, nullptr);
     }
+  }
+}
+
+// Makes this thread forget the op's last valid layout (the registry keeps one per thread
+// and op): a call whose first input has ndim 17 matches no remembered layout, and the
+// full checks refuse it.
+void forget(const Call& c) {
+  if (c.kind > 4 || c.in_null || c.n_in < 1) return;
+  static DLTensor deep = [] {
+    DLTensor t{};
+    t.ndim = 17;
+    t.dtype = DLDataType{kDLFloat, 32, 1};
+    return t;
+  }();
+  Call e = c;
+  e.in[0] = &deep;
+  if (run(g_oracle_reg, e) == DLFUSE_STATUS_OK) {
+    std::fprintf(stderr, "fuzz_validation: a tensor of ndim 17 was accepted\n");
+    std::abort();
   }
 }
 
@@ -306,7 +345,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   c.attrs_null = p.ConsumeIntegral<uint8_t>() >= 250;
 
-  expect_status(run(g_oracle_reg, c), kOpNames[c.op]);
+  // first: this thread forgot the op's layout, so the full checks run; again: a repeat of
+  // the layout when first passed; moved: the same layouts at other addresses, judged once
+  // as a repeat and once after forgetting. Now and then a new thread judges first, too.
+  forget(c);
+  const dlfuse_status_t first_status = run(g_oracle_reg, c);
+  const Outcome first = outcome_of(first_status);
+  expect_status(first_status, kOpNames[c.op]);
+  expect_same(first, outcome_of(run(g_oracle_reg, c)), "the same call again");
+  if (p.ConsumeIntegral<uint8_t>() < 4) {
+    Outcome fresh{};
+    std::thread([&] { fresh = outcome_of(run(g_oracle_reg, c)); }).join();
+    expect_same(first, fresh, "the call on a new thread");
+  }
+  for (int i = 0; i < n_desc; ++i) {  // move tensors, keep their layouts
+    const uint8_t m = p.ConsumeIntegral<uint8_t>();
+    if (m < 128) continue;
+    const size_t off = p.ConsumeIntegral<uint16_t>() % kArenaSize;
+    pool[i].t.data = m < 240 ? g_arena + (off & ~size_t{7}) : (m < 248 ? g_arena + off : nullptr);
+    if (m >= 224) pool[i].t.byte_offset = m % 2 ? 0 : off % 24;
+  }
+  const dlfuse_status_t moved_status = run(g_oracle_reg, c);
+  const Outcome moved = outcome_of(moved_status);
+  expect_status(moved_status, kOpNames[c.op]);
+  forget(c);
+  expect_same(moved, outcome_of(run(g_oracle_reg, c)), "the call with tensors moved");
 
   // The real kernels, when every tensor the call can reach is in the arena and small.
   if (c.op > 3 || c.in_null || c.out_null) return 0;
