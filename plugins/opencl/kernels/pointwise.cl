@@ -90,7 +90,9 @@ __kernel void amx_bwd_rows(__global const T* g, view_t vg, __global const T* x, 
                            __global T* gb, view_t vgb, __global float* part, int direct, long n1,
                            long n2, long rpi, float mult, int act) {
   const long c = get_global_id(0), chunk = get_global_id(1);
-  if (c >= n2 || chunk * rpi >= n1) return;
+  if (c >= n2) return;
+  /* A chunk past the last row still writes its (zero) partial sum: the reduction reads
+   * every chunk, and scratch memory holds whatever it held before. */
   const long r1 = min(n1, (chunk + 1) * rpi);
   float sum = 0.0f;
   for (long r = chunk * rpi; r < r1; ++r) {

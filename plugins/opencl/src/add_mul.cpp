@@ -100,8 +100,11 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
       if (reduce[i]) rows = v2[size_t(4 + i)].s1 == 0 && v2[size_t(4 + i)].s2 != 0;
     if (rows) {
       const int64_t target = c.dev->cpu_kernels ? 4096 : 65536;  // work-items wanted
-      const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(bn1, target / bn2));
-      const int64_t rpi = (bn1 + chunks - 1) / chunks;
+      // rpi rounds up, so the chunk count is recomputed from it: every chunk the reduction
+      // reads then has at least one row and writes its partial sum (scratch is not zeroed).
+      const int64_t want = std::max<int64_t>(1, std::min<int64_t>(bn1, target / bn2));
+      const int64_t rpi = (bn1 + want - 1) / want;
+      const int64_t chunks = (bn1 + rpi - 1) / rpi;
       MemRef part;
       if (need_tmp) part.m = scratch(*c.dev, size_t(chunks * bn2) * sizeof(float));
       KernelRef k(c.dev->kernel(c.prec, "amx_bwd_rows"));
