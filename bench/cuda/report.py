@@ -1,4 +1,4 @@
-"""Merges bench_cuda.jsonl and torch_peers.jsonl (from bench/cuda/run.sh) into a ratio
+"""Merges bench_cuda.jsonl and torch_peers.jsonl (from `tools/gpu.sh bench-cuda`) into a ratio
 table (markdown on stdout) plus results.json and results.csv in the same folder."""
 import csv
 import json

@@ -1,0 +1,48 @@
+# Sourced by tools/gpu.sh: finds what a GPU machine without package registries offers, the
+# same way for every job, and defines gpu_build. Sets DLINC, CLINC, CLLIB, CUDA_HOME,
+# CLI and PLUGINS (after gpu_build), and OCL_ICD_VENDORS where the NVIDIA ICD is not registered.
+ROOT=${ROOT:-$PWD}
+
+# DLPack >= 1.0: python3's apache-tvm-ffi, else a carried wheel.
+DLINC=$(python3 -c "import tvm_ffi.libinfo as l; print(l.find_dlpack_include_path())" 2>/dev/null || true)
+if [ -z "$DLINC" ] || [ ! -f "$DLINC/dlpack/dlpack.h" ]; then
+  whl=$(ls "$ROOT"/.whl/apache_tvm_ffi-*.whl 2>/dev/null | head -1 || true)
+  if [ -n "$whl" ]; then
+    python3 -c "import zipfile,sys; zipfile.ZipFile(sys.argv[1]).extract('tvm_ffi/include/dlpack/dlpack.h', '/tmp/dlpack-inc')" "$whl"
+    DLINC=/tmp/dlpack-inc/tvm_ffi/include
+  else
+    echo "gpu_env: no DLPack header: pip-install apache-tvm-ffi or carry .whl/apache_tvm_ffi-*.whl" >&2
+  fi
+fi
+
+# OpenCL: the system's headers and ICD loader, else the CUDA toolkit's.
+if [ -f /usr/include/CL/cl.h ]; then CLINC=/usr/include; else CLINC=/usr/local/cuda/include; fi
+CLLIB=$(ldconfig -p | awk '/libOpenCL\.so\.1 .*x86-64/ {print $NF; exit}')
+[ -n "$CLLIB" ] || CLLIB=/usr/local/cuda/lib64/libOpenCL.so.1
+if ! grep -qs nvidia /etc/OpenCL/vendors/*.icd; then
+  nv=$(ldconfig -p | awk '/libnvidia-opencl\.so\.1/ {print $NF; exit}')
+  if [ -n "$nv" ]; then
+    mkdir -p /tmp/ocl-vendors
+    cp /etc/OpenCL/vendors/*.icd /tmp/ocl-vendors/ 2>/dev/null || true
+    echo "$nv" >/tmp/ocl-vendors/nvidia.icd
+    export OCL_ICD_VENDORS=/tmp/ocl-vendors
+  fi
+fi
+
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+CUDA_HOME=$(dirname "$(dirname "$NVCC")")
+
+# gpu_build DIR: configure and build everything but oneDNN and the tests into DIR.
+gpu_build() {
+  local gen=() arch=()
+  command -v ninja >/dev/null && gen=(-G Ninja)
+  [ -n "${CUDA_ARCHS:-}" ] && arch=(-DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS")
+  cmake -S "$ROOT" -B "$1" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLFUSE_BUILD_TESTS=OFF \
+    -DDLFUSE_WITH_ONEDNN=OFF -DDLFUSE_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" "${arch[@]}" \
+    -DDLPACK_INCLUDE_DIR="$DLINC" -DOpenCL_INCLUDE_DIR="$CLINC" -DOpenCL_LIBRARY="$CLLIB" &&
+    cmake --build "$1" -j "$(nproc)"
+  local rc=$?
+  CLI=$1/bin/dlfuse
+  PLUGINS=$1/lib/dlfuse/plugins
+  return $rc
+}
