@@ -460,8 +460,8 @@ void backward_block(State& st, const DLTensor* const* in, DLTensor* const* out, 
 dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_t* args) {
   return run_kernel(args, [&]() -> dlfuse_status_t {
     check_call(args, 3, 1, true);
-    const int act = read_activation(args);
-    const float mult = float(read_multiplier(args));
+    const int act = kit::activation(args);
+    const float mult = float(kit::multiplier(args));
     State& st = *static_cast<State*>(state);
     const DLTensor* const* in = args->inputs;
     DLTensor* out = args->outputs[0];
@@ -487,8 +487,8 @@ dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_
 dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) {
   return run_kernel(args, [&]() -> dlfuse_status_t {
     check_call(args, 4, 3, false);
-    const int act = read_activation(args);
-    const float mult = float(read_multiplier(args));
+    const int act = kit::activation(args);
+    const float mult = float(kit::multiplier(args));
     State& st = *static_cast<State*>(state);
     const DLTensor* const* in = args->inputs;
     DLTensor* const* out = args->outputs;

@@ -4,7 +4,7 @@
 #ifndef DLFUSE_ONEDNN_COMMON_H_
 #define DLFUSE_ONEDNN_COMMON_H_
 
-#include <dlfuse/plugin.h>
+#include <dlfuse/plugin_kit.hpp>
 
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
@@ -27,35 +27,20 @@
 
 namespace dlfuse_onednn {
 
-// A failure with a status, thrown inside the plugin and turned into a status + message at
-// the C boundary by guarded(); never crosses it.
-struct Failure : std::runtime_error {
-  dlfuse_status_t status;
-  Failure(dlfuse_status_t s, const std::string& m) : std::runtime_error(m), status(s) {}
-};
+namespace kit = dlfuse::kit;
+using kit::Error;
 
-inline dlfuse_status_t fail(char* err, size_t err_size, dlfuse_status_t status, const std::string& msg) {
-  if (err && err_size > 0) std::snprintf(err, err_size, "onednn: %s", msg.c_str());
-  return status;
-}
-
-// Nothing may cross the C boundary: every entry point runs its body through this.
+// The plugin kit's exception wall, with oneDNN's own exception mapped to a status.
 template <class F>
 dlfuse_status_t guarded(char* err, size_t err_size, F&& body) noexcept {
-  try {
-    return body();
-  } catch (const Failure& f) {
-    return fail(err, err_size, f.status, f.what());
-  } catch (const dnnl::error& e) {
-    return fail(err, err_size, e.status == dnnl_out_of_memory ? DLFUSE_STATUS_OUT_OF_MEMORY : DLFUSE_STATUS_INTERNAL,
-                std::string("oneDNN error: ") + e.what());
-  } catch (const std::bad_alloc&) {
-    return fail(err, err_size, DLFUSE_STATUS_OUT_OF_MEMORY, "out of host memory");
-  } catch (const std::exception& e) {
-    return fail(err, err_size, DLFUSE_STATUS_INTERNAL, std::string("exception: ") + e.what());
-  } catch (...) {
-    return fail(err, err_size, DLFUSE_STATUS_INTERNAL, "unknown exception");
-  }
+  return kit::guarded("onednn", err, err_size, [&]() -> dlfuse_status_t {
+    try {
+      return body();
+    } catch (const dnnl::error& e) {
+      throw Error(e.status == dnnl_out_of_memory ? DLFUSE_STATUS_OUT_OF_MEMORY : DLFUSE_STATUS_INTERNAL,
+                  std::string("oneDNN error: ") + e.what());
+    }
+  });
 }
 
 // Runs a kernel body behind the exception wall. In sanitizer builds (DLFUSE_ONEDNN_SERIAL,
@@ -98,11 +83,7 @@ struct View {
   }
 };
 
-inline std::vector<int64_t> compact_strides(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> s(shape.size(), 1);
-  for (int i = int(shape.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * (shape[i + 1] > 0 ? shape[i + 1] : 1);
-  return s;
-}
+using kit::compact_strides;
 
 // The float32 view of a float32 DLTensor (honors byte_offset; NULL strides = compact).
 inline View view_of(const DLTensor* t) {
@@ -288,8 +269,6 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
 
 // Argument sanity the registry already checked; kept so a bypassing host cannot crash us.
 void check_call(const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs, bool first_output_required);
-int read_activation(const dlfuse_kernel_args_t* args);
-double read_multiplier(const dlfuse_kernel_args_t* args);
 
 // ---------------------------------------------------------------------------------------
 // dtype handling (convert.cpp). Kind of storage of a call's tensors.

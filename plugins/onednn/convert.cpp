@@ -104,7 +104,7 @@ Storage storage_of(DLDataType dt) {
   if (dt.lanes == 1 && dt.code == kDLFloat && dt.bits == 32) return Storage::kF32;
   if (dt.lanes == 1 && dt.code == kDLBfloat && dt.bits == 16) return Storage::kBF16;
   if (dt.lanes == 1 && dt.code == kDLFloat && dt.bits == 16) return Storage::kF16;
-  throw Failure(DLFUSE_STATUS_UNSUPPORTED, "dtype: expected float32, bfloat16 or float16, got code " +
+  throw Error(DLFUSE_STATUS_UNSUPPORTED, "dtype: expected float32, bfloat16 or float16, got code " +
                                                std::to_string(dt.code) + " bits " + std::to_string(dt.bits) +
                                                " lanes " + std::to_string(dt.lanes));
 }

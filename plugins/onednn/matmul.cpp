@@ -178,7 +178,7 @@ void run_matmul(State& st, Mm m) {
       View sc = s, wc = w;
       sc.data = m.src.data + os;
       wc.data = m.wei.data + ow;
-      if (m.bias || m.relu) throw Failure(DLFUSE_STATUS_INTERNAL, "a summed matmul takes no bias or relu");
+      if (m.bias || m.relu) throw Error(DLFUSE_STATUS_INTERNAL, "a summed matmul takes no bias or relu");
       exec_matmul(st, matmul_primitive(st, sc, wc, out, nullptr, kNoBias, false, c > 0), sc, wc, out, nullptr, kNoBias,
                   c > 0);
     }

@@ -27,33 +27,26 @@ namespace {
 
 constexpr size_t kAlign = 64;
 
-const DLDataType kDtypes[] = {{kDLFloat, 32, 1}, {kDLBfloat, 16, 1}, {kDLFloat, 16, 1}};
-constexpr int32_t kNumDtypes = int32_t(sizeof(kDtypes) / sizeof(kDtypes[0]));
-constexpr int32_t kPriority = 100;
-
-dlfuse_kernel_t kernel(const char* op, dlfuse_kernel_fn_t fn) {
-  return dlfuse_kernel_t{sizeof(dlfuse_kernel_t), op, kDLCPU, kNumDtypes, kDtypes, kPriority, fn, nullptr};
+const kit::KernelTable& kernel_table() {
+  static const kit::KernelTable table(kDLCPU, {{kDLFloat, 32, 1}, {kDLBfloat, 16, 1}, {kDLFloat, 16, 1}}, 100,
+                                      {{DLFUSE_OP_MATMUL_ADD_RELU, matmul_add_relu},
+                                       {DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD, matmul_add_relu_backward},
+                                       {DLFUSE_OP_ADD_MUL_ACTIVATION, add_mul_activation},
+                                       {DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, add_mul_activation_backward}});
+  return table;
 }
-
-const dlfuse_kernel_t kKernels[] = {
-    kernel(DLFUSE_OP_MATMUL_ADD_RELU, matmul_add_relu),
-    kernel(DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD, matmul_add_relu_backward),
-    kernel(DLFUSE_OP_ADD_MUL_ACTIVATION, add_mul_activation),
-    kernel(DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, add_mul_activation_backward),
-};
 
 dlfuse_status_t check_device(int32_t device_id) {
   if (device_id == 0) return DLFUSE_STATUS_OK;
-  throw Failure(DLFUSE_STATUS_INVALID_ARGUMENT,
-                "device_id: expected 0 (the one cpu device), got " + std::to_string(device_id));
+  kit::invalid("device_id", "0 (the one cpu device)", std::to_string(device_id));
 }
 
 dlfuse_status_t open_plugin(const dlfuse_host_info_t* host, void** state, char* err, size_t err_size) noexcept {
   return guarded(err, err_size, [&]() -> dlfuse_status_t {
-    if (!state) throw Failure(DLFUSE_STATUS_INVALID_ARGUMENT, "state: expected a pointer, got NULL");
+    if (!state) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "state: expected a pointer, got NULL");
     if (host && DLFUSE_HAS_FIELD(host, dlfuse_host_info_t, abi_major) && host->abi_major != DLFUSE_ABI_MAJOR)
-      throw Failure(DLFUSE_STATUS_ABI_MISMATCH, "host ABI major " + std::to_string(host->abi_major) +
-                                                    ", plugin built for " + std::to_string(DLFUSE_ABI_MAJOR));
+      throw Error(DLFUSE_STATUS_ABI_MISMATCH,
+                  "host ABI major " + std::to_string(host->abi_major) + ", plugin built for " + std::to_string(DLFUSE_ABI_MAJOR));
     auto st = std::make_unique<State>();
     st->engine = dnnl::engine(dnnl::engine::kind::cpu, 0);
     const char* trace = std::getenv("DLFUSE_ONEDNN_TRACE");
@@ -74,28 +67,24 @@ void close_plugin(void* state) noexcept {
 
 dlfuse_status_t get_kernels(void*, const dlfuse_kernel_t** kernels, int32_t* num, char* err,
                             size_t err_size) noexcept {
-  if (!kernels || !num)
-    return fail(err, err_size, DLFUSE_STATUS_INVALID_ARGUMENT, "get_kernels: expected out-pointers, got NULL");
-  *kernels = kKernels;
-  *num = int32_t(sizeof(kKernels) / sizeof(kKernels[0]));
-  return DLFUSE_STATUS_OK;
+  return guarded(err, err_size, [&] { return kernel_table().get(kernels, num, "onednn", err, err_size); });
 }
 
 dlfuse_status_t device_count(void*, int32_t* count, char* err, size_t err_size) noexcept {
-  if (!count) return fail(err, err_size, DLFUSE_STATUS_INVALID_ARGUMENT, "count: expected a pointer, got NULL");
+  if (!count) return kit::write_error("onednn", err, err_size, DLFUSE_STATUS_INVALID_ARGUMENT, "count: expected a pointer, got NULL");
   *count = 1;
   return DLFUSE_STATUS_OK;
 }
 
 dlfuse_status_t alloc(void*, int32_t device_id, size_t nbytes, void** ptr, char* err, size_t err_size) noexcept {
   return guarded(err, err_size, [&]() -> dlfuse_status_t {
-    if (!ptr) throw Failure(DLFUSE_STATUS_INVALID_ARGUMENT, "ptr: expected a pointer, got NULL");
+    if (!ptr) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "ptr: expected a pointer, got NULL");
     check_device(device_id);
     if (nbytes > std::numeric_limits<size_t>::max() - kAlign)
-      throw Failure(DLFUSE_STATUS_OUT_OF_MEMORY, "nbytes " + std::to_string(nbytes) + " overflows");
+      throw Error(DLFUSE_STATUS_OUT_OF_MEMORY, "nbytes " + std::to_string(nbytes) + " overflows");
     const size_t rounded = (nbytes + kAlign - 1) / kAlign * kAlign;
     void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
-    if (!p) throw Failure(DLFUSE_STATUS_OUT_OF_MEMORY, "cannot allocate " + std::to_string(nbytes) + " bytes");
+    if (!p) throw Error(DLFUSE_STATUS_OUT_OF_MEMORY, "cannot allocate " + std::to_string(nbytes) + " bytes");
     *ptr = p;
     return DLFUSE_STATUS_OK;
   });
@@ -114,9 +103,9 @@ dlfuse_status_t copy(void*, int32_t device_id, dlfuse_copy_kind_t kind, void* ds
   return guarded(err, err_size, [&]() -> dlfuse_status_t {
     check_device(device_id);
     if (kind != DLFUSE_COPY_HOST_TO_DEVICE && kind != DLFUSE_COPY_DEVICE_TO_HOST && kind != DLFUSE_COPY_DEVICE_TO_DEVICE)
-      throw Failure(DLFUSE_STATUS_INVALID_ARGUMENT, "kind: expected 1, 2 or 3, got " + std::to_string(int(kind)));
+      throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "kind: expected 1, 2 or 3, got " + std::to_string(int(kind)));
     if (nbytes == 0) return DLFUSE_STATUS_OK;
-    if (!dst || !src) throw Failure(DLFUSE_STATUS_INVALID_ARGUMENT, "copy: NULL src or dst");
+    if (!dst || !src) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "copy: NULL src or dst");
     std::memmove(static_cast<char*>(dst) + dst_offset, static_cast<const char*>(src) + src_offset, nbytes);
     return DLFUSE_STATUS_OK;
   });
@@ -134,40 +123,12 @@ const dlfuse_plugin_t kPlugin = {sizeof(dlfuse_plugin_t), DLFUSE_ABI_MAJOR, DLFU
 }  // namespace
 
 void check_call(const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs, bool first_output_required) {
-  auto bad = [&](const std::string& m) { throw Failure(DLFUSE_STATUS_INVALID_ARGUMENT, m); };
-  if (args->num_inputs != num_inputs || args->num_outputs != num_outputs || !args->inputs || !args->outputs)
-    bad(std::string(args->op ? args->op : "?") + ": expected " + std::to_string(num_inputs) + " inputs and " +
-        std::to_string(num_outputs) + " outputs, got " + std::to_string(args->num_inputs) + " and " +
-        std::to_string(args->num_outputs));
-  if (first_output_required && !args->outputs[0]) bad("output 0: expected a tensor, got NULL");
+  kit::check_call(args, num_inputs, num_outputs, first_output_required, kDLCPU);
   for (int i = 0; i < num_inputs + num_outputs; ++i) {
     const DLTensor* t = i < num_inputs ? args->inputs[i] : args->outputs[i - num_inputs];
-    if (!t) {
-      if (i < num_inputs) bad("input " + std::to_string(i) + ": expected a tensor, got NULL");
-      continue;
-    }
-    if (t->device.device_type != kDLCPU || t->device.device_id != 0)
-      bad("tensor " + std::to_string(i) + ": expected device cpu:0, got type " +
-          std::to_string(int(t->device.device_type)) + " id " + std::to_string(t->device.device_id));
-    const DLDataType a = t->dtype, b = args->inputs[0]->dtype;
-    if (a.code != b.code || a.bits != b.bits || a.lanes != b.lanes)
-      bad("tensor " + std::to_string(i) + ": expected the dtype of input 0");
+    if (t && t->device.device_id != 0)
+      kit::invalid("tensor " + std::to_string(i), "device cpu:0", "cpu:" + std::to_string(t->device.device_id));
   }
-}
-
-int read_activation(const dlfuse_kernel_args_t* args) {
-  const dlfuse_attr_t* a = dlfuse_find_attr(args, DLFUSE_ATTR_ACTIVATION);
-  if (!a || a->type != DLFUSE_ATTR_INT64 || a->value.i64 < 0 || a->value.i64 >= DLFUSE_ACT_COUNT)
-    throw Failure(DLFUSE_STATUS_INVALID_ARGUMENT,
-                  "attribute ACTIVATION: expected an int64 in [0, 7), got " +
-                      (a ? std::to_string(a->type == DLFUSE_ATTR_INT64 ? a->value.i64 : -1) : std::string("none")));
-  return int(a->value.i64);
-}
-
-double read_multiplier(const dlfuse_kernel_args_t* args) {
-  const dlfuse_attr_t* a = dlfuse_find_attr(args, DLFUSE_ATTR_MULTIPLIER);
-  if (a && a->type == DLFUSE_ATTR_FLOAT64) return a->value.f64;
-  return 1.0;
 }
 
 }  // namespace dlfuse_onednn

@@ -13,13 +13,8 @@ const char* const kFwdNames[] = {"x", "y", "bias", "out"};
 const char* const kBwdNames[] = {"grad_out", "x", "y", "bias", "grad_x", "grad_y", "grad_bias"};
 
 void read_attrs(const dlfuse_kernel_args_t* args, cl_int* act, cl_float* mult) {
-  const dlfuse_attr_t* a = dlfuse_find_attr(args, DLFUSE_ATTR_ACTIVATION);
-  if (!a || a->type != DLFUSE_ATTR_INT64 || a->value.i64 < 0 || a->value.i64 >= DLFUSE_ACT_COUNT)
-    throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "attribute ACTIVATION missing or out of range; expected 0.." +
-                                                    std::to_string(DLFUSE_ACT_COUNT - 1));
-  *act = cl_int(a->value.i64);
-  const dlfuse_attr_t* m = dlfuse_find_attr(args, DLFUSE_ATTR_MULTIPLIER);
-  *mult = m && m->type == DLFUSE_ATTR_FLOAT64 ? cl_float(m->value.f64) : 1.0f;
+  *act = cl_int(kit::activation(args));
+  *mult = cl_float(kit::multiplier(args));
 }
 
 }  // namespace

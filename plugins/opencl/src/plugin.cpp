@@ -10,10 +10,6 @@
 namespace dlfuse_opencl {
 namespace {
 
-const DLDataType kF32[] = {{kDLFloat, 32, 1}};
-const DLDataType kF32F16[] = {{kDLFloat, 32, 1}, {kDLFloat, 16, 1}};
-constexpr int32_t kPriority = 100;
-
 dlfuse_status_t open_plugin(const dlfuse_host_info_t*, void** state, char* err, size_t err_size) noexcept {
   return guarded(err, err_size, [&] {
     if (!state) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "argument 'state' is NULL");
@@ -24,17 +20,14 @@ dlfuse_status_t open_plugin(const dlfuse_host_info_t*, void** state, char* err, 
     // device without it would have nothing to run); pick devices with DLFUSE_OPENCL_DEVICE.
     bool fp16 = true;
     for (const auto& d : s->devices) fp16 = fp16 && d->fp16;
-    const DLDataType* dt = fp16 ? kF32F16 : kF32;
-    const int32_t ndt = fp16 ? 2 : 1;
-    const std::pair<const char*, dlfuse_kernel_fn_t> ops[] = {
-        {DLFUSE_OP_MATMUL_ADD_RELU, matmul_add_relu},
-        {DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD, matmul_add_relu_backward},
-        {DLFUSE_OP_ADD_MUL_ACTIVATION, add_mul_activation},
-        {DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, add_mul_activation_backward},
-    };
-    for (const auto& op : ops)
-      s->kernels.push_back(dlfuse_kernel_t{sizeof(dlfuse_kernel_t), op.first, kDLOpenCL, ndt, dt, kPriority, op.second,
-                                           nullptr});
+    std::vector<DLDataType> dtypes = {{kDLFloat, 32, 1}};
+    if (fp16) dtypes.push_back({kDLFloat, 16, 1});
+    s->kernels = std::make_unique<kit::KernelTable>(
+        kDLOpenCL, dtypes, 100,
+        std::vector<kit::KernelTable::Entry>{{DLFUSE_OP_MATMUL_ADD_RELU, matmul_add_relu},
+                                             {DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD, matmul_add_relu_backward},
+                                             {DLFUSE_OP_ADD_MUL_ACTIVATION, add_mul_activation},
+                                             {DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, add_mul_activation_backward}});
     *state = s.release();
     return DLFUSE_STATUS_OK;
   });
@@ -44,13 +37,8 @@ void close_plugin(void* state) noexcept { delete static_cast<State*>(state); }
 
 dlfuse_status_t get_kernels(void* state, const dlfuse_kernel_t** kernels, int32_t* num, char* err,
                             size_t err_size) noexcept {
-  return guarded(err, err_size, [&] {
-    if (!state || !kernels || !num) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "NULL state or out-pointer");
-    const State* s = static_cast<const State*>(state);
-    *kernels = s->kernels.data();
-    *num = int32_t(s->kernels.size());
-    return DLFUSE_STATUS_OK;
-  });
+  if (!state) return kit::write_error("opencl", err, err_size, DLFUSE_STATUS_INVALID_ARGUMENT, "state: expected the plugin's, got NULL");
+  return static_cast<const State*>(state)->kernels->get(kernels, num, "opencl", err, err_size);
 }
 
 dlfuse_status_t device_count(void* state, int32_t* count, char* err, size_t err_size) noexcept {

@@ -37,11 +37,6 @@ void throw_cl(cl_int code, const std::string& what) {
               what + " failed: " + cl_error_name(code) + " (" + std::to_string(code) + ")");
 }
 
-dlfuse_status_t write_error(char* err, size_t err_size, dlfuse_status_t s, const std::string& msg) {
-  if (err && err_size > 0) std::snprintf(err, err_size, "%s", msg.c_str());
-  return s;
-}
-
 namespace {
 
 std::string platform_str(cl_platform_id p, cl_platform_info what) {

@@ -8,7 +8,7 @@
 #define CL_TARGET_OPENCL_VERSION 120
 #endif
 #include <CL/cl.h>
-#include <dlfuse/plugin.h>
+#include <dlfuse/plugin_kit.hpp>
 
 #include <cstdio>
 #include <memory>
@@ -21,32 +21,17 @@ namespace dlfuse_opencl {
 
 const char* cl_error_name(cl_int code);
 
-// Thrown inside the plugin, turned into a status and message at the C boundary.
-struct Error : std::runtime_error {
-  Error(dlfuse_status_t s, const std::string& m) : std::runtime_error(m), status(s) {}
-  dlfuse_status_t status;
-};
+namespace kit = dlfuse::kit;
+using kit::Error;
 [[noreturn]] void throw_cl(cl_int code, const std::string& what);
 inline void check_cl(cl_int code, const char* what) {
   if (code != CL_SUCCESS) throw_cl(code, what);
 }
 
-dlfuse_status_t write_error(char* err, size_t err_size, dlfuse_status_t s, const std::string& msg);
-
-// Every C entry runs its body through this: nothing crosses the boundary.
+// Every C entry runs its body through the kit's exception wall: nothing crosses the boundary.
 template <class F>
 dlfuse_status_t guarded(char* err, size_t err_size, F&& body) noexcept {
-  try {
-    return body();
-  } catch (const Error& e) {
-    return write_error(err, err_size, e.status, e.what());
-  } catch (const std::bad_alloc&) {
-    return write_error(err, err_size, DLFUSE_STATUS_OUT_OF_MEMORY, "out of host memory");
-  } catch (const std::exception& e) {
-    return write_error(err, err_size, DLFUSE_STATUS_INTERNAL, std::string("exception: ") + e.what());
-  } catch (...) {
-    return write_error(err, err_size, DLFUSE_STATUS_INTERNAL, "unknown exception");
-  }
+  return kit::guarded("opencl", err, err_size, std::forward<F>(body));
 }
 
 enum class Prec { kF32 = 0, kF16 = 1 };
@@ -84,7 +69,7 @@ struct Device {
 
 struct State {
   std::vector<std::unique_ptr<Device>> devices;
-  std::vector<dlfuse_kernel_t> kernels;
+  std::unique_ptr<kit::KernelTable> kernels;
   Device& device(int32_t id);
 };
 
