@@ -11,6 +11,11 @@
 #   INSTALL_DIR  where `cmake --install` puts it; default lib/dlfuse/plugins under the
 #                installing project's prefix (DLFUSE_PLUGIN_DIR is the one the installed
 #                libdlfuse searches itself).
+
+# The version script beside this file, found when the file is included (a function
+# cannot see its own file's folder before CMake 3.17).
+set_property(GLOBAL PROPERTY DLFUSE_PLUGIN_VERSION_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/dlfuse_plugin.map)
+
 function(dlfuse_add_plugin name)
   cmake_parse_arguments(P "NO_INSTALL" "OUTPUT_DIR;INSTALL_DIR" "SOURCES" ${ARGN})
   if(NOT P_SOURCES)
@@ -31,7 +36,7 @@ function(dlfuse_add_plugin name)
   if(APPLE)
     target_link_options(${target} PRIVATE "LINKER:-exported_symbol,_dlfuse_plugin_v1")
   elseif(NOT WIN32)
-    set(map ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/dlfuse_plugin.map)
+    get_property(map GLOBAL PROPERTY DLFUSE_PLUGIN_VERSION_SCRIPT)
     target_link_options(${target} PRIVATE "LINKER:--version-script=${map}")
     set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS ${map})
   endif()

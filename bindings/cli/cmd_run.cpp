@@ -246,6 +246,8 @@ int cmd_run(const Args& args) {
   }
 
   print_row("PLUGIN", "DEVICE", "OP", "DTYPE", "SHAPE", "TIME", "MAX_ABS", "MAX_RATIO", "RESULT");
+  // --plugin always runs that plugin alone, forced, whatever DLFUSE_PREFER says.
+  const bool follow_dispatch = dispatch_only && !args.has("--plugin");
   int passed = 0, failed = 0;
   for (const Target& t : targets) {
     const std::string pname = t.plugin >= 0 ? plugin_info(reg, t.plugin).name : "";
@@ -253,16 +255,14 @@ int cmd_run(const Args& args) {
     // (docs/abi.md, "Device services"); every target sets its own, so the previous one
     // needs no clearing. With one, the user's order stays and rows dispatch would not
     // send to this plugin are left out.
-    const bool forced = t.plugin >= 0 && !dispatch_only;
-    if (forced) dlfuse_registry_prefer(reg, nullptr, pname.c_str());
+    if (t.plugin >= 0 && !follow_dispatch) dlfuse_registry_prefer(reg, nullptr, pname.c_str());
     for (OpKind op : ops) {
       std::vector<DLDataType> dtypes;
       if (dtype_given) dtypes = {dtype};
       else if (t.plugin >= 0) dtypes = declared_dtypes(reg, t.plugin, op, t.dev.device_type);
       else dtypes = {DLDataType{kDLFloat, 32, 1}};
       for (DLDataType dt : dtypes) {
-        if (t.plugin >= 0 && dispatch_only && !args.has("--plugin") &&
-            !dispatches_to(reg, op, t.dev.device_type, dt, t.plugin))
+        if (t.plugin >= 0 && follow_dispatch && !dispatches_to(reg, op, t.dev.device_type, dt, t.plugin))
           continue;
         (run_one(reg, t, op, dt, cfg) ? passed : failed)++;
       }
