@@ -84,7 +84,9 @@ only_entry() { # only_entry SO: its one defined dynamic symbol is dlfuse_plugin_
 "$cmake" --build "$work/cxx" >"$work/cxx-build.log" || { cat "$work/cxx-build.log"; exit 1; }
 cxxplugin=$work/cxx/libdlfuse_cxx_example.so
 # The test means something only if the plugin does make std template instances.
-nm -C "$cxxplugin" | grep -q 'std::vector<double' || { echo "no std::vector<double> in $cxxplugin"; exit 1; }
+# (Into a variable first: grep -q ending the pipe early would fail it under pipefail.)
+all_syms=$(nm -C "$cxxplugin")
+grep -q 'std::vector<double' <<<"$all_syms" || { echo "no std::vector<double> in $cxxplugin"; exit 1; }
 only_entry "$cxxplugin"
 out=$(DLFUSE_PLUGIN_PATH=$work/cxx "$cli" run add_mul_activation --plugin cxx_example --dtype f64 --act silu)
 echo "$out"
@@ -105,8 +107,8 @@ only_entry "$work/cxx_pc/libdlfuse_cxx_example.so"
 # shellcheck disable=SC2046
 "$cxx" -std=c++17 -shared -fPIC -fvisibility=hidden -Wl,--no-undefined "$src/examples/cxx_plugin/cxx_plugin.cpp" \
   $(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags dlfuse) -o "$work/cxx_pc/leaky.so"
-nm -DC --defined-only "$work/cxx_pc/leaky.so" | grep -q 'std::' ||
-  echo "note: this compiler hid std:: instances even without the version script"
+leaky=$(nm -DC --defined-only "$work/cxx_pc/leaky.so")
+grep -q 'std::' <<<"$leaky" || echo "note: this compiler hid std:: instances even without the version script"
 
 step "ABI stability: frozen 1.0 layout; 1.0 and future 1.x plugins load; ABI 2 is refused"
 "$cmake" -S "$src/tests/sdk/abi_compat" -B "$work/abi" -DCMAKE_PREFIX_PATH="$prefix" \
