@@ -28,11 +28,15 @@ if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{CUDAARCHS})
     endif()
   endforeach()
   if(NOT _archs)
-    message(FATAL_ERROR "${CMAKE_CUDA_COMPILER} supports none of sm_${DLFUSE_CUDA_DEFAULT_ARCHS}; "
+    list(JOIN DLFUSE_CUDA_DEFAULT_ARCHS ", " _all)
+    message(FATAL_ERROR "${CMAKE_CUDA_COMPILER} builds none of the architectures ${_all}; "
                         "set CMAKE_CUDA_ARCHITECTURES")
   endif()
   if(_dropped)
-    message(STATUS "dlfuse: this CUDA toolkit cannot build sm_${_dropped}; the CUDA plugin will not run there")
+    list(TRANSFORM _dropped PREPEND "sm_")
+    list(JOIN _dropped ", " _dropped)
+    message(STATUS "dlfuse: this CUDA toolkit cannot build ${_dropped}: no machine code for them "
+                   "(the PTX of the newest architecture built may still JIT there)")
   endif()
   list(POP_BACK _archs _newest)
   list(TRANSFORM _archs APPEND "-real")
