@@ -14,7 +14,7 @@ configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/dlfuseConfig.cmake.in
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/sdk/dlfuseConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
 install(FILES ${CMAKE_BINARY_DIR}/sdk/dlfuseConfig.cmake ${CMAKE_BINARY_DIR}/sdk/dlfuseConfigVersion.cmake
-              ${CMAKE_CURRENT_LIST_DIR}/DlfusePlugin.cmake
+              ${CMAKE_CURRENT_LIST_DIR}/DlfusePlugin.cmake ${CMAKE_CURRENT_LIST_DIR}/dlfuse_plugin.map
         DESTINATION ${DLFUSE_CMAKE_INSTALL_DIR})
 
 # pkg-config: prefix found from the .pc file's own place, so `cmake --install --prefix X`

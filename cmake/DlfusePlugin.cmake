@@ -1,13 +1,21 @@
 # dlfuse_add_plugin(<name> SOURCES ... [OUTPUT_DIR dir] [INSTALL_DIR dir] [NO_INSTALL])
 #
 # Builds libdlfuse_<name>.so: a MODULE (it is dlopen()ed, never linked) against the
-# plugin SDK only (headers, hidden visibility, no undefined symbols). Used by the
-# first-party plugins in this tree and, through find_package(dlfuse), by third parties.
+# plugin SDK only (headers, hidden visibility), whose only dynamic symbol is
+# dlfuse_plugin_v1: the linker version script dlfuse_plugin.map beside this file hides
+# everything else, C++ standard-library template instances and static libraries' symbols
+# included. Used by the first-party plugins in this tree and, through find_package(dlfuse),
+# by third parties.
 #   OUTPUT_DIR   where the build puts it; in this tree, the plugin folder that libdlfuse
 #                searches by default.
 #   INSTALL_DIR  where `cmake --install` puts it; default lib/dlfuse/plugins under the
 #                installing project's prefix (DLFUSE_PLUGIN_DIR is the one the installed
 #                libdlfuse searches itself).
+
+# The version script beside this file, found when the file is included (a function
+# cannot see its own file's folder before CMake 3.17).
+set_property(GLOBAL PROPERTY DLFUSE_PLUGIN_VERSION_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/dlfuse_plugin.map)
+
 function(dlfuse_add_plugin name)
   cmake_parse_arguments(P "NO_INSTALL" "OUTPUT_DIR;INSTALL_DIR" "SOURCES" ${ARGN})
   if(NOT P_SOURCES)
@@ -25,6 +33,13 @@ function(dlfuse_add_plugin name)
   set_target_properties(${target} PROPERTIES PREFIX "lib" OUTPUT_NAME dlfuse_${name}
                         C_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden
                         CUDA_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+  if(APPLE)
+    target_link_options(${target} PRIVATE "LINKER:-exported_symbol,_dlfuse_plugin_v1")
+  elseif(NOT WIN32)
+    get_property(map GLOBAL PROPERTY DLFUSE_PLUGIN_VERSION_SCRIPT)
+    target_link_options(${target} PRIVATE "LINKER:--version-script=${map}")
+    set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS ${map})
+  endif()
   if(P_OUTPUT_DIR)
     set_target_properties(${target} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${P_OUTPUT_DIR})
   endif()

@@ -17,7 +17,11 @@ const char* const kUsage =
     "      --shape M,K,N | M,N  --batch B  --dtype f32|f64|f16|bf16  --plugin NAME|PATH\n"
     "      --act relu|identity|sigmoid|tanh|gelu_erf|gelu_tanh|silu  --multiplier X\n"
     "      --device-type cpu|cuda|opencl  --device-id I  --repeat N  --seed S\n"
-    "      `run all` without --plugin runs every available plugin, device and dtype\n"
+    "      --prefer NAME[,NAME]...      dispatch to these plugins first (ahead of\n"
+    "                                   DLFUSE_PREFER; not with --plugin)\n"
+    "      `run all` without --plugin runs every available plugin, device and dtype;\n"
+    "      with --prefer or DLFUSE_PREFER only what dispatch picks per (op, device\n"
+    "      type, dtype): the preferred plugin's kernels where it has them\n"
     "  conform PLUGIN.so [--dtype D] [--op OP] [--device-id I] [--seed S] [--verbose]\n"
     "                    [--no-bad-inputs]   the conformance suite for one plugin file\n"
     "  version                          versions of the tool and the ABI\n"
@@ -51,7 +55,7 @@ int dispatch(int argc, char** argv) {
   if (cmd == "run")
     return cmd_run(parse_args(argc, argv, 2,
                               {"--shape", "--batch", "--dtype", "--plugin", "--act", "--multiplier",
-                               "--device-type", "--device-id", "--repeat", "--seed"},
+                               "--device-type", "--device-id", "--repeat", "--seed", "--prefer"},
                               {}));
   if (cmd == "conform")
     return cmd_conform(parse_args(argc, argv, 2, {"--dtype", "--op", "--device-id", "--seed"},

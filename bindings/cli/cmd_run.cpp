@@ -1,8 +1,11 @@
 // dlfuse run OP|all: run the ops on random data through the registry, check every result
 // against the float64 reference (the conformance suite's checker) and time the calls.
+// `run all` runs every available plugin; with a preference (--prefer, DLFUSE_PREFER) only
+// the rows dispatch would pick, so the output shows what a program would get.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "cli.h"
@@ -126,6 +129,41 @@ std::vector<DLDataType> declared_dtypes(dlfuse_registry_t reg, int32_t plugin, O
   return out;
 }
 
+// Applies --prefer a,b (a first) on top of DLFUSE_PREFER. false + *err: a name no
+// loaded plugin has (a typo would otherwise silently change nothing).
+bool apply_prefer(dlfuse_registry_t reg, const std::string& list, std::string* err) {
+  std::vector<std::string> names;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    if (comma > at) names.push_back(list.substr(at, comma - at));
+    at = comma + 1;
+  }
+  if (names.empty()) {
+    *err = "--prefer: expected plugin names separated by commas, got '" + list + "'";
+    return false;
+  }
+  int32_t count = 0;
+  dlfuse_registry_plugin_count(reg, &count);
+  for (const std::string& n : names) {
+    bool known = false;
+    for (int32_t p = 0; p < count && !known; ++p) known = plugin_info(reg, p).name == n;
+    if (!known) {
+      *err = "--prefer: no loaded plugin is named '" + n + "' (see `dlfuse list`)";
+      return false;
+    }
+  }
+  // The latest prefer() call wins: apply the last name first.
+  for (auto it = names.rbegin(); it != names.rend(); ++it) dlfuse_registry_prefer(reg, nullptr, it->c_str());
+  return true;
+}
+
+bool dispatches_to(dlfuse_registry_t reg, OpKind op, int32_t device_type, DLDataType dt, int32_t plugin) {
+  dlfuse_op_t h = nullptr;
+  int32_t chosen = -1;
+  return dlfuse_op_get(reg, op_name(op), &h) == DLFUSE_STATUS_OK &&
+         dlfuse_op_resolve(h, device_type, dt, &chosen) == DLFUSE_STATUS_OK && chosen == plugin;
+}
+
 std::vector<Target> plugin_targets(dlfuse_registry_t reg, int32_t plugin, long long device_id) {
   std::vector<Target> out;
   const dlfuse_plugin_info_t info = plugin_info(reg, plugin);
@@ -163,11 +201,27 @@ int cmd_run(const Args& args) {
     throw UsageError("unknown device type '" + args.get("--device-type", "") + "'");
   const long long device_id = args.get_int("--device-id", -1);
 
+  if (args.has("--plugin") && args.has("--prefer"))
+    throw UsageError("--plugin and --prefer exclude each other (--plugin runs that plugin alone)");
+
   dlfuse_registry_t reg = nullptr;
   dlfuse_status_t st = dlfuse_registry_create(nullptr, &reg);
   if (st != DLFUSE_STATUS_OK) {
     std::cerr << "dlfuse: cannot create the registry: " << last_error(st) << "\n";
     return 1;
+  }
+  // A preference (the registry applied DLFUSE_PREFER at creation) makes `run all` run
+  // what dispatch picks instead of every plugin.
+  const char* env_prefer = std::getenv("DLFUSE_PREFER");
+  bool dispatch_only = env_prefer && *env_prefer;
+  if (args.has("--prefer")) {
+    std::string err;
+    if (!apply_prefer(reg, args.get("--prefer", ""), &err)) {
+      std::cerr << "dlfuse: " << err << "\n";
+      dlfuse_registry_destroy(reg);
+      return 1;
+    }
+    dispatch_only = true;
   }
   std::vector<Target> targets;
   int rc = 0;
@@ -192,18 +246,26 @@ int cmd_run(const Args& args) {
   }
 
   print_row("PLUGIN", "DEVICE", "OP", "DTYPE", "SHAPE", "TIME", "MAX_ABS", "MAX_RATIO", "RESULT");
+  // --plugin always runs that plugin alone, forced, whatever DLFUSE_PREFER says.
+  const bool follow_dispatch = dispatch_only && !args.has("--plugin");
   int passed = 0, failed = 0;
   for (const Target& t : targets) {
     const std::string pname = t.plugin >= 0 ? plugin_info(reg, t.plugin).name : "";
-    // Force kernels *and* device services to this row's plugin (docs/abi.md, "Device
-    // services"); every target sets its own, so the previous one needs no clearing.
-    if (t.plugin >= 0) dlfuse_registry_prefer(reg, nullptr, pname.c_str());
+    // Without a preference, force kernels *and* device services to this row's plugin
+    // (docs/abi.md, "Device services"); every target sets its own, so the previous one
+    // needs no clearing. With one, the user's order stays and rows dispatch would not
+    // send to this plugin are left out.
+    if (t.plugin >= 0 && !follow_dispatch) dlfuse_registry_prefer(reg, nullptr, pname.c_str());
     for (OpKind op : ops) {
       std::vector<DLDataType> dtypes;
       if (dtype_given) dtypes = {dtype};
       else if (t.plugin >= 0) dtypes = declared_dtypes(reg, t.plugin, op, t.dev.device_type);
       else dtypes = {DLDataType{kDLFloat, 32, 1}};
-      for (DLDataType dt : dtypes) (run_one(reg, t, op, dt, cfg) ? passed : failed)++;
+      for (DLDataType dt : dtypes) {
+        if (t.plugin >= 0 && follow_dispatch && !dispatches_to(reg, op, t.dev.device_type, dt, t.plugin))
+          continue;
+        (run_one(reg, t, op, dt, cfg) ? passed : failed)++;
+      }
     }
   }
   if (passed + failed == 0) {

@@ -16,11 +16,14 @@
 
 namespace dlfuse_cuda {
 
-constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;  // what cuBLAS uses on Hopper
+constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;  // cuBLAS's size for Hopper and later; ample before
 
 
 struct DeviceState {
   int id = 0;
+  // Non-empty: this build has no device code for the device (found at open()); its
+  // kernels refuse calls with this reason, the device services still work.
+  std::string no_kernels;
   std::once_flag init_once;
   std::string init_error;  // non-empty if lazy initialization failed
   cublasLtHandle_t lt = nullptr;

@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <type_traits>
 
 #include "kernels.h"
@@ -488,9 +489,13 @@ Geometry geometry(int64_t R, int64_t C, int V, int blocks_per_sm) {
 // Resident blocks of `kernel` per multiprocessor at the block size geometry() picks.
 template <class K> int blocks_per_sm(K kernel, int64_t Cv) {
   const int bx = int(std::min<int64_t>(kThreads, ((Cv + 31) / 32) * 32));
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) dev = -1;
   static std::mutex mu;
-  static std::map<std::pair<const void*, int>, int> cache;  // same on every device of one arch
-  const auto key = std::make_pair(reinterpret_cast<const void*>(kernel), bx);
+  // Per device: threads and registers per multiprocessor differ between architectures,
+  // and one machine can hold GPUs of several.
+  static std::map<std::tuple<const void*, int, int>, int> cache;
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), bx, dev);
   {
     std::lock_guard<std::mutex> g(mu);
     auto it = cache.find(key);
@@ -774,26 +779,23 @@ void am_dpre_generic(DType dt, const void* g, const View& gv, const void* x, con
 
 namespace dlfuse_cuda {
 
-bool kernels_loadable(std::string* why) {
-  int count = 0, prev = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) return false;
-  cudaGetDevice(&prev);
-  bool ok = true;
-  for (int d = 0; d < count && ok; ++d) {
-    cudaFuncAttributes attr{};
-    cudaError_t e = cudaSetDevice(d);
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&copy_view_k<float>));
-    if (e != cudaSuccess) {
-      cudaDeviceProp p{};
-      cudaGetDeviceProperties(&p, d);
-      *why = "device " + std::to_string(d) + " (" + p.name + ", compute capability " + std::to_string(p.major) + "." +
-             std::to_string(p.minor) + "): " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
-      cudaGetLastError();
-      ok = false;
-    }
-  }
-  cudaSetDevice(prev);
-  return ok;
+bool device_has_kernels(int device, std::string* why) {
+  cudaFuncAttributes attr{};
+  cudaError_t e = cudaSetDevice(device);
+  // Any kernel will do: the fat binary holds every kernel for the same architectures.
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&copy_view_k<float>));
+  if (e == cudaSuccess) return true;
+  cudaGetLastError();  // not sticky; leave nothing for the next launch check to report
+  cudaDeviceProp p{};
+  const bool named = cudaGetDeviceProperties(&p, device) == cudaSuccess;
+  cudaGetLastError();
+  *why = "device " + std::to_string(device) +
+         (named ? " (" + std::string(p.name) + ", compute capability " + std::to_string(p.major) + "." +
+                      std::to_string(p.minor) + ")"
+                : std::string()) +
+         ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + "); this build has device code for " +
+         DLFUSE_CUDA_ARCHS + " (CMAKE_CUDA_ARCHITECTURES, docs/cuda.md)";
+  return false;
 }
 
 }  // namespace dlfuse_cuda

@@ -20,8 +20,10 @@ struct CallContext {
   std::unique_ptr<DeviceGuard> guard;
 };
 
-// True when this build's device code can run on every visible device.
-bool kernels_loadable(std::string* why);
+// True when this build's device code runs on `device` (machine code for its architecture,
+// or PTX the driver compiles); else *why names the device, its compute capability and the
+// architectures built. Leaves `device` current.
+bool device_has_kernels(int device, std::string* why);
 
 dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* args);
 dlfuse_status_t matmul_add_relu_backward(void* state, void*, const dlfuse_kernel_args_t* args);

@@ -1,5 +1,6 @@
 // The CUDA plugin's descriptor, kernel table, open/close and device services.
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "context.h"
@@ -48,16 +49,24 @@ dlfuse_status_t open_plugin(const dlfuse_host_info_t* host, void** state, char* 
                                          versions
                                    : "no CUDA device found (" + versions + ")");
     }
-    std::string why;
-    if (!kernels_loadable(&why))
-      return fail(err, err_size, DLFUSE_STATUS_UNAVAILABLE, "this build's kernels cannot run here: " + why);
-    State* st = new State;
+    // Per device: a machine may hold GPUs this build has code for next to one it has not
+    // (older than sm_75, or a new architecture without PTX to JIT). The plugin serves the
+    // first kind and is unavailable only when no device is usable.
+    std::unique_ptr<State> st(new State);
     st->device_count = count;
+    std::string none;
+    int usable = 0, prev = 0;
+    cudaGetDevice(&prev);
     for (int i = 0; i < count; ++i) {
       st->devices.emplace_back(new DeviceState);
       st->devices.back()->id = i;
+      if (device_has_kernels(i, &st->devices.back()->no_kernels)) ++usable;
+      else none += (none.empty() ? "" : "; ") + st->devices.back()->no_kernels;
     }
-    *state = st;
+    cudaSetDevice(prev);
+    if (usable == 0)
+      return fail(err, err_size, DLFUSE_STATUS_UNAVAILABLE, "this build's kernels cannot run here: " + none);
+    *state = st.release();
     return DLFUSE_STATUS_OK;
   });
 }
@@ -186,6 +195,8 @@ CallContext::CallContext(void* state, const dlfuse_kernel_args_t* args, int num_
     throw Error(DLFUSE_STATUS_UNSUPPORTED, "dtype is not float32, float16 or bfloat16");
   device = first->device.device_id;
   check_device(st, device);
+  if (!st->devices[size_t(device)]->no_kernels.empty())
+    throw Error(DLFUSE_STATUS_UNSUPPORTED, st->devices[size_t(device)]->no_kernels);
   guard.reset(new DeviceGuard(device));
   ds = &device_state(st, device);
   stream = static_cast<cudaStream_t>(args->stream);
