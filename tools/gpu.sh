@@ -9,6 +9,8 @@
 #   conform[=N]    the conformance suite N times (default 1) on the CUDA plugin and on every
 #                  OpenCL device, one at a time (NVIDIA OpenCL, PoCL), plus forced float16 on the GPU
 #   memcheck       compute-sanitizer memcheck over the CUDA plugin's bfloat16 conformance
+#   cuda-checks    the CUDA plugin as built holds device code for every listed architecture, is
+#                  listed available, passes the large-reduction and fault tests (plugins/cuda/tests)
 #   bench[=ARGS]   bench/run.py: every plugin and peer, ceilings, dispatch (ARGS: e.g. --quick)
 #   bench-cuda     dlfuse vs cuBLASLt and PyTorch (eager, epilogue, compile): report.md
 #   bench-opencl   the OpenCL GEMM on the GPU vs cuBLAS fp32 through torch, tile alternatives
@@ -56,6 +58,21 @@ job_memcheck() {
     --dtype bfloat16 >"$J/memcheck.txt" 2>&1
   local rc=$?
   grep -E "ERROR SUMMARY|passed, " "$J/memcheck.txt"
+  return $rc
+}
+
+job_cuda-checks() {
+  local p=$PLUGINS/libdlfuse_cuda.so archs lister rc=0
+  archs=$(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' "$B/CMakeCache.txt")
+  lister=$(command -v cuobjdump || echo "python3;$ROOT/plugins/cuda/tests/list_device_code.py")
+  nvidia-smi --query-gpu=index,name,compute_cap --format=csv
+  cmake "-DLISTER=$lister" -DPLUGIN="$p" "-DARCHS=$archs" -P plugins/cuda/tests/device_code.cmake || rc=1
+  (unset DLFUSE_PLUGIN_PATH DLFUSE_PREFER; "$CLI" list) | grep -Eq "^cuda +[^ ]+ +available +cuda x[1-9]" ||
+    { echo "cuda is not listed available"; rc=1; }
+  g++ -std=c++17 -O1 -g plugins/cuda/tests/large_reduce.cpp -o "$B/large_reduce" -Iabi/include -I"$DLINC" \
+    -L"$B/lib" -ldlfuse -Wl,-rpath,"$B/lib" && "$B/large_reduce" "$p" || rc=1
+  g++ -std=c++17 -O1 -g plugins/cuda/tests/faults.cpp -o "$B/faults" -Iabi/include -I"$DLINC" -I"$CUDA_HOME/include" \
+    -L"$B/lib" -ldlfuse -L"$CUDA_HOME/lib64" -lcudart -Wl,-rpath,"$B/lib:$CUDA_HOME/lib64" && "$B/faults" "$p" || rc=1
   return $rc
 }
 

@@ -9,18 +9,6 @@
 namespace dlfuse_cuda {
 namespace {
 
-bool read_activation(const dlfuse_kernel_args_t* args, int* act) {
-  const dlfuse_attr_t* a = dlfuse_find_attr(args, DLFUSE_ATTR_ACTIVATION);
-  if (!a || a->type != DLFUSE_ATTR_INT64 || a->value.i64 < 0 || a->value.i64 >= DLFUSE_ACT_COUNT) return false;
-  *act = int(a->value.i64);
-  return true;
-}
-
-float read_multiplier(const dlfuse_kernel_args_t* args) {
-  const dlfuse_attr_t* a = dlfuse_find_attr(args, DLFUSE_ATTR_MULTIPLIER);
-  return a && a->type == DLFUSE_ATTR_FLOAT64 ? float(a->value.f64) : 1.f;
-}
-
 // A tensor's view aligned to the output's shape (its own shape, broadcast dims stride 0).
 View aligned_view(const DLTensor* t, const DLTensor* out) {
   View v;
@@ -102,10 +90,8 @@ void set_geometry(AmFast& p, const DLTensor* out, bool any_row) {
 dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_t* args) {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&]() -> dlfuse_status_t {
     CallContext cx(state, args, 3, 1);
-    int act = 0;
-    if (!read_activation(args, &act))
-      throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "attribute ACTIVATION is missing or not one of the 7 activations");
-    const float mult = read_multiplier(args);
+    const int act = kit::activation(args);
+    const float mult = float(kit::multiplier(args));
     const DLTensor *x = args->inputs[0], *y = args->inputs[1], *b = args->inputs[2];
     DLTensor* out = args->outputs[0];
     if (!out) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "out is NULL");
@@ -132,10 +118,8 @@ dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_
 dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&]() -> dlfuse_status_t {
     CallContext cx(state, args, 4, 3);
-    int act = 0;
-    if (!read_activation(args, &act))
-      throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "attribute ACTIVATION is missing or not one of the 7 activations");
-    const float mult = read_multiplier(args);
+    const int act = kit::activation(args);
+    const float mult = float(kit::multiplier(args));
     const DLTensor *g = args->inputs[0], *x = args->inputs[1], *y = args->inputs[2], *b = args->inputs[3];
     DLTensor *gx = args->outputs[0], *gy = args->outputs[1], *gb = args->outputs[2];
     if (!gx && !gy && !gb) return DLFUSE_STATUS_OK;

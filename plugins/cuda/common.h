@@ -3,7 +3,7 @@
 #define DLFUSE_CUDA_COMMON_H_
 
 #include <cuda_runtime.h>
-#include <dlfuse/plugin.h>
+#include <dlfuse/plugin_kit.hpp>
 
 #include <cstdint>
 #include <cstdio>
@@ -21,11 +21,8 @@ constexpr int kMaxRank = 16;
 enum class DType : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
 inline int dsize(DType d) { return d == DType::kF32 ? 4 : 2; }
 
-// A failure inside the plugin carries the status that the entry point returns.
-struct Error : std::runtime_error {
-  dlfuse_status_t status;
-  Error(dlfuse_status_t s, const std::string& m) : std::runtime_error(m), status(s) {}
-};
+namespace kit = dlfuse::kit;
+using kit::Error;
 
 inline void throw_cuda(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return;
@@ -42,24 +39,13 @@ inline void throw_cuda(cudaError_t e, const char* what) {
 #define DLF_LAUNCHED(name) ::dlfuse_cuda::throw_cuda(cudaGetLastError(), name)
 
 inline dlfuse_status_t fail(char* err, size_t err_size, dlfuse_status_t status, const std::string& msg) {
-  if (err && err_size > 0) std::snprintf(err, err_size, "cuda: %s", msg.c_str());
-  return status;
+  return kit::write_error("cuda", err, err_size, status, msg);
 }
 
-// Nothing may cross the C boundary: every entry point runs its body through this.
+// Every entry point runs its body through the kit's exception wall.
 template <class F>
 dlfuse_status_t guarded(char* err, size_t err_size, F&& body) noexcept {
-  try {
-    return body();
-  } catch (const Error& e) {
-    return fail(err, err_size, e.status, e.what());
-  } catch (const std::bad_alloc&) {
-    return fail(err, err_size, DLFUSE_STATUS_OUT_OF_MEMORY, "out of host memory");
-  } catch (const std::exception& e) {
-    return fail(err, err_size, DLFUSE_STATUS_INTERNAL, std::string("exception: ") + e.what());
-  } catch (...) {
-    return fail(err, err_size, DLFUSE_STATUS_INTERNAL, "unknown exception");
-  }
+  return kit::guarded("cuda", err, err_size, std::forward<F>(body));
 }
 
 // Makes device_id current for the scope and restores the caller's device after.

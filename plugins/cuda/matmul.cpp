@@ -513,10 +513,7 @@ View view_over(const DLTensor* t, const std::vector<int64_t>& shape) {
 
 View own_view(const DLTensor* t) { return view_full(t, t->ndim); }
 
-bool read_tf32(const dlfuse_kernel_args_t* args) {
-  const dlfuse_attr_t* a = dlfuse_find_attr(args, DLFUSE_ATTR_ALLOW_TF32);
-  return a && a->type == DLFUSE_ATTR_INT64 && a->value.i64 != 0;
-}
+bool read_tf32(const dlfuse_kernel_args_t* args) { return kit::attr_int(args, DLFUSE_ATTR_ALLOW_TF32, 0) != 0; }
 
 }  // namespace
 

@@ -9,19 +9,14 @@
 namespace dlfuse_cuda {
 namespace {
 
-const DLDataType kDtypes[] = {{kDLFloat, 32, 1}, {kDLFloat, 16, 1}, {kDLBfloat, 16, 1}};
-constexpr int32_t kPriority = 100;
-
-dlfuse_kernel_t kernel(const char* op, dlfuse_kernel_fn_t fn) {
-  return dlfuse_kernel_t{sizeof(dlfuse_kernel_t), op, kDLCUDA, 3, kDtypes, kPriority, fn, nullptr};
+const kit::KernelTable& kernel_table() {
+  static const kit::KernelTable table(kDLCUDA, {{kDLFloat, 32, 1}, {kDLFloat, 16, 1}, {kDLBfloat, 16, 1}}, 100,
+                                      {{DLFUSE_OP_MATMUL_ADD_RELU, matmul_add_relu},
+                                       {DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD, matmul_add_relu_backward},
+                                       {DLFUSE_OP_ADD_MUL_ACTIVATION, add_mul_activation},
+                                       {DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, add_mul_activation_backward}});
+  return table;
 }
-
-const dlfuse_kernel_t kKernels[] = {
-    kernel(DLFUSE_OP_MATMUL_ADD_RELU, matmul_add_relu),
-    kernel(DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD, matmul_add_relu_backward),
-    kernel(DLFUSE_OP_ADD_MUL_ACTIVATION, add_mul_activation),
-    kernel(DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, add_mul_activation_backward),
-};
 
 std::string cuda_error(cudaError_t e) { return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")"; }
 
@@ -74,10 +69,7 @@ dlfuse_status_t open_plugin(const dlfuse_host_info_t* host, void** state, char* 
 void close_plugin(void* state) noexcept { destroy_state(static_cast<State*>(state)); }
 
 dlfuse_status_t get_kernels(void*, const dlfuse_kernel_t** kernels, int32_t* num, char* err, size_t err_size) noexcept {
-  if (!kernels || !num) return fail(err, err_size, DLFUSE_STATUS_INVALID_ARGUMENT, "NULL out-pointer");
-  *kernels = kKernels;
-  *num = int32_t(sizeof(kKernels) / sizeof(kKernels[0]));
-  return DLFUSE_STATUS_OK;
+  return guarded(err, err_size, [&] { return kernel_table().get(kernels, num, "cuda", err, err_size); });
 }
 
 State* as_state(void* s) {
