@@ -4,7 +4,7 @@
 //!
 //! The host functions of `dlfuse.h` are declared here; the library is linked only with the
 //! `link` feature (see `build.rs`), so a plugin can use the types without libdlfuse.
-#![allow(non_camel_case_types)]
+#![allow(non_camel_case_types, non_upper_case_globals)]
 
 mod dlpack;
 mod host;
