@@ -233,6 +233,11 @@ impl<'a> TensorView<'a> {
     pub fn device(&self) -> Device {
         self.layout.device
     }
+    /// The C view, for calls the safe API does not wrap. Its pointers are valid only
+    /// while this view is alive and unmoved; using it is `unsafe` on the C side.
+    pub fn raw(&self) -> sys::DLTensor {
+        self.layout.dl()
+    }
 }
 
 impl<'a> TensorViewMut<'a> {
@@ -285,5 +290,10 @@ impl<'a> TensorViewMut<'a> {
     }
     pub fn device(&self) -> Device {
         self.layout.device
+    }
+    /// The C view, for calls the safe API does not wrap. Its pointers are valid only
+    /// while this view is alive and unmoved; using it is `unsafe` on the C side.
+    pub fn raw(&self) -> sys::DLTensor {
+        self.layout.dl()
     }
 }
