@@ -13,7 +13,6 @@ mod matmul;
 mod services;
 mod strided;
 
-pub use activation::erfc;
 
 use std::ffi::c_void;
 use std::mem::size_of;
