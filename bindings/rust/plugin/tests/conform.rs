@@ -16,8 +16,9 @@ fn profile_dir() -> PathBuf {
     std::env::current_exe().unwrap().parent().unwrap().parent().unwrap().to_path_buf()
 }
 
+/// The cdylib of this very build: cargo leaves it beside the test executables.
 fn plugin() -> PathBuf {
-    let p = profile_dir().join("libdlfuse_rust.so");
+    let p = profile_dir().join("deps/libdlfuse_rust.so");
     assert!(p.exists(), "{} not built", p.display());
     p
 }

@@ -20,8 +20,10 @@ pub fn rust_plugin() -> PathBuf {
     if let Some(p) = std::env::var_os("DLFUSE_RUST_PLUGIN") {
         return PathBuf::from(p);
     }
-    let exe = std::env::current_exe().unwrap();
-    let p = exe.parent().unwrap().parent().unwrap().join("libdlfuse_rust.so");
+    // Test executables live in target/<profile>/deps, where `cargo test --workspace`
+    // also leaves the plugin's cdylib (only `cargo build` copies it one folder up).
+    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
+    let p = deps.join("libdlfuse_rust.so");
     assert!(p.exists(), "{} not built (cargo test --workspace builds it)", p.display());
     p
 }
