@@ -79,3 +79,8 @@ pub fn abi_version() -> (u32, u32) {
     unsafe { sys::dlfuse_abi_version(&mut major, &mut minor) };
     (major, minor)
 }
+
+/// The examples of docs/rust.md, run as doc tests so the page cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../../docs/rust.md")]
+pub struct DocsRustMd;
