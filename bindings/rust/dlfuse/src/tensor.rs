@@ -108,7 +108,7 @@ impl Layout {
         }
         let empty = shape.iter().any(|&d| d == 0);
         if !empty {
-            // Element offsets span [lo, hi]; i128 cannot overflow for i64 shapes and strides.
+            // Element offsets span [lo, hi], in i128 so that no i64 shape or stride overflows.
             let (mut lo, mut hi) = (0i128, 0i128);
             let mut compact = 1i128;
             for d in (0..shape.len()).rev() {
@@ -118,13 +118,21 @@ impl Layout {
                     break;
                 }
                 let stride = strides.map_or(compact, |s| s[d] as i128);
-                let reach = (size - 1) * stride;
-                if reach < 0 {
-                    lo += reach;
-                } else {
-                    hi += reach;
+                // Checked: products and sums of many i64 can pass even i128.
+                let reach = match (size - 1).checked_mul(stride) {
+                    Some(r) => r,
+                    None => return Err(invalid(format!("shape: element count of {:?} overflows", shape))),
+                };
+                let sum = if reach < 0 { lo.checked_add(reach) } else { hi.checked_add(reach) };
+                match sum {
+                    Some(v) if reach < 0 => lo = v,
+                    Some(v) => hi = v,
+                    None => return Err(invalid(format!("strides: the extent of {:?} overflows", shape))),
                 }
-                compact *= size;
+                compact = match compact.checked_mul(size) {
+                    Some(c) => c,
+                    None => return Err(invalid(format!("shape: element count of {:?} overflows", shape))),
+                };
             }
             let item = dtype.item_size() as i128;
             let first = byte_offset as i128 + lo * item;

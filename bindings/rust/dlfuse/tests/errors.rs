@@ -149,6 +149,10 @@ fn views_past_their_memory_are_refused_before_any_call() {
     assert!(TensorView::strided(&data, &[2, 3], Some(&[3]), 0).is_err()); // strides of the wrong rank
     assert!(TensorView::strided(&data, &[3, 2], Some(&[2, 1]), 0).is_ok());
     assert!(TensorView::strided(&data, &[0, 100], None, 0).is_ok()); // empty: addresses nothing
+    let huge = i64::MAX / 2;
+    assert!(TensorView::new(&data, &[huge, huge, huge, huge]).is_err()); // overflowing extent
+    let big = [i64::MAX; 8];
+    assert!(TensorView::strided(&data, &big, Some(&big), 0).is_err());
 }
 
 #[test]
