@@ -9,6 +9,7 @@ set -euo pipefail
 apt_packages=(cmake g++ make pkg-config python3 python3-pip libgtest-dev libgmock-dev
   libdnnl-dev opencl-headers ocl-icd-opencl-dev pocl-opencl-icd clinfo libbenchmark-dev
   clang-14 libclang-rt-14-dev valgrind)
+apt_packages+=(cargo rustc) # bindings/rust: Debian's toolchain (rustc 1.63), no crates from outside
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

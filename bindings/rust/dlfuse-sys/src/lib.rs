@@ -1,0 +1,17 @@
+//! Raw, hand-written declarations of the dlfuse C ABI 1.0 (`abi/include/dlfuse/*.h`) and
+//! of the DLPack >= 1.0 structs it uses. Names follow the C headers. Layouts are checked
+//! against the C compiler's by `tests/layout.rs`.
+//!
+//! The host functions of `dlfuse.h` are declared here; the library is linked only with the
+//! `link` feature (see `build.rs`), so a plugin can use the types without libdlfuse.
+#![allow(non_camel_case_types, non_upper_case_globals)]
+
+mod dlpack;
+mod host;
+mod plugin;
+mod types;
+
+pub use dlpack::*;
+pub use host::*;
+pub use plugin::*;
+pub use types::*;

@@ -1,0 +1,64 @@
+//! dlfuse/types.h: what the host API and the plugin API share.
+
+pub const DLFUSE_ABI_MAJOR: u32 = 1;
+pub const DLFUSE_ABI_MINOR: u32 = 0;
+
+/// `dlfuse_status_t` (a C enum). Kept as an integer: a newer library may return values
+/// this crate does not know.
+pub type dlfuse_status_t = i32;
+pub const DLFUSE_STATUS_OK: dlfuse_status_t = 0;
+pub const DLFUSE_STATUS_INVALID_ARGUMENT: dlfuse_status_t = 1;
+pub const DLFUSE_STATUS_UNSUPPORTED: dlfuse_status_t = 2;
+pub const DLFUSE_STATUS_NOT_FOUND: dlfuse_status_t = 3;
+pub const DLFUSE_STATUS_ABI_MISMATCH: dlfuse_status_t = 4;
+pub const DLFUSE_STATUS_LOAD_FAILED: dlfuse_status_t = 5;
+pub const DLFUSE_STATUS_UNAVAILABLE: dlfuse_status_t = 6;
+pub const DLFUSE_STATUS_OUT_OF_MEMORY: dlfuse_status_t = 7;
+pub const DLFUSE_STATUS_DEVICE_ERROR: dlfuse_status_t = 8;
+pub const DLFUSE_STATUS_INTERNAL: dlfuse_status_t = 9;
+
+pub type dlfuse_activation_t = i32;
+pub const DLFUSE_ACT_IDENTITY: dlfuse_activation_t = 0;
+pub const DLFUSE_ACT_RELU: dlfuse_activation_t = 1;
+pub const DLFUSE_ACT_SIGMOID: dlfuse_activation_t = 2;
+pub const DLFUSE_ACT_TANH: dlfuse_activation_t = 3;
+pub const DLFUSE_ACT_GELU_ERF: dlfuse_activation_t = 4;
+pub const DLFUSE_ACT_GELU_TANH: dlfuse_activation_t = 5;
+pub const DLFUSE_ACT_SILU: dlfuse_activation_t = 6;
+pub const DLFUSE_ACT_COUNT: i32 = 7;
+
+pub type dlfuse_attr_key_t = i32;
+pub const DLFUSE_ATTR_ACTIVATION: dlfuse_attr_key_t = 1;
+pub const DLFUSE_ATTR_MULTIPLIER: dlfuse_attr_key_t = 2;
+pub const DLFUSE_ATTR_ALLOW_TF32: dlfuse_attr_key_t = 3;
+
+pub type dlfuse_attr_type_t = i32;
+pub const DLFUSE_ATTR_INT64: dlfuse_attr_type_t = 1;
+pub const DLFUSE_ATTR_FLOAT64: dlfuse_attr_type_t = 2;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union dlfuse_attr_value_t {
+    pub i64_: i64,
+    pub f64_: f64,
+}
+
+/// The one struct without `struct_size`: its layout is frozen for ABI 1.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct dlfuse_attr_t {
+    pub key: i32,
+    pub type_: i32,
+    pub value: dlfuse_attr_value_t,
+}
+
+/// Op names, NUL-terminated for passing as `const char*`.
+pub const DLFUSE_OP_MATMUL_ADD_RELU: &[u8] = b"matmul_add_relu\0";
+pub const DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD: &[u8] = b"matmul_add_relu_backward\0";
+pub const DLFUSE_OP_ADD_MUL_ACTIVATION: &[u8] = b"add_mul_activation\0";
+pub const DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD: &[u8] = b"add_mul_activation_backward\0";
+
+pub type dlfuse_copy_kind_t = i32;
+pub const DLFUSE_COPY_HOST_TO_DEVICE: dlfuse_copy_kind_t = 1;
+pub const DLFUSE_COPY_DEVICE_TO_HOST: dlfuse_copy_kind_t = 2;
+pub const DLFUSE_COPY_DEVICE_TO_DEVICE: dlfuse_copy_kind_t = 3;
