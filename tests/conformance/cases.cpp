@@ -154,6 +154,12 @@ std::vector<CaseSpec> add_mul_cases(OpKind op) {
   }));
   c.push_back(with(am("relu_select", op, {8, 9}, {8, 9}, {9}, DLFUSE_ACT_RELU, 0.5),
                    [](CaseSpec& s) { s.special = Special::kReluSelect; }));
+  // Row counts that do not divide evenly into a plugin's chunks of rows: the OpenCL plugin
+  // once summed grad_y/grad_bias over more chunks than it wrote, reading stale scratch
+  // (about 1 call in 30 wrong). tests/conformance/CMakeLists.txt runs these 32 times.
+  c.push_back(am("rows_chunks_169x173_relu", op, {169, 173}, {1, 173}, {173}, DLFUSE_ACT_RELU, 0.5));
+  c.push_back(am("rows_chunks_2x130x146_sigmoid", op, {2, 130, 146}, {146}, {146}, DLFUSE_ACT_SIGMOID, 0.5));
+  c.push_back(am("rows_chunks_171x146_gelu", op, {171, 146}, {171, 146}, {146}, DLFUSE_ACT_GELU_ERF, 0.5));
   return c;
 }
 
