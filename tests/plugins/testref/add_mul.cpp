@@ -17,6 +17,14 @@ constexpr int64_t kSharedElems = 1 << 16;
 double g_shared[kSharedElems];
 #endif
 
+// multiplier * y, computed as written: 0 * Inf is NaN (docs/ops.md).
+template <class C, class Acc> Acc scaled_y(Acc mult, const char* y) {
+#ifdef DLFUSE_TESTREF_MUTANT_MULT_ZERO_DROPPED
+  if (mult == Acc(0)) return Acc(0);  // mutant: the term dropped
+#endif
+  return mult * C::load(y);
+}
+
 #if DLFUSE_TESTREF_INJECT_BUG == 3
 // The injected bug, modelled on a real one: partial sums per chunk of output elements in
 // malloc'ed scratch, each chunk zeroing its own partials when it starts. The chunk count is
@@ -48,7 +56,7 @@ template <class Acc> struct Chunked {
 #endif
 
 // One reduction target: a float accumulator per element of the gradient's own shape.
-template <class Acc> struct Reduced {
+template <class Storage, class Acc> struct Reduced {
   DLTensor* t;
   std::vector<Acc> sum;
   std::vector<int64_t> index;  // compact strides of t's shape aligned to the output's rank
@@ -74,7 +82,18 @@ template <class Acc> struct Reduced {
   }
 #else
   void add(const std::vector<int64_t>& idx, Acc v, int64_t) {
-    if (t) sum[size_t(dot(idx, index))] += v;
+    if (!t) return;
+#ifdef DLFUSE_TESTREF_MUTANT_REDUCE_TO_WRONG_DIMS
+    // mutant: dims of size 1 taken as "not reduced": only the first slice along them counts
+    const int off = int(idx.size()) - t->ndim;
+    for (int j = 0; j < t->ndim; ++j)
+      if (t->shape[j] == 1 && off + j >= 0 && idx[size_t(off + j)] != 0) return;
+#endif
+    Acc& s = sum[size_t(dot(idx, index))];
+    s += v;
+#ifdef DLFUSE_TESTREF_MUTANT_ACCUM_IN_STORAGE_DTYPE
+    s = storage_round<Storage, Acc>(s);  // mutant: the running sum kept in the storage dtype
+#endif
   }
   void finish() {}
 #endif
@@ -102,6 +121,12 @@ dlfuse_status_t forward(const DLTensor* x, const DLTensor* y, const DLTensor* bi
   const std::vector<int64_t> bs = aligned_strides(bias, rank), os = aligned_strides(out, rank);
   if (numel(shape) == 0) return DLFUSE_STATUS_OK;
   std::vector<int64_t> idx(rank, 0);
+#ifdef DLFUSE_TESTREF_MUTANT_IN_PLACE_ZERO_FIRST
+  // mutant: the output cleared before the pass (harmless unless out is x)
+  do {
+    C::store(base_of(out) + dot(idx, os) * es, Acc(0));
+  } while (next_index(idx, shape));
+#endif
 #if DLFUSE_TESTREF_INJECT_BUG == 4
   // The injected bug: pre-activations staged in one buffer shared by every call, no lock.
   if (numel(shape) <= kSharedElems) {
@@ -121,9 +146,16 @@ dlfuse_status_t forward(const DLTensor* x, const DLTensor* y, const DLTensor* bi
   // In place (out == x) is safe: each element of x is read right before its own slot is written.
   do {
     const Acc pre = C::load(base_of(x) + dot(idx, xs) * es) + C::load(base_of(bias) + dot(idx, bs) * es) +
-                    mult * C::load(base_of(y) + dot(idx, ys) * es);
+                    scaled_y<C>(mult, base_of(y) + dot(idx, ys) * es);
     C::store(base_of(out) + dot(idx, os) * es, activate(act, pre));
   } while (next_index(idx, shape));
+#ifdef DLFUSE_TESTREF_MUTANT_WRITE_PAST_EXTENT
+  C::store(base_of(out) + (last_element(out) + 1) * es, Acc(0));  // mutant: one element too many
+#endif
+#ifdef DLFUSE_TESTREF_MUTANT_MUTATES_INPUT
+  char* y0 = base_of(y);  // mutant: an input used as scratch afterwards
+  C::store(y0, C::load(y0) + Acc(1));
+#endif
   return DLFUSE_STATUS_OK;
 }
 
@@ -138,13 +170,17 @@ dlfuse_status_t backward(const DLTensor* grad_out, const DLTensor* x, const DLTe
   const std::vector<int64_t> gs = aligned_strides(grad_out, rank), xs = aligned_strides(x, rank);
   const std::vector<int64_t> ys = aligned_strides(y, rank), bs = aligned_strides(bias, rank);
   const int64_t total = numel(shape);
-  Reduced<Acc> gx(grad_x, rank, total), gy(grad_y, rank, total), gb(grad_bias, rank, total);
+  Reduced<T, Acc> gx(grad_x, rank, total), gy(grad_y, rank, total), gb(grad_bias, rank, total);
   std::vector<int64_t> idx(rank, 0);
   int64_t lin = 0;
   if (total > 0) do {
     const Acc pre = C::load(base_of(x) + dot(idx, xs) * es) + C::load(base_of(bias) + dot(idx, bs) * es) +
-                    mult * C::load(base_of(y) + dot(idx, ys) * es);
+                    scaled_y<C>(mult, base_of(y) + dot(idx, ys) * es);
     const Acc d_pre = activate_grad(act, pre, C::load(base_of(grad_out) + dot(idx, gs) * es));
+#ifdef DLFUSE_TESTREF_MUTANT_NULL_OUTPUT_WRITES_GRAD_OUT
+    // mutant: an absent grad_x still written, into grad_out's memory (same shape)
+    if (!grad_x) C::store(base_of(grad_out) + dot(idx, gs) * es, d_pre);
+#endif
     gx.add(idx, d_pre, lin);
 #if DLFUSE_TESTREF_INJECT_BUG == 1
     gy.add(idx, d_pre, lin);  // the injected bug: the multiplier is forgotten
@@ -169,6 +205,9 @@ dlfuse_status_t bad_activation(const dlfuse_kernel_args_t* args) {
 
 dlfuse_status_t add_mul_activation(void*, void*, const dlfuse_kernel_args_t* args) {
   return guarded(args->err, args->err_size, [&]() -> dlfuse_status_t {
+#ifdef DLFUSE_TESTREF_MUTANT_STREAM_WRITTEN
+    if (args->stream) *static_cast<unsigned char*>(args->stream) = 0;  // mutant: a CPU kernel using its stream
+#endif
     const dlfuse_status_t st = check_call(args, 3, 1, true);
     if (st != DLFUSE_STATUS_OK) return st;
     int act = 0;
