@@ -45,6 +45,7 @@ extern const char* const kUsage;
 int cmd_list(const Args& args);
 int cmd_run(const Args& args);
 int cmd_conform(const Args& args);
+extern const std::set<std::string> kConformValued, kConformFlags;  // conform's options
 
 }  // namespace dlfuse_cli
 

@@ -22,8 +22,10 @@ const char* const kUsage =
     "      `run all` without --plugin runs every available plugin, device and dtype;\n"
     "      with --prefer or DLFUSE_PREFER only what dispatch picks per (op, device\n"
     "      type, dtype): the preferred plugin's kernels where it has them\n"
-    "  conform PLUGIN.so [--dtype D] [--op OP] [--device-id I] [--seed S] [--verbose]\n"
-    "                    [--no-bad-inputs]   the conformance suite for one plugin file\n"
+    "  conform PLUGIN.so [options]       the conformance suite for one plugin file\n"
+    "      --dtype D  --op OP  --case TEXT  --device-id I  --verbose  --no-bad-inputs\n"
+    "      --seed S|random  --sweep N  --repeat N  --threads N  --no-stale-memory\n"
+    "      --nondeterministic OP[,OP...]|all  (docs/plugin-guide.md, section 7)\n"
     "  version                          versions of the tool and the ABI\n"
     "  --help                           this text\n"
     "\n"
@@ -58,8 +60,7 @@ int dispatch(int argc, char** argv) {
                                "--device-type", "--device-id", "--repeat", "--seed", "--prefer"},
                               {}));
   if (cmd == "conform")
-    return cmd_conform(parse_args(argc, argv, 2, {"--dtype", "--op", "--device-id", "--seed"},
-                                  {"--verbose", "--no-bad-inputs"}));
+    return cmd_conform(parse_args(argc, argv, 2, kConformValued, kConformFlags));
   throw UsageError("unknown command '" + cmd + "'");
 }
 

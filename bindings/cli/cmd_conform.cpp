@@ -1,5 +1,7 @@
 // dlfuse conform PLUGIN.so: the conformance suite for one plugin file.
 #include <iostream>
+#include <random>
+#include <sstream>
 
 #include "cli.h"
 #include "dtypes.h"
@@ -8,23 +10,50 @@
 
 namespace dlfuse_cli {
 
+const std::set<std::string> kConformValued = {"--dtype",  "--op",     "--case",    "--device-id",       "--seed",
+                                              "--sweep", "--repeat", "--threads", "--nondeterministic"};
+const std::set<std::string> kConformFlags = {"--verbose", "--no-bad-inputs", "--no-stale-memory"};
+
+namespace {
+
+int count_option(const Args& args, const std::string& opt, int fallback, int min) {
+  const long long v = args.get_int(opt, fallback);
+  if (v < min || v > 1000000) throw UsageError(opt + " wants an integer >= " + std::to_string(min));
+  return int(v);
+}
+
+}  // namespace
+
 int cmd_conform(const Args& args) {
+  namespace dc = dlfuse_conformance;
   if (args.positional.size() != 1) throw UsageError("conform takes exactly one plugin file");
-  dlfuse_conformance::ConformOptions opts;
+  dc::ConformOptions opts;
   opts.dtype = args.get("--dtype", "");
   DLDataType dt;
-  if (!opts.dtype.empty() && !dlfuse_conformance::parse_dtype(opts.dtype, &dt))
+  if (!opts.dtype.empty() && !dc::parse_dtype(opts.dtype, &dt))
     throw UsageError("unknown dtype '" + opts.dtype + "'");
   opts.op = args.get("--op", "");
-  dlfuse_conformance::OpKind op;
-  if (!opts.op.empty() && !dlfuse_conformance::parse_op(opts.op, &op))
-    throw UsageError("unknown op '" + opts.op + "'");
+  dc::OpKind op;
+  if (!opts.op.empty() && !dc::parse_op(opts.op, &op)) throw UsageError("unknown op '" + opts.op + "'");
+  opts.case_filter = args.get("--case", "");
   opts.device_id = int(args.get_int("--device-id", -1));
-  opts.seed = uint64_t(args.get_int("--seed", (long long)opts.seed));
+  // "random": a fresh seed, printed in the table's header so that a failure can be rerun.
+  if (args.get("--seed", "") == "random")
+    opts.seed = (uint64_t(std::random_device{}()) << 32 | std::random_device{}()) % 1000000000000ull;
+  else
+    opts.seed = uint64_t(args.get_int("--seed", (long long)opts.seed));
+  opts.sweep = count_option(args, "--sweep", opts.sweep, 0);
+  opts.repeats = count_option(args, "--repeat", opts.repeats, 1);
+  opts.threads = count_option(args, "--threads", opts.threads, 0);
+  opts.stale = !args.has("--no-stale-memory");
+  std::stringstream ops(args.get("--nondeterministic", ""));
+  for (std::string item; std::getline(ops, item, ',');) {
+    if (item != "all" && !dc::parse_op(item, &op)) throw UsageError("--nondeterministic: unknown op '" + item + "'");
+    opts.nondeterministic.insert(item);
+  }
   opts.verbose = args.has("--verbose");
   opts.bad_inputs = !args.has("--no-bad-inputs");
-  const dlfuse_conformance::ConformSummary s =
-      dlfuse_conformance::run_conformance(args.positional[0], opts, std::cout);
+  const dc::ConformSummary s = dc::run_conformance(args.positional[0], opts, std::cout);
   return s.failed == 0 ? 0 : 1;
 }
 

@@ -77,6 +77,10 @@ std::vector<CaseSpec> matmul_cases(OpKind op) {
       }),
       with(mm("generic_call", op, 5, 7, 3, {3}), [](CaseSpec& s) { s.generic_call = true; }),
   };
+  // A long sum of same-signed terms (docs/ops.md, "Tolerances"): an accumulator of the
+  // storage dtype stalls far outside the tolerance. Forward sums over K, backward over M.
+  c.push_back(with(bwd ? mm("accum_long_positive", op, 4096, 2, 2, {2}) : mm("accum_long_positive", op, 2, 4096, 2, {2}),
+                   [](CaseSpec& s) { s.positive = true; }));
   if (!bwd) {
     c.push_back(with(mm("nan_inf", op, 6, 5, 4, {4}), [](CaseSpec& s) { s.special = Special::kNanInf; }));
     c.push_back(with(mm("out_transposed", op, 7, 3, 5, {5}), [](CaseSpec& s) { s.layout["out"] = Layout::kTransposed; }));
@@ -100,6 +104,10 @@ std::vector<CaseSpec> add_mul_cases(OpKind op) {
   for (int act = 0; act < DLFUSE_ACT_COUNT; ++act)
     c.push_back(am(std::string("act_") + activation_name(act), op, {9, 17}, {9, 17}, {17}, act));
   c.push_back(am("mult_zero", op, {6, 5}, {6, 5}, {5}, DLFUSE_ACT_RELU, 0.0));
+  // 0 * Inf is NaN: a kernel must not drop the multiplier's term when it is 0.
+  if (!bwd)
+    c.push_back(with(am("mult_zero_inf", op, {4, 6}, {4, 6}, {6}, DLFUSE_ACT_RELU, 0.0),
+                     [](CaseSpec& s) { s.special = Special::kNanInf; }));
   c.push_back(am("mult_negative", op, {6, 5}, {6, 5}, {5}, DLFUSE_ACT_RELU, -1.25));
   c.push_back(am("mult_one", op, {6, 5}, {6, 5}, {5}, DLFUSE_ACT_SIGMOID, 1.0));
   // Not dyadic, so never with relu's backward (the select would depend on rounding).
@@ -152,8 +160,16 @@ std::vector<CaseSpec> add_mul_cases(OpKind op) {
   c.push_back(with(am("absent_all", op, {6, 5}, {6, 5}, {5}), [](CaseSpec& s) {
     s.absent = {"grad_x", "grad_y", "grad_bias"};
   }));
+  c.push_back(with(am("reduce_long_positive", op, {8192, 2}, {8192, 2}, {2}, DLFUSE_ACT_IDENTITY, 0.5),
+                   [](CaseSpec& s) { s.positive = true; }));
   c.push_back(with(am("relu_select", op, {8, 9}, {8, 9}, {9}, DLFUSE_ACT_RELU, 0.5),
                    [](CaseSpec& s) { s.special = Special::kReluSelect; }));
+  // Row counts that do not divide evenly into a plugin's chunks of rows: the OpenCL plugin
+  // once summed grad_y/grad_bias over more chunks than it wrote, reading stale scratch
+  // (about 1 call in 30 wrong). tests/conformance/CMakeLists.txt runs these 32 times.
+  c.push_back(am("rows_chunks_169x173_relu", op, {169, 173}, {1, 173}, {173}, DLFUSE_ACT_RELU, 0.5));
+  c.push_back(am("rows_chunks_2x130x146_sigmoid", op, {2, 130, 146}, {146}, {146}, DLFUSE_ACT_SIGMOID, 0.5));
+  c.push_back(am("rows_chunks_171x146_gelu", op, {171, 146}, {171, 146}, {146}, DLFUSE_ACT_GELU_ERF, 0.5));
   return c;
 }
 

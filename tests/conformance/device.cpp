@@ -63,8 +63,8 @@ bool DeviceBuffer::upload(const void* host, size_t nbytes, std::string* err) {
   return st == DLFUSE_STATUS_OK;
 }
 
-bool DeviceBuffer::download(void* host, size_t nbytes, std::string* err) const {
-  dlfuse_status_t st = dlfuse_device_synchronize(reg_, dev_, nullptr);
+bool DeviceBuffer::download(void* host, size_t nbytes, std::string* err, bool sync) const {
+  dlfuse_status_t st = sync ? dlfuse_device_synchronize(reg_, dev_, nullptr) : DLFUSE_STATUS_OK;
   if (st == DLFUSE_STATUS_OK)
     st = dlfuse_device_copy(reg_, dev_, DLFUSE_COPY_DEVICE_TO_HOST, host, 0, ptr_, 0, nbytes, nullptr);
   if (st != DLFUSE_STATUS_OK) *err = "device_copy device->host: " + describe_failure(st);

@@ -25,7 +25,8 @@ class DeviceBuffer {
   // Each returns false and sets *err on failure.
   bool allocate(dlfuse_registry_t reg, DLDevice dev, size_t nbytes, std::string* err);
   bool upload(const void* host, size_t nbytes, std::string* err);
-  bool download(void* host, size_t nbytes, std::string* err) const;
+  // Synchronizes the default stream first unless `sync` is false.
+  bool download(void* host, size_t nbytes, std::string* err, bool sync = true) const;
   void* ptr() const { return ptr_; }
   void reset();
 

@@ -1,7 +1,12 @@
-# cmake -DCLI=... -DPLUGIN=... -DKERNEL=... [-DTEXT=...] -P expect_failure.cmake
-# Passes when `dlfuse conform PLUGIN` exits nonzero, every FAIL row names KERNEL (and no
-# other kernel), the failure details mention TEXT, and the summary counts the failures.
-execute_process(COMMAND ${CLI} conform ${PLUGIN}
+# cmake -DCLI=... -DPLUGIN=... -DKERNEL=... [-DTEXT=...] [-DCASE=...] [-DARGS=a|b] -P expect_failure.cmake
+# Passes when `dlfuse conform PLUGIN ARGS...` exits nonzero, every FAIL row names KERNEL (and
+# no other kernel), some FAIL row's case matches the regex CASE, the failure details match
+# the regex TEXT, and the summary counts the failures.
+set(extra)
+if(DEFINED ARGS)
+  string(REPLACE "|" ";" extra "${ARGS}")
+endif()
+execute_process(COMMAND ${CLI} conform ${PLUGIN} ${extra}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(rc EQUAL 0)
   message(FATAL_ERROR "expected a nonzero exit from conform ${PLUGIN}, got 0\n${out}")
@@ -17,6 +22,9 @@ foreach(row IN LISTS rows)
     message(FATAL_ERROR "a FAIL row names '${kernel}', expected only '${KERNEL}':\n${out}")
   endif()
 endforeach()
+if(DEFINED CASE AND NOT out MATCHES "\nFAIL +${KERNEL} +[^ ]+ +[^ ]+ +(${CASE}) ")
+  message(FATAL_ERROR "no FAIL row of ${KERNEL} is a case matching '${CASE}':\n${out}")
+endif()
 if(DEFINED TEXT AND NOT out MATCHES "${TEXT}")
   message(FATAL_ERROR "no failure detail mentions '${TEXT}':\n${out}")
 endif()

@@ -45,6 +45,8 @@ class HostTensor {
 
   // Logical (row-major) element i, read or written through the strides; set() rounds.
   double get(int64_t i) const;
+  // The bytes of logical element i.
+  const unsigned char* element(int64_t i) const { return bytes_.data() + slot(i) * int64_t(esize_); }
   void set(int64_t i, double v);
   std::vector<double> values() const;
   // Fills every logical element with uniform values in [lo, hi); `grid` > 0 snaps them

@@ -1,6 +1,7 @@
 #include "op_case.h"
 
 #include <cmath>
+#include <cstring>
 #include <sstream>
 
 #include "dtypes.h"
@@ -101,18 +102,19 @@ void PreparedCall::make_inputs(std::mt19937_64& rng) {
     std::vector<int64_t> out_shape;
     broadcast_shapes(s.a_batch, s.b_batch, &out_shape);
     out_shape = cat(out_shape, {s.M, s.N});
+    const double lo = s.positive ? 0.5 : -1;
     if (s.op == OpKind::kMatmul) {
-      add(inputs_, "a", a_shape).host.fill_random(rng, -1, 1);
-      add(inputs_, "b", b_shape).host.fill_random(rng, -1, 1);
-      add(inputs_, "bias", s.bias_shape).host.fill_random(rng, -1, 1);
+      add(inputs_, "a", a_shape).host.fill_random(rng, lo, 1);
+      add(inputs_, "b", b_shape).host.fill_random(rng, lo, 1);
+      add(inputs_, "bias", s.bias_shape).host.fill_random(rng, lo, 1);
       add(outputs_, "out", out_shape);
       return;
     }
-    add(inputs_, "grad_out", out_shape).host.fill_random(rng, -1, 1);
-    add(inputs_, "a", a_shape).host.fill_random(rng, -1, 1);
-    add(inputs_, "b", b_shape).host.fill_random(rng, -1, 1);
+    add(inputs_, "grad_out", out_shape).host.fill_random(rng, lo, 1);
+    add(inputs_, "a", a_shape).host.fill_random(rng, lo, 1);
+    add(inputs_, "b", b_shape).host.fill_random(rng, lo, 1);
     HostTensor bias(dtype_, s.bias_shape, Layout::kCompact, 0);
-    bias.fill_random(rng, -1, 1);
+    bias.fill_random(rng, lo, 1);
     hidden_bias_ = Dense{bias.shape(), bias.values()};
     // The saved `out` is what a forward would have produced, rounded to the dtype.
     const RefOut fwd = ref_matmul_forward(dense(inputs_[1]), dense(inputs_[2]), hidden_bias_);
@@ -129,10 +131,11 @@ void PreparedCall::make_inputs(std::mt19937_64& rng) {
   std::vector<int64_t> xy, out_shape;
   broadcast_shapes(s.x_shape, s.y_shape, &xy);
   broadcast_shapes(xy, s.bias_shape, &out_shape);
-  if (s.op == OpKind::kAddMulBackward) add(inputs_, "grad_out", out_shape).host.fill_random(rng, -2, 2, 12);
-  add(inputs_, "x", s.x_shape).host.fill_random(rng, -2, 2, 12);
-  add(inputs_, "y", s.y_shape).host.fill_random(rng, -2, 2, 12);
-  add(inputs_, "bias", s.bias_shape).host.fill_random(rng, -2, 2, 12);
+  const double lo = s.positive ? 0.5 : -2, hi = s.positive ? 1 : 2;
+  if (s.op == OpKind::kAddMulBackward) add(inputs_, "grad_out", out_shape).host.fill_random(rng, lo, hi, 12);
+  add(inputs_, "x", s.x_shape).host.fill_random(rng, lo, hi, 12);
+  add(inputs_, "y", s.y_shape).host.fill_random(rng, lo, hi, 12);
+  add(inputs_, "bias", s.bias_shape).host.fill_random(rng, lo, hi, 12);
   if (s.op == OpKind::kAddMul) {
     add(outputs_, "out", out_shape);
   } else {
@@ -216,6 +219,7 @@ bool PreparedCall::prepare(const CaseSpec& spec, uint64_t seed, std::string* err
   spec_ = spec;
   inputs_.clear();
   outputs_.clear();
+  ref_.clear();
   inputs_.reserve(4);  // Tensors hold DLTensors pointing into themselves: no reallocation
   outputs_.reserve(3);
   std::mt19937_64 rng(seed ^ fnv1a(spec.name + "/" + op_name(spec.op) + "/" + dtype_name(dtype_)));
@@ -230,13 +234,29 @@ bool PreparedCall::prepare(const CaseSpec& spec, uint64_t seed, std::string* err
   return true;
 }
 
+bool PreparedCall::reset(std::string* err) {
+  for (Tensor& t : inputs_)
+    if (!t.buf.upload(t.host.data(), t.host.nbytes(), err)) return false;
+  for (Tensor& t : outputs_)
+    if (t.present && !(spec_.in_place && t.role == "out") && !t.buf.upload(t.host.data(), t.host.nbytes(), err))
+      return false;
+  return true;
+}
+
+size_t PreparedCall::total_bytes() const {
+  size_t n = 0;
+  for (const Tensor& t : inputs_) n += t.host.nbytes();
+  for (const Tensor& t : outputs_) n += t.present ? t.host.nbytes() : 0;
+  return n;
+}
+
 DLTensor* PreparedCall::out(size_t i) {
   if (!outputs_[i].present) return nullptr;
   if (spec_.in_place && i == 0) return &inputs_[0].dl;
   return &outputs_[i].dl;
 }
 
-dlfuse_status_t PreparedCall::invoke() {
+dlfuse_status_t PreparedCall::invoke(void* stream) {
   const int32_t tf32 = spec_.allow_tf32 ? 1 : 0;
   if (spec_.generic_call) {
     if (!op_handle_) {
@@ -261,65 +281,120 @@ dlfuse_status_t PreparedCall::invoke() {
       }
     }
     return dlfuse_op_call(op_handle_, ins, int32_t(inputs_.size()), outs, int32_t(outputs_.size()),
-                          attrs.empty() ? nullptr : attrs.data(), int32_t(attrs.size()), nullptr);
+                          attrs.empty() ? nullptr : attrs.data(), int32_t(attrs.size()), stream);
   }
   const auto act = dlfuse_activation_t(spec_.act);
   switch (spec_.op) {
     case OpKind::kMatmul:
-      return dlfuse_matmul_add_relu(reg_, in(0), in(1), in(2), out(0), tf32, nullptr);
+      return dlfuse_matmul_add_relu(reg_, in(0), in(1), in(2), out(0), tf32, stream);
     case OpKind::kMatmulBackward:
       return dlfuse_matmul_add_relu_backward(reg_, in(0), in(1), in(2), in(3), out(0), out(1), out(2),
-                                             tf32, nullptr);
+                                             tf32, stream);
     case OpKind::kAddMul:
-      return dlfuse_add_mul_activation(reg_, in(0), in(1), in(2), spec_.multiplier, act, out(0), nullptr);
+      return dlfuse_add_mul_activation(reg_, in(0), in(1), in(2), spec_.multiplier, act, out(0), stream);
     case OpKind::kAddMulBackward:
       return dlfuse_add_mul_activation_backward(reg_, in(0), in(1), in(2), in(3), spec_.multiplier, act,
-                                                out(0), out(1), out(2), nullptr);
+                                                out(0), out(1), out(2), stream);
   }
   return DLFUSE_STATUS_INTERNAL;
 }
 
-bool PreparedCall::verify(CheckStats* stats, std::string* err) {
-  // Reference first, from the host copies of what was uploaded (x before an in-place call).
-  std::vector<RefOut> ref;
-  switch (spec_.op) {
-    case OpKind::kMatmul:
-      ref.push_back(ref_matmul_forward(dense(inputs_[0]), dense(inputs_[1]), dense(inputs_[2])));
-      break;
-    case OpKind::kMatmulBackward: {
-      Grads g = ref_matmul_backward(dense(inputs_[0]), dense(inputs_[1]), dense(inputs_[2]),
-                                    dense(inputs_[3]), hidden_bias_.shape);
-      ref = {g.first, g.second, g.bias};
-      break;
+bool PreparedCall::download(Readback* rb, std::string* err, bool sync) const {
+  if (sync) {
+    const dlfuse_status_t st = dlfuse_device_synchronize(reg_, dev_, nullptr);
+    if (st != DLFUSE_STATUS_OK) {
+      *err = "device_synchronize: " + describe_failure(st);
+      return false;
     }
-    case OpKind::kAddMul:
-      ref.push_back(ref_add_mul_forward(dense(inputs_[0]), dense(inputs_[1]), dense(inputs_[2]), spec_.act,
-                                        spec_.multiplier));
-      break;
-    case OpKind::kAddMulBackward: {
-      Grads g = ref_add_mul_backward(dense(inputs_[0]), dense(inputs_[1]), dense(inputs_[2]),
-                                     dense(inputs_[3]), spec_.act, spec_.multiplier);
-      ref = {g.first, g.second, g.bias};
-      break;
+  }
+  *rb = Readback{};
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    const Tensor& t = outputs_[i];
+    rb->out_roles.push_back(t.role);
+    rb->outs.push_back(t.present ? t.host : HostTensor());
+    if (!t.present) continue;
+    const DeviceBuffer& buf = spec_.in_place && i == 0 ? inputs_[0].buf : t.buf;
+    if (!buf.download(rb->outs.back().data(), rb->outs.back().nbytes(), err, false)) return false;
+  }
+  for (const Tensor& t : inputs_) {
+    rb->in_roles.push_back(t.role);
+    rb->ins.push_back(t.host);
+    if (!t.buf.download(rb->ins.back().data(), rb->ins.back().nbytes(), err, false)) return false;
+  }
+  return true;
+}
+
+void PreparedCall::check(const Readback& rb, CheckStats* stats) {
+  // Reference from the host copies of what was uploaded (x before an in-place call).
+  if (ref_.empty()) {
+    switch (spec_.op) {
+      case OpKind::kMatmul:
+        ref_.push_back(ref_matmul_forward(dense(inputs_[0]), dense(inputs_[1]), dense(inputs_[2])));
+        break;
+      case OpKind::kMatmulBackward: {
+        Grads g = ref_matmul_backward(dense(inputs_[0]), dense(inputs_[1]), dense(inputs_[2]),
+                                      dense(inputs_[3]), hidden_bias_.shape);
+        ref_ = {g.first, g.second, g.bias};
+        break;
+      }
+      case OpKind::kAddMul:
+        ref_.push_back(ref_add_mul_forward(dense(inputs_[0]), dense(inputs_[1]), dense(inputs_[2]), spec_.act,
+                                           spec_.multiplier));
+        break;
+      case OpKind::kAddMulBackward: {
+        Grads g = ref_add_mul_backward(dense(inputs_[0]), dense(inputs_[1]), dense(inputs_[2]),
+                                       dense(inputs_[3]), spec_.act, spec_.multiplier);
+        ref_ = {g.first, g.second, g.bias};
+        break;
+      }
     }
   }
   const Tolerance tol = tolerance_for(dtype_, spec_.allow_tf32 && is_matmul(spec_.op));
   for (size_t i = 0; i < outputs_.size(); ++i) {
     const Tensor& t = outputs_[i];
     if (!t.present) continue;
-    HostTensor got = t.host;
-    const DeviceBuffer& buf = spec_.in_place && i == 0 ? inputs_[0].buf : t.buf;
-    if (!buf.download(got.data(), got.nbytes(), err)) return false;
-    check_values(t.role, got, ref[i], tol, stats);
-    check_outside_view(t.role, got, t.host, stats);
+    check_values(t.role, rb.outs[i], ref_[i], tol, stats);
+    check_outside_view(t.role, rb.outs[i], t.host, stats);
   }
-  for (size_t i = 0; i < inputs_.size(); ++i) {
-    if (spec_.in_place && i == 0) continue;
-    HostTensor got = inputs_[i].host;
-    if (!inputs_[i].buf.download(got.data(), got.nbytes(), err)) return false;
-    check_unchanged(inputs_[i].role, got, inputs_[i].host, stats);
-  }
+  for (size_t i = 0; i < inputs_.size(); ++i)
+    if (!(spec_.in_place && i == 0)) check_unchanged(inputs_[i].role, rb.ins[i], inputs_[i].host, stats);
+}
+
+bool PreparedCall::verify(CheckStats* stats, std::string* err, Readback* rb) {
+  Readback local;
+  Readback& r = rb ? *rb : local;
+  if (!download(&r, err)) return false;
+  check(r, stats);
   return true;
+}
+
+namespace {
+
+std::string differ(const std::string& role, const HostTensor& a, const HostTensor& b) {
+  if (a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0) return "";
+  std::ostringstream s;
+  s.precision(9);
+  const size_t es = dtype_size(a.dtype());
+  for (int64_t i = 0; i < a.numel(); ++i)
+    if (std::memcmp(a.element(i), b.element(i), es) != 0) {
+      s << role << format_index(a.shape(), i) << ": " << a.get(i) << " vs " << b.get(i);
+      return s.str();
+    }
+  return role + ": bytes outside the view differ";
+}
+
+}  // namespace
+
+std::string first_difference(const PreparedCall::Readback& a, const PreparedCall::Readback& b) {
+  for (size_t i = 0; i < a.outs.size() && i < b.outs.size(); ++i) {
+    const std::string d = differ(a.out_roles[i], a.outs[i], b.outs[i]);
+    if (!d.empty()) return d;
+  }
+  for (size_t i = 0; i < a.ins.size() && i < b.ins.size(); ++i) {
+    const std::string d = differ("input " + a.in_roles[i], a.ins[i], b.ins[i]);
+    if (!d.empty()) return d;
+  }
+  return "";
 }
 
 }  // namespace dlfuse_conformance

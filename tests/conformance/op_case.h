@@ -50,10 +50,16 @@ struct CaseSpec {
   Special special = Special::kNone;
   bool generic_call = false;  // dlfuse_op_call instead of the typed function
   bool allow_tf32 = false;
+  // Every input in [0.5, 1): long sums of same-signed terms, where accumulating in the
+  // storage dtype stalls far outside the tolerance (docs/ops.md, "Tolerances").
+  bool positive = false;
+  std::string note;  // how a generated (sweep) case was built, for its failure report
 };
 
 // Shape summary for tables, e.g. "2x1x5x7 @ 3x7x4" or "16x16".
 std::string shape_summary(const CaseSpec& spec);
+
+
 
 class PreparedCall {
  public:
@@ -62,14 +68,31 @@ class PreparedCall {
   PreparedCall(const PreparedCall&) = delete;
   PreparedCall& operator=(const PreparedCall&) = delete;
 
+  // What came back from the device after a call: every output buffer (the in-place one
+  // is x's) and every input buffer, whole, guard slots included.
+  struct Readback {
+    std::vector<HostTensor> outs, ins;  // absent outputs: an empty tensor
+    std::vector<std::string> out_roles, in_roles;
+  };
+
   // Builds seeded inputs, poisons the outputs, places both on the device.
   bool prepare(const CaseSpec& spec, uint64_t seed, std::string* err);
+  // Uploads the inputs and the poisoned outputs again, for another run of the same call.
+  bool reset(std::string* err);
   // One call of the kernel; enqueued, not synchronized.
-  dlfuse_status_t invoke();
+  dlfuse_status_t invoke(void* stream = nullptr);
   dlfuse_status_t synchronize() { return dlfuse_device_synchronize(reg_, dev_, nullptr); }
-  // Brings the outputs back and checks them (and that inputs are untouched). False with
-  // *err when the check itself could not run.
-  bool verify(CheckStats* stats, std::string* err);
+  // Copies every buffer back; `sync` false skips the device synchronize first (a CPU
+  // plugin's kernel must be complete when it returns).
+  bool download(Readback* rb, std::string* err, bool sync = true) const;
+  // Checks a readback against the float64 reference (computed once per call) and that
+  // nothing outside the outputs' views or in the inputs changed.
+  void check(const Readback& rb, CheckStats* stats);
+  // Brings the outputs back and checks them. False with *err when the check could not run.
+  bool verify(CheckStats* stats, std::string* err, Readback* rb = nullptr);
+  // Bytes of all buffers in placement order, for the bit-identity checks.
+  size_t total_bytes() const;
+  const CaseSpec& spec() const { return spec_; }
 
  private:
   struct Tensor {
@@ -93,9 +116,14 @@ class PreparedCall {
   DLDataType dtype_;
   CaseSpec spec_;
   std::vector<Tensor> inputs_, outputs_;
+  std::vector<RefOut> ref_;  // the reference, once computed
   Dense hidden_bias_;  // matmul backward: the forward's bias (it defines `out` and grad_bias' shape)
   dlfuse_op_t op_handle_ = nullptr;
 };
+
+// "" when a and b hold the same bytes; else where they first differ, e.g.
+// "grad_y[0,3]: 1.25 vs 1.5" (a's value first).
+std::string first_difference(const PreparedCall::Readback& a, const PreparedCall::Readback& b);
 
 }  // namespace dlfuse_conformance
 

@@ -116,6 +116,25 @@ double ref_activate_grad(int act, double p, double g) {
   }
 }
 
+double ref_activate_grad_scale(int act, double p) {
+  const double ap = std::fabs(p);
+  switch (act) {
+    case 0: return 1.0;
+    case 1: return (p > 0 || std::isnan(p)) ? 1.0 : 0.0;
+    case 2: { const double s = 1.0 / (1.0 + std::exp(-p)); return s + s * s; }
+    case 3: { const double t = std::tanh(p); return 1.0 + t * t; }
+    case 4: {
+      const double cdf = 0.5 * (1.0 + std::erf(p / std::sqrt(2.0)));
+      return cdf + ap * std::exp(-0.5 * p * p) / std::sqrt(2.0 * M_PI);
+    }
+    case 5: {
+      const double c = std::sqrt(2.0 / M_PI), t = std::tanh(c * (p + 0.044715 * p * p * p));
+      return 0.5 * (1.0 + std::fabs(t)) + 0.5 * ap * (1.0 + t * t) * c * (1.0 + 3.0 * 0.044715 * p * p);
+    }
+    default: { const double s = 1.0 / (1.0 + std::exp(-p)); return s + ap * (s + s * s); }
+  }
+}
+
 RefOut ref_matmul_forward(const Dense& a, const Dense& b, const Dense& bias) {
   const Mm d = matmul_dims(a, b);
   std::vector<int64_t> out_shape = d.batch;
@@ -210,14 +229,17 @@ Grads ref_add_mul_backward(const Dense& grad_out, const Dense& x, const Dense& y
   const size_t r = pre.shape.size();
   const auto xs = bstrides(x.shape, r), ys = bstrides(y.shape, r), bs = bstrides(bias.shape, r);
   for_each_index(pre.shape, [&](int64_t lin, const std::vector<int64_t>& i) {
-    const double d = ref_activate_grad(act, pre.v[size_t(lin)], grad_out.v[size_t(lin)]);
+    const double p = pre.v[size_t(lin)], go = grad_out.v[size_t(lin)];
+    const double d = ref_activate_grad(act, p, go);
+    // A select passes grad_out unchanged or gives an exact 0: no scale where it blocks.
+    const double sc = d == 0.0 ? 0.0 : std::fabs(go) * ref_activate_grad_scale(act, p);
     const size_t ix = size_t(at(i, xs)), iy = size_t(at(i, ys)), ib = size_t(at(i, bs));
     g.first.val[ix] += d;
-    g.first.scale[ix] += std::fabs(d);
+    g.first.scale[ix] += sc;
     g.second.val[iy] += mult * d;
-    g.second.scale[iy] += std::fabs(mult * d);
+    g.second.scale[iy] += std::fabs(mult) * sc;
     g.bias.val[ib] += d;
-    g.bias.scale[ib] += std::fabs(d);
+    g.bias.scale[ib] += sc;
   });
   return g;
 }

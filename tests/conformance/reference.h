@@ -25,6 +25,10 @@ bool broadcast_shapes(const std::vector<int64_t>& a, const std::vector<int64_t>&
 
 double ref_activate(int act, double p);
 double ref_activate_grad(int act, double p, double grad);  // grad * act'(p), relu a select
+// The sum of the absolute values of the terms of act'(p) as docs/ops.md writes it: the
+// scale a gradient's error is measured against, since act'(p) cancels (tanh' = 1 - t^2
+// near |t| = 1, GELU' and SiLU' near their zeros) where its value alone says nothing.
+double ref_activate_grad_scale(int act, double p);
 
 RefOut ref_matmul_forward(const Dense& a, const Dense& b, const Dense& bias);
 

@@ -2,12 +2,16 @@
 
 #include <dlfuse/dlfuse.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <vector>
 
 #include "cases.h"
 #include "dtypes.h"
 #include "op_case.h"
+#include "stages.h"
+#include "stale.h"
+#include "sweep.h"
 
 namespace dlfuse_conformance {
 namespace {
@@ -44,6 +48,102 @@ std::string num(double v) {
   return b;
 }
 
+bool nondeterministic(const ConformOptions& opts, OpKind op) {
+  return opts.nondeterministic.count("all") || opts.nondeterministic.count(op_name(op));
+}
+
+struct CaseOutcome {
+  bool pass = false;
+  std::string detail;
+  CheckStats stats;
+};
+
+// One valid case, run opts.repeats times on stale memory: the first run (and every run of a
+// nondeterministic op) against the reference, the others bit for bit against the first.
+CaseOutcome run_case(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, const CaseSpec& spec,
+                     const ConformOptions& opts) {
+  CaseOutcome o;
+  PreparedCall call(reg, dev, dt);
+  std::string err;
+  if (!call.prepare(spec, opts.seed, &err)) {
+    o.detail = "setup: " + err;
+    return o;
+  }
+  StaleMemory stale(reg, dev);
+  const size_t stale_bytes = stale_bytes_for(call.total_bytes());
+  const bool exact = !nondeterministic(opts, spec.op);
+  const int runs = std::max(1, opts.repeats);
+  PreparedCall::Readback first;
+  for (int run = 0; run < runs; ++run) {
+    const std::string when = "run " + std::to_string(run + 1) + "/" + std::to_string(runs) +
+                             (opts.stale ? std::string(", stale memory ") + stale_pattern_name(run) : "");
+    if (run > 0 && !call.reset(&err)) {
+      o.detail = when + ": setup: " + err;
+      return o;
+    }
+    if (opts.stale && !stale.stir(stale_bytes, run, &err)) {
+      o.detail = when + ": poisoning stale memory: " + err;
+      return o;
+    }
+    const dlfuse_status_t st = call.invoke();
+    if (st != DLFUSE_STATUS_OK) {
+      o.detail = when + ": call failed: " + describe_failure(st);
+      return o;
+    }
+    PreparedCall::Readback got;
+    const bool read = call.download(&got, &err);
+    stale.release();
+    if (!read) {
+      o.detail = when + ": readback: " + err;
+      return o;
+    }
+    std::string diff;
+    if (run > 0 && exact) {
+      diff = first_difference(got, first);
+      if (diff.empty()) continue;
+    }
+    CheckStats stats;
+    call.check(got, &stats);
+    if (run == 0) o.stats = stats;
+    if (stats.bad) {
+      o.stats = stats;
+      o.detail = when + ": " + std::to_string(stats.bad) + " of " + std::to_string(stats.checked) +
+                 " elements bad; first: " + stats.first_bad;
+      return o;
+    }
+    if (!diff.empty()) {
+      o.detail = when + ": not bit-identical to run 1 (within tolerance, but a deterministic kernel must "
+                 "repeat itself; a kernel that cannot declares it with --nondeterministic): " + diff;
+      return o;
+    }
+    if (run == 0) first = std::move(got);
+  }
+  o.pass = true;
+  o.detail = std::to_string(o.stats.checked) + " elements, " + shape_summary(spec) + ", " + std::to_string(runs) +
+             (exact ? " runs bit-identical" : " runs (nondeterministic: each against the reference)");
+  return o;
+}
+
+CaseOutcome run_case_noted(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, const CaseSpec& spec,
+                           const ConformOptions& opts) {
+  CaseOutcome o = run_case(reg, dev, dt, spec, opts);
+  if (!spec.note.empty()) o.detail += "\n      case: " + spec.note;
+  return o;
+}
+
+bool wanted(const ConformOptions& opts, const CaseSpec& spec) {
+  return opts.case_filter.empty() || spec.name.find(opts.case_filter) != std::string::npos;
+}
+
+// A few cases spread over the list, for the stages that run calls more than once.
+std::vector<CaseSpec> spread(const std::vector<CaseSpec>& from, size_t count) {
+  std::vector<CaseSpec> out;
+  const size_t step = std::max<size_t>(1, from.size() / std::max<size_t>(1, count));
+  for (size_t i = 0; i < from.size() && out.size() < count; i += step)
+    if (from[i].special == Special::kNone) out.push_back(from[i]);
+  return out;
+}
+
 void run_cases(dlfuse_registry_t reg, int32_t plugin, OpKind op, DLDataType dt, DLDevice dev,
                const ConformOptions& opts, Table& table) {
   const std::string kname = op_name(op), dname = dtype_name(dt), devname = device_name(dev);
@@ -57,27 +157,28 @@ void run_cases(dlfuse_registry_t reg, int32_t plugin, OpKind op, DLDataType dt, 
               st != DLFUSE_STATUS_OK ? "op_resolve: " + describe_failure(st)
                                      : "op_resolve picked plugin " + std::to_string(chosen));
 
-  for (const CaseSpec& spec : cases_for(op)) {
-    PreparedCall call(reg, dev, dt);
-    std::string err;
-    CheckStats stats;
-    if (!call.prepare(spec, opts.seed, &err)) {
-      table.add(false, kname, dname, devname, spec.name, "-", "-", "setup: " + err);
-      continue;
+  std::vector<CaseSpec> fixed, swept;
+  for (CaseSpec& c : cases_for(op))
+    if (wanted(opts, c)) fixed.push_back(std::move(c));
+  for (CaseSpec& c : sweep_cases(op, opts.seed, std::max(0, opts.sweep)))
+    if (wanted(opts, c)) swept.push_back(std::move(c));
+  for (const std::vector<CaseSpec>* list : {&fixed, &swept})
+    for (const CaseSpec& spec : *list) {
+      const CaseOutcome o = run_case_noted(reg, dev, dt, spec, opts);
+      const bool ran = o.stats.checked > 0 || o.pass;
+      table.add(o.pass, kname, dname, devname, spec.name, ran ? num(o.stats.max_abs) : "-",
+                ran ? num(o.stats.max_ratio) : "-", o.detail);
     }
-    st = call.invoke();
-    if (st != DLFUSE_STATUS_OK) {
-      table.add(false, kname, dname, devname, spec.name, "-", "-", "call failed: " + describe_failure(st));
-      continue;
-    }
-    if (!call.verify(&stats, &err)) {
-      table.add(false, kname, dname, devname, spec.name, "-", "-", "readback: " + err);
-      continue;
-    }
-    const std::string detail = stats.bad ? std::to_string(stats.bad) + " of " + std::to_string(stats.checked) +
-                                               " elements bad; first: " + stats.first_bad
-                                         : std::to_string(stats.checked) + " elements, " + shape_summary(spec);
-    table.add(stats.bad == 0, kname, dname, devname, spec.name, num(stats.max_abs), num(stats.max_ratio), detail);
+
+  std::vector<CaseSpec> staged = spread(fixed, 5), more = spread(swept, 2);
+  staged.insert(staged.end(), more.begin(), more.end());
+  if (dev.device_type == kDLCPU && !staged.empty()) {
+    const StageResult r = run_cpu_stream_stage(reg, dev, dt, staged, opts.seed);
+    table.add(r.pass, kname, dname, devname, "stream:cpu_ignored", "-", "-", r.detail);
+  }
+  if (opts.threads >= 2 && !staged.empty() && !nondeterministic(opts, op)) {
+    const StageResult r = run_threads_stage(reg, dev, dt, staged, opts.seed, opts.threads, 2);
+    table.add(r.pass, kname, dname, devname, "threads:x" + std::to_string(opts.threads), "-", "-", r.detail);
   }
   if (!opts.bad_inputs) return;
   for (const BadOutcome& b : run_bad_inputs(reg, dev, dt, op))
@@ -95,6 +196,9 @@ void check_plugin(dlfuse_registry_t reg, int32_t idx, const ConformOptions& opts
   }
   out << "# plugin " << info.name << " " << info.version << " (" << info.path << "), "
       << info.num_kernels << " kernels\n";
+  out << "# seed " << opts.seed << ", " << opts.sweep << " sweep cases per kernel and dtype, " << opts.repeats
+      << " runs per case" << (opts.stale ? " on stale memory" : "") << ", " << opts.threads
+      << " threads (reproduce: --seed " << opts.seed << " --sweep " << opts.sweep << ")\n";
   if (!info.available) {
     table.add(false, "-", "-", "-", "available", "-", "-", std::string("unavailable: ") + info.reason);
     return;

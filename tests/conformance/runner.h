@@ -5,17 +5,33 @@
 
 #include <cstdint>
 #include <ostream>
+#include <set>
 #include <string>
 
 namespace dlfuse_conformance {
 
+constexpr uint64_t kDefaultSeed = 20250101;
+constexpr int kDefaultRepeats = 3;
+constexpr int kDefaultSweep = 24;
+constexpr int kDefaultThreads = 4;
+
 struct ConformOptions {
   std::string dtype;        // "" = every declared dtype; else f32, bf16, ...
   std::string op;           // "" = every op; else an op name
+  std::string case_filter;  // "" = every case; else only cases whose name contains it
   int device_id = -1;       // -1 = every device
-  uint64_t seed = 20250101;
+  uint64_t seed = kDefaultSeed;  // the sweep's cases and every case's data
   bool verbose = false;     // details for passing rows too
   bool bad_inputs = true;
+  // Runs of every valid case, each after poisoning stale device memory (stale.h); runs
+  // after the first must be bit-identical to it unless the op is in `nondeterministic`.
+  int repeats = kDefaultRepeats;
+  bool stale = true;        // poison stale memory before each run
+  int sweep = kDefaultSweep;  // generated cases per kernel and dtype (sweep.h)
+  int threads = kDefaultThreads;  // threads of the concurrency stage; < 2 skips it
+  // Ops whose kernels may differ from run to run (the plugin author says so): their runs
+  // are checked against the reference only. "all" for every op.
+  std::set<std::string> nondeterministic;
 };
 
 struct ConformSummary {

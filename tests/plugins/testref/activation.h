@@ -9,7 +9,11 @@
 namespace testref {
 
 // relu must keep NaN (fmax(p, 0) would turn it into 0).
+#ifdef DLFUSE_TESTREF_MUTANT_RELU_NAN_TO_ZERO
+template <class A> A relu(A p) { return p > A(0) ? p : A(0); }  // mutant: as fmax(p, 0)
+#else
 template <class A> A relu(A p) { return std::isnan(p) ? p : (p > A(0) ? p : A(0)); }
+#endif
 
 template <class A> A sigmoid(A p) { return A(1) / (A(1) + std::exp(-p)); }
 
@@ -24,7 +28,11 @@ template <class A> A activate(int act, A p) {
     case DLFUSE_ACT_RELU: return relu(p);
     case DLFUSE_ACT_SIGMOID: return sigmoid(p);
     case DLFUSE_ACT_TANH: return std::tanh(p);
+#ifdef DLFUSE_TESTREF_MUTANT_GELU_ERF_AS_TANH
+    case DLFUSE_ACT_GELU_ERF: return A(0.5) * p * (A(1) + std::tanh(gelu_tanh_u(p)));  // mutant
+#else
     case DLFUSE_ACT_GELU_ERF: return A(0.5) * p * (A(1) + std::erf(p * A(0.7071067811865476)));
+#endif
     case DLFUSE_ACT_GELU_TANH: return A(0.5) * p * (A(1) + std::tanh(gelu_tanh_u(p)));
     default: return p * sigmoid(p);  // SILU; the activation was checked before the loop
   }
@@ -34,7 +42,13 @@ template <class A> A activate(int act, A p) {
 template <class A> A activate_grad(int act, A p, A grad) {
   switch (act) {
     case DLFUSE_ACT_IDENTITY: return grad;
+#if defined(DLFUSE_TESTREF_MUTANT_RELU_GRAD_AT_ZERO)
+    case DLFUSE_ACT_RELU: return (p >= A(0) || std::isnan(p)) ? grad : A(0);  // mutant: relu'(0) = 1
+#elif defined(DLFUSE_TESTREF_MUTANT_RELU_GRAD_PRODUCT)
+    case DLFUSE_ACT_RELU: return grad * ((p > A(0) || std::isnan(p)) ? A(1) : A(0));  // mutant: NaN * 0
+#else
     case DLFUSE_ACT_RELU: return (p > A(0) || std::isnan(p)) ? grad : A(0);
+#endif
     case DLFUSE_ACT_SIGMOID: { const A s = sigmoid(p); return grad * (s * (A(1) - s)); }
     case DLFUSE_ACT_TANH: { const A t = std::tanh(p); return grad * (A(1) - t * t); }
     case DLFUSE_ACT_GELU_ERF: {
@@ -47,7 +61,11 @@ template <class A> A activate_grad(int act, A p, A grad) {
       const A du = A(0.7978845608028654) * (A(1) + A(3 * 0.044715) * p * p);
       return grad * (A(0.5) * (A(1) + t) + A(0.5) * p * (A(1) - t * t) * du);
     }
+#ifdef DLFUSE_TESTREF_MUTANT_SILU_GRAD_WRONG
+    default: return grad * sigmoid(p);  // mutant: the p s (1 - s) term forgotten
+#else
     default: { const A s = sigmoid(p); return grad * (s * (A(1) + p * (A(1) - s))); }
+#endif
   }
 }
 

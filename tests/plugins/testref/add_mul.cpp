@@ -1,4 +1,8 @@
 // add_mul_activation forward and backward: one pass over the broadcast output shape.
+#include <algorithm>
+#include <cstdlib>
+#include <new>
+#include <thread>
 #include <vector>
 
 #include "activation.h"
@@ -8,22 +12,94 @@
 namespace testref {
 namespace {
 
+#if DLFUSE_TESTREF_INJECT_BUG == 4
+constexpr int64_t kSharedElems = 1 << 16;
+double g_shared[kSharedElems];
+#endif
+
+// multiplier * y, computed as written: 0 * Inf is NaN (docs/ops.md).
+template <class C, class Acc> Acc scaled_y(Acc mult, const char* y) {
+#ifdef DLFUSE_TESTREF_MUTANT_MULT_ZERO_DROPPED
+  if (mult == Acc(0)) return Acc(0);  // mutant: the term dropped
+#endif
+  return mult * C::load(y);
+}
+
+#if DLFUSE_TESTREF_INJECT_BUG == 3
+// The injected bug, modelled on a real one: partial sums per chunk of output elements in
+// malloc'ed scratch, each chunk zeroing its own partials when it starts. The chunk count is
+// the one wanted, but the chunk size is rounded up, so the last chunks may get no element:
+// their partials are never written, and the final sum reads whatever the scratch held.
+template <class Acc> struct Chunked {
+  int64_t n = 0, want = 1, per = 1;
+  Acc* part = nullptr;
+  void init(int64_t elems, int64_t total) {
+    n = elems;
+    want = std::max<int64_t>(1, std::min<int64_t>(total, 23));
+    per = (total + want - 1) / want;
+    part = static_cast<Acc*>(std::malloc(size_t(want * n) * sizeof(Acc) + 1));
+    if (!part) throw std::bad_alloc();
+  }
+  ~Chunked() { std::free(part); }
+  void add(int64_t lin, int64_t e, Acc v) {
+    const int64_t c = lin / per;
+    if (lin % per == 0)
+      for (int64_t i = 0; i < n; ++i) part[c * n + i] = Acc(0);
+    part[c * n + e] += v;
+  }
+  Acc total(int64_t e) const {
+    Acc s = Acc(0);
+    for (int64_t c = 0; c < want; ++c) s += part[c * n + e];
+    return s;
+  }
+};
+#endif
+
 // One reduction target: a float accumulator per element of the gradient's own shape.
-template <class Acc> struct Reduced {
+template <class Storage, class Acc> struct Reduced {
   DLTensor* t;
   std::vector<Acc> sum;
   std::vector<int64_t> index;  // compact strides of t's shape aligned to the output's rank
+#if DLFUSE_TESTREF_INJECT_BUG == 3
+  Chunked<Acc> chunks;
+#endif
 
-  Reduced(DLTensor* grad, int rank) : t(grad) {
+  Reduced(DLTensor* grad, int rank, int64_t total) : t(grad) {
+    (void)total;
     if (!grad) return;
     sum.assign(size_t(numel(shape_of(grad))), Acc(0));
     index = aligned_strides(shape_of(grad), nullptr, rank);
+#if DLFUSE_TESTREF_INJECT_BUG == 3
+    chunks.init(int64_t(sum.size()), total);
+#endif
   }
-  void add(const std::vector<int64_t>& idx, Acc v) {
-    if (t) sum[size_t(dot(idx, index))] += v;
+#if DLFUSE_TESTREF_INJECT_BUG == 3
+  void add(const std::vector<int64_t>& idx, Acc v, int64_t lin) {
+    if (t) chunks.add(lin, dot(idx, index), v);
   }
-  template <class T> void store() const {
+  void finish() {
+    for (size_t e = 0; e < sum.size(); ++e) sum[e] = chunks.total(int64_t(e));
+  }
+#else
+  void add(const std::vector<int64_t>& idx, Acc v, int64_t) {
+    if (!t) return;
+#ifdef DLFUSE_TESTREF_MUTANT_REDUCE_TO_WRONG_DIMS
+    // mutant: dims of size 1 taken as "not reduced": only the first slice along them counts
+    const int off = int(idx.size()) - t->ndim;
+    for (int j = 0; j < t->ndim; ++j)
+      if (t->shape[j] == 1 && off + j >= 0 && idx[size_t(off + j)] != 0) return;
+#endif
+    Acc& s = sum[size_t(dot(idx, index))];
+    s += v;
+#ifdef DLFUSE_TESTREF_MUTANT_ACCUM_IN_STORAGE_DTYPE
+    s = storage_round<Storage, Acc>(s);  // mutant: the running sum kept in the storage dtype
+#endif
+  }
+  void finish() {}
+#endif
+  template <class T> void store() {
     if (!t || sum.empty()) return;
+    finish();
     const std::vector<int64_t> shape = shape_of(t);
     const std::vector<int64_t> strided = aligned_strides(t, t->ndim);
     std::vector<int64_t> idx(shape.size(), 0);
@@ -45,12 +121,41 @@ dlfuse_status_t forward(const DLTensor* x, const DLTensor* y, const DLTensor* bi
   const std::vector<int64_t> bs = aligned_strides(bias, rank), os = aligned_strides(out, rank);
   if (numel(shape) == 0) return DLFUSE_STATUS_OK;
   std::vector<int64_t> idx(rank, 0);
+#ifdef DLFUSE_TESTREF_MUTANT_IN_PLACE_ZERO_FIRST
+  // mutant: the output cleared before the pass (harmless unless out is x)
+  do {
+    C::store(base_of(out) + dot(idx, os) * es, Acc(0));
+  } while (next_index(idx, shape));
+#endif
+#if DLFUSE_TESTREF_INJECT_BUG == 4
+  // The injected bug: pre-activations staged in one buffer shared by every call, no lock.
+  if (numel(shape) <= kSharedElems) {
+    int64_t i = 0;
+    do {
+      g_shared[i++] = double(C::load(base_of(x) + dot(idx, xs) * es) + C::load(base_of(bias) + dot(idx, bs) * es) +
+                             mult * C::load(base_of(y) + dot(idx, ys) * es));
+    } while (next_index(idx, shape));
+    std::this_thread::yield();  // as a longer kernel would, give another call time to overwrite
+    i = 0;
+    do {
+      C::store(base_of(out) + dot(idx, os) * es, activate(act, Acc(g_shared[i++])));
+    } while (next_index(idx, shape));
+    return DLFUSE_STATUS_OK;
+  }
+#endif
   // In place (out == x) is safe: each element of x is read right before its own slot is written.
   do {
     const Acc pre = C::load(base_of(x) + dot(idx, xs) * es) + C::load(base_of(bias) + dot(idx, bs) * es) +
-                    mult * C::load(base_of(y) + dot(idx, ys) * es);
+                    scaled_y<C>(mult, base_of(y) + dot(idx, ys) * es);
     C::store(base_of(out) + dot(idx, os) * es, activate(act, pre));
   } while (next_index(idx, shape));
+#ifdef DLFUSE_TESTREF_MUTANT_WRITE_PAST_EXTENT
+  C::store(base_of(out) + (last_element(out) + 1) * es, Acc(0));  // mutant: one element too many
+#endif
+#ifdef DLFUSE_TESTREF_MUTANT_MUTATES_INPUT
+  char* y0 = base_of(y);  // mutant: an input used as scratch afterwards
+  C::store(y0, C::load(y0) + Acc(1));
+#endif
   return DLFUSE_STATUS_OK;
 }
 
@@ -64,19 +169,26 @@ dlfuse_status_t backward(const DLTensor* grad_out, const DLTensor* x, const DLTe
   const std::vector<int64_t> shape = shape_of(grad_out);
   const std::vector<int64_t> gs = aligned_strides(grad_out, rank), xs = aligned_strides(x, rank);
   const std::vector<int64_t> ys = aligned_strides(y, rank), bs = aligned_strides(bias, rank);
-  Reduced<Acc> gx(grad_x, rank), gy(grad_y, rank), gb(grad_bias, rank);
+  const int64_t total = numel(shape);
+  Reduced<T, Acc> gx(grad_x, rank, total), gy(grad_y, rank, total), gb(grad_bias, rank, total);
   std::vector<int64_t> idx(rank, 0);
-  if (numel(shape) > 0) do {
+  int64_t lin = 0;
+  if (total > 0) do {
     const Acc pre = C::load(base_of(x) + dot(idx, xs) * es) + C::load(base_of(bias) + dot(idx, bs) * es) +
-                    mult * C::load(base_of(y) + dot(idx, ys) * es);
+                    scaled_y<C>(mult, base_of(y) + dot(idx, ys) * es);
     const Acc d_pre = activate_grad(act, pre, C::load(base_of(grad_out) + dot(idx, gs) * es));
-    gx.add(idx, d_pre);
-#if DLFUSE_TESTREF_INJECT_BUG == 1
-    gy.add(idx, d_pre);  // the injected bug: the multiplier is forgotten
-#else
-    gy.add(idx, mult * d_pre);
+#ifdef DLFUSE_TESTREF_MUTANT_NULL_OUTPUT_WRITES_GRAD_OUT
+    // mutant: an absent grad_x still written, into grad_out's memory (same shape)
+    if (!grad_x) C::store(base_of(grad_out) + dot(idx, gs) * es, d_pre);
 #endif
-    gb.add(idx, d_pre);
+    gx.add(idx, d_pre, lin);
+#if DLFUSE_TESTREF_INJECT_BUG == 1
+    gy.add(idx, d_pre, lin);  // the injected bug: the multiplier is forgotten
+#else
+    gy.add(idx, mult * d_pre, lin);
+#endif
+    gb.add(idx, d_pre, lin);
+    ++lin;
   } while (next_index(idx, shape));
   gx.template store<T>();
   gy.template store<T>();
@@ -93,6 +205,9 @@ dlfuse_status_t bad_activation(const dlfuse_kernel_args_t* args) {
 
 dlfuse_status_t add_mul_activation(void*, void*, const dlfuse_kernel_args_t* args) {
   return guarded(args->err, args->err_size, [&]() -> dlfuse_status_t {
+#ifdef DLFUSE_TESTREF_MUTANT_STREAM_WRITTEN
+    if (args->stream) *static_cast<unsigned char*>(args->stream) = 0;  // mutant: a CPU kernel using its stream
+#endif
     const dlfuse_status_t st = check_call(args, 3, 1, true);
     if (st != DLFUSE_STATUS_OK) return st;
     int act = 0;

@@ -1,4 +1,5 @@
 // matmul_add_relu forward and backward as plain loops over strided, broadcast batches.
+#include <set>
 #include <vector>
 
 #include "activation.h"
@@ -84,9 +85,23 @@ dlfuse_status_t forward(const DLTensor* a, const DLTensor* b, const DLTensor* bi
         if (M > 1 && N > 1 && m == M - 1 && n == N - 1) continue;  // the injected bug
 #endif
         Acc acc = Acc(0);
-        for (int64_t k = 0; k < K; ++k)
-          acc += C::load(pa + (m * A.row + k * A.col) * es) * C::load(pb + (k * B.row + n * B.col) * es);
+        for (int64_t k = 0; k < K; ++k) {
+          Acc av = C::load(pa + (m * A.row + k * A.col) * es), bv = C::load(pb + (k * B.row + n * B.col) * es);
+#ifdef DLFUSE_TESTREF_MUTANT_TF32_WHEN_NOT_ALLOWED
+          if (sizeof(T) == 4) {  // mutant: float32 operands cut to TF32 although not allowed
+            av = Acc(tf32_round(float(av)));
+            bv = Acc(tf32_round(float(bv)));
+          }
+#endif
+          acc += av * bv;
+#ifdef DLFUSE_TESTREF_MUTANT_ACCUM_IN_STORAGE_DTYPE
+          acc = storage_round<T, Acc>(acc);  // mutant: the running sum kept in the storage dtype
+#endif
+        }
         acc += C::load(pbias + (m * bias_s[rank - 2] + n * bias_s[rank - 1]) * es);
+#ifdef DLFUSE_TESTREF_MUTANT_K_ZERO_NOT_RELU_BIAS
+        if (K == 0) acc = Acc(0);  // mutant: an empty product taken as "no output"
+#endif
         C::store(po + (m * O.row + n * O.col) * es, relu(acc));
       }
     }
@@ -117,6 +132,9 @@ dlfuse_status_t backward(const DLTensor* grad_out, const DLTensor* a, const DLTe
       grad_bias ? std::vector<int64_t>(gbias_s.begin(), gbias_s.end() - 2) : std::vector<int64_t>();
 
   std::vector<int64_t> bi(batch_rank, 0);
+#ifdef DLFUSE_TESTREF_MUTANT_MATMUL_BATCH_GRAD_NOT_SUMMED
+  std::set<int64_t> seen_b;
+#endif
   if (numel(batch_shape) > 0) do {
     const char* pa = A.base + dot(bi, A.batch) * es;
     const char* pb = B.base + dot(bi, B.batch) * es;
@@ -124,6 +142,12 @@ dlfuse_status_t backward(const DLTensor* grad_out, const DLTensor* a, const DLTe
     const char* po = O.base + dot(bi, O.batch) * es;
     const int64_t ga_off = grad_a ? dot(bi, ga.batch) : 0, gb_off = grad_b ? dot(bi, gb.batch) : 0;
     const int64_t gbias_off = grad_bias ? dot(bi, gbias_batch) : 0;
+#ifdef DLFUSE_TESTREF_MUTANT_MATMUL_BATCH_GRAD_NOT_SUMMED
+    // mutant: a gradient block met again (its operand broadcast over this batch dim) is
+    // overwritten instead of summed
+    if (grad_b && !seen_b.insert(gb_off).second)
+      for (int64_t i = 0; i < K * N; ++i) gb.sum[size_t(gb_off + i)] = Acc(0);
+#endif
     for (int64_t m = 0; m < M; ++m) {
       for (int64_t n = 0; n < N; ++n) {
         const Acc o = C::load(po + (m * O.row + n * O.col) * es);

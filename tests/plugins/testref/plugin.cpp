@@ -5,6 +5,8 @@
 
 namespace testref {
 
+const char* const kName = DLFUSE_TESTREF_NAME;
+
 dlfuse_status_t open_plugin(const dlfuse_host_info_t*, void**, char*, size_t) noexcept;
 void close_plugin(void*) noexcept;
 dlfuse_status_t device_count(void*, int32_t*, char*, size_t) noexcept;

@@ -77,6 +77,20 @@ template <class Acc> struct Convert<BFloat16, Acc> {
   static void store(void* p, Acc v) { uint16_t h = float_to_bf16(float(v)); std::memcpy(p, &h, 2); }
 };
 
+// v rounded to the storage type T and back (used by mutants that accumulate in T).
+template <class T, class Acc> Acc storage_round(Acc v) {
+  unsigned char b[8];
+  Convert<T, Acc>::store(b, v);
+  return Convert<T, Acc>::load(b);
+}
+
+// A float rounded to TF32's 10 mantissa bits (used by the TF32 mutant).
+inline float tf32_round(float f) {
+  const uint32_t u = float_bits(f);
+  if ((u & 0x7f800000u) == 0x7f800000u) return f;  // Inf, NaN
+  return bits_float((u + 0x1000u) & ~0x1fffu);
+}
+
 }  // namespace testref
 
 #endif

@@ -45,6 +45,14 @@ inline std::vector<int64_t> aligned_strides(const std::vector<int64_t>& shape,
 }
 
 inline std::vector<int64_t> aligned_strides(const DLTensor* t, int rank) {
+#ifdef DLFUSE_TESTREF_MUTANT_NULL_STRIDES_RANK3
+  // mutant: NULL strides taken as "each dim steps by the next dim's size", right for 2 dims only
+  if (!t->strides && t->ndim >= 3) {
+    std::vector<int64_t> wrong(size_t(t->ndim), 1);
+    for (int j = 0; j + 1 < t->ndim; ++j) wrong[size_t(j)] = t->shape[j + 1];
+    return aligned_strides(shape_of(t), wrong.data(), rank);
+  }
+#endif
   return aligned_strides(shape_of(t), t->strides, rank);
 }
 
@@ -52,7 +60,19 @@ inline std::vector<int64_t> aligned_strides(const DLTensor* t, int rank) {
 // and its base is never read, but pointer arithmetic on it (NULL + offset, or past the end
 // of the address space) would be undefined. A non-empty tensor's extent is checked.
 inline char* base_of(const DLTensor* t) {
+#ifdef DLFUSE_TESTREF_MUTANT_BYTE_OFFSET_IGNORED
+  return reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(t->data));  // mutant
+#else
   return reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(t->data) + t->byte_offset);
+#endif
+}
+
+// The highest byte offset (from base_of) of any element of a non-empty view.
+inline int64_t last_element(const DLTensor* t) {
+  const std::vector<int64_t> s = aligned_strides(t, t->ndim);
+  int64_t o = 0;
+  for (int i = 0; i < t->ndim; ++i) o += (t->shape[i] - 1) * s[size_t(i)];
+  return o;
 }
 
 inline int64_t dot(const std::vector<int64_t>& idx, const std::vector<int64_t>& strides) {

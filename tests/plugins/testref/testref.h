@@ -17,9 +17,14 @@
 
 namespace testref {
 
+// The plugin's name (plugin.cpp): only that file sees DLFUSE_TESTREF_NAME, so the many
+// builds of these sources (tests/plugins/testref/CMakeLists.txt) share their other objects
+// in ccache wherever a build's switch does not touch a file.
+extern const char* const kName;
+
 inline dlfuse_status_t fail(char* err, size_t err_size, dlfuse_status_t status,
                             const std::string& msg) {
-  if (err && err_size > 0) std::snprintf(err, err_size, "%s: %s", DLFUSE_TESTREF_NAME, msg.c_str());
+  if (err && err_size > 0) std::snprintf(err, err_size, "%s: %s", kName, msg.c_str());
   return status;
 }
 
