@@ -6,8 +6,9 @@
 #
 # Jobs (each logs to $LOGS/<job>/, summary lines to $LOGS/summary.txt):
 #   main           dlfuse list + run both ops fwd+bwd on every device and dtype (the README's main job)
-#   conform[=N]    the conformance suite N times (default 1) on the CUDA plugin and on every
-#                  OpenCL device, one at a time (NVIDIA OpenCL, PoCL), plus forced float16 on the GPU
+#   conform[=N]    the hardened conformance suite N times (default 1), each with a new seed, on
+#                  the CUDA plugin and the OpenCL plugin (every device: NVIDIA OpenCL, PoCL), plus
+#                  forced float16 on the OpenCL GPU
 #   memcheck       compute-sanitizer memcheck over the CUDA plugin's bfloat16 conformance
 #   cuda-checks    the CUDA plugin as built holds device code for every listed architecture, is
 #                  listed available, passes the large-reduction and fault tests (plugins/cuda/tests)
@@ -36,20 +37,24 @@ job_main() {
 }
 
 job_conform() {
-  local n=${1:-1} rc=0 ndev i r
+  # Each run a new random seed (printed in its log) and a longer sweep, plus the stale-scratch
+  # regression cases 64 times; a failing row is reproduced with
+  #   dlfuse conform <plugin> --seed <S> --sweep 64 --op <op> --case <case>
+  local n=${1:-1} rc=0 r p
+  export POCL_CACHE_DIR=$B/pocl-cache
   for r in $(seq 1 "$n"); do
-    DLFUSE_CUDA_REQUIRE_GPU=1 cmake -DCLI="$CLI" -DPLUGIN="$PLUGINS/libdlfuse_cuda.so" \
-      -P plugins/cuda/conform_cuda.cmake >"$J/cuda.$r.log" 2>&1 || { rc=1; summary "conform cuda run $r FAILED"; }
-    ndev=$(DLFUSE_PLUGIN_PATH=$PLUGINS/libdlfuse_opencl.so "$CLI" list 2>/dev/null | grep -oE "opencl x[0-9]+" | grep -oE "[0-9]+" | head -1)
-    for i in $(seq 0 $(( ${ndev:-1} - 1 ))); do
-      DLFUSE_OPENCL_DEVICE=$i timeout 600 "$CLI" conform "$PLUGINS/libdlfuse_opencl.so" >"$J/opencl$i.$r.log" 2>&1 ||
-        { rc=1; summary "conform opencl device $i run $r FAILED"; }
+    for p in cuda opencl; do
+      timeout 600 "$CLI" conform "$PLUGINS/libdlfuse_$p.so" --seed random --sweep 64 >"$J/$p.$r.log" 2>&1 &&
+        "$CLI" conform "$PLUGINS/libdlfuse_$p.so" --op add_mul_activation_backward --case rows_chunks --repeat 64 \
+          --sweep 0 --threads 0 --no-bad-inputs >>"$J/$p.$r.log" 2>&1 ||
+        { rc=1; summary "conform $p run $r ($(grep -m1 -o 'seed [0-9]*' "$J/$p.$r.log")) FAILED"; }
     done
     # NVIDIA does not report cl_khr_fp16; the kernels use only core vload_half/vstore_half.
     DLFUSE_OPENCL_DEVICE=0 DLFUSE_OPENCL_FP16=force timeout 600 "$CLI" conform "$PLUGINS/libdlfuse_opencl.so" \
-      --dtype float16 >"$J/opencl0_f16.$r.log" 2>&1 || { rc=1; summary "conform opencl f16 run $r FAILED"; }
+      --dtype float16 --seed random >"$J/opencl0_f16.$r.log" 2>&1 || { rc=1; summary "conform opencl f16 run $r FAILED"; }
   done
-  for f in "$J"/*.1.log; do summary "$(basename "$f" .1.log): $(grep -hE 'passed, [0-9]+ failed' "$f" | tail -1)"; done
+  for f in "$J"/*.1.log; do summary "$(basename "$f" .1.log) run 1: $(grep -hE 'passed, [0-9]+ failed' "$f" | head -1)"; done
+  summary "conform: $n runs each, $(cat "$J"/*.log | grep -cE '^FAIL') failing rows"
   return $rc
 }
 

@@ -45,7 +45,7 @@ __kernel void relu_select(__global const T* g, view_t vg, __global const T* out,
 
 /* dst[kept] = scale * sum over the reduced dims of src. The kept dims (up to three,
  * collapsed) are the grid; `vs` holds src's strides along them, `vd` dst's. Compensated
- * (Kahan) summation keeps long sums accurate. */
+ * (Kahan) summation keeps long sums accurate; infinities propagate as in a plain sum. */
 #define REDUCE_BODY(LOADSRC)                                               \
   const long i2 = get_global_id(0), i1 = get_global_id(1), i0 = get_global_id(2); \
   if (i2 >= n2 || i1 >= n1 || i0 >= n0) return;                             \
@@ -57,7 +57,9 @@ __kernel void relu_select(__global const T* g, view_t vg, __global const T* out,
   for (long t = 0; t < total; ++t) {                                        \
     const float yv = LOADSRC - comp;                                        \
     const float s2 = sum + yv;                                              \
-    comp = (s2 - sum) - yv;                                                 \
+    /* An infinite partial sum makes (s2 - sum) NaN: no compensation then,  \
+     * so -inf + finite terms stays -inf as in a plain sum. */              \
+    comp = isfinite(s2) ? (s2 - sum) - yv : 0.0f;                           \
     sum = s2;                                                               \
     for (int d = red.nr - 1; d >= 0; --d) {                                 \
       off += red.s[d];                                                      \
