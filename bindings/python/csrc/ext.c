@@ -243,37 +243,38 @@ static int view_import(PyObject* obj, const char* name, void* stream, View* v) {
       src = det;
     }
   }
-  PyObject* meth = PyObject_GetAttr(src, S.s_dlpack);
-  if (!meth) {
-    Py_DECREF(src);
-    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
-    PyErr_Clear();
-    PyErr_Format(PyExc_TypeError,
-                 "dlfuse: argument '%s' must support the DLPack protocol (__dlpack__), got %s",
-                 name, tp->tp_name);
-    return -1;
-  }
+  /* Method calls without a bound-method object (PyObject_VectorcallMethod): the first slot
+   * is the receiver. A producer from before DLPack 1.0 refuses max_version (TypeError). */
   PyObject* cap;
   if (is_stream_device(dev_type)) {
     PyObject* s = PyLong_FromVoidPtr(stream ? stream : (void*)1);
-    PyObject* a[2] = {s, S.version_1_0};
-    cap = PyObject_Vectorcall(meth, a, 0, S.kw_stream_max);
-    if (!cap && PyErr_ExceptionMatches(PyExc_TypeError)) { /* a producer from before DLPack 1.0 */
+    if (!s) {
+      Py_DECREF(src);
+      return -1;
+    }
+    PyObject* a[3] = {src, s, S.version_1_0};
+    cap = PyObject_VectorcallMethod(S.s_dlpack, a, 1, S.kw_stream_max);
+    if (!cap && PyErr_ExceptionMatches(PyExc_TypeError)) {
       PyErr_Clear();
-      cap = PyObject_Vectorcall(meth, a, 0, S.kw_stream);
+      cap = PyObject_VectorcallMethod(S.s_dlpack, a, 1, S.kw_stream);
     }
     Py_DECREF(s);
   } else {
-    PyObject* a[1] = {S.version_1_0};
-    cap = PyObject_Vectorcall(meth, a, 0, S.kw_max_version);
+    PyObject* a[2] = {src, S.version_1_0};
+    cap = PyObject_VectorcallMethod(S.s_dlpack, a, 1, S.kw_max_version);
     if (!cap && PyErr_ExceptionMatches(PyExc_TypeError)) {
       PyErr_Clear();
-      cap = PyObject_CallNoArgs(meth);
+      cap = PyObject_VectorcallMethod(S.s_dlpack, a, 1, NULL);
     }
   }
-  Py_DECREF(meth);
   if (!cap) {
     Py_DECREF(src);
+    if (PyErr_ExceptionMatches(PyExc_AttributeError) && !PyObject_HasAttr(obj, S.s_dlpack)) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_TypeError,
+                   "dlfuse: argument '%s' must support the DLPack protocol (__dlpack__), got %s",
+                   name, tp->tp_name);
+    }
     return -1;
   }
   int rc = take_capsule(cap, name, v);
@@ -344,6 +345,28 @@ static PyObject* py_set_loader(PyObject* self, PyObject* fn) {
 
 /* ---- arguments ----------------------------------------------------------------------------- */
 
+/* Interned Python strings for the C names of the parameters, made once per name. The
+ * names are static strings, so their address is the key. */
+#define NAME_CACHE 64
+static struct {
+  const char* c;
+  PyObject* py;
+} g_names[NAME_CACHE];
+static int g_nnames;
+static PyObject* intern_name(const char* c) {
+  for (int i = 0; i < g_nnames; ++i)
+    if (g_names[i].c == c) return g_names[i].py;
+  if (g_nnames == NAME_CACHE) return NULL;
+  PyObject* py = PyUnicode_InternFromString(c);
+  if (!py) {
+    PyErr_Clear();
+    return NULL;
+  }
+  g_names[g_nnames].c = c;
+  g_names[g_nnames].py = py;
+  return g_names[g_nnames++].py;
+}
+
 /* A vectorcall argument parser: names[i] for slot i; the first npos may be positional. */
 static int parse_args(const char* fn, const char* const* names, int n, int npos, int nreq,
                       PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** out) {
@@ -357,11 +380,10 @@ static int parse_args(const char* fn, const char* const* names, int n, int npos,
   for (Py_ssize_t k = 0; k < nkw; ++k) {
     PyObject* key = PyTuple_GET_ITEM(kwnames, k);
     int found = -1;
-    for (int i = 0; i < n; ++i)
-      if (PyUnicode_CompareWithASCIIString(key, names[i]) == 0) {
-        found = i;
-        break;
-      }
+    for (int i = 0; i < n && found < 0; ++i) /* call sites' keywords are interned: identity first */
+      if (key == intern_name(names[i])) found = i;
+    for (int i = 0; i < n && found < 0; ++i)
+      if (PyUnicode_CompareWithASCIIString(key, names[i]) == 0) found = i;
     if (found < 0) {
       PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", fn, key);
       return -1;
