@@ -46,6 +46,7 @@ cmake --build "$B" -j "$(nproc)" --target dlfuse dlfuse_cuda dlfuse_pyext dlfuse
   || { tail -30 "$OUT/cmake.log"; exit 3; }
 echo "build: $(( $(date +%s) - t0 )) s"
 export DLFUSE_LIBRARY=$B/lib/libdlfuse.so DLFUSE_EXT_DIR=$B/python/dlfuse
+[ -d "$B/tests/plugins" ] && export DLFUSE_TEST_PLUGIN_DIR=$B/tests/plugins
 unset DLFUSE_PLUGIN_PATH DLFUSE_PREFER
 export PYTHONPATH=$ROOT/bindings/python/src${PYTHONPATH:+:$PYTHONPATH}
 python3 -c "import torch, dlfuse; from dlfuse import _ext; print('exchange API of torch.Tensor:', _ext.exchange_api(torch.Tensor)); print(dlfuse.plugins())"
