@@ -130,7 +130,8 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--opt", choices=("sgd", "adam"), default="adam")
     ap.add_argument("--lr", type=float, default=None)
-    ap.add_argument("--compile", action="store_true", help="torch.compile the dlfuse step")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the dlfuse step and the PyTorch float32 reference step")
     ap.add_argument("--rtol", type=float, default=1e-3,
                     help="(a)'s additive slack, relative to max(1, L)")
     ap.add_argument("--early", type=int, default=100, help="(a)'s number of steps")
@@ -160,7 +161,7 @@ def main(argv=None):
     data = make_data(args.steps, args.batch, args.device, args.seed + 1)
     data64 = (data[0].double(), data[1], data[2].double())
 
-    ref_losses, ref_t = train(ref_model, data, lr, args.opt, False)
+    ref_losses, ref_t = train(ref_model, data, lr, args.opt, args.compile)
     dl_losses, dl_t = train(dl_model, data, lr, args.opt, args.compile)
     l64, _ = train(ref64, data64, lr, args.opt, False)
     spread = []

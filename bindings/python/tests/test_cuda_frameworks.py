@@ -80,6 +80,12 @@ def test_jax_inputs_give_exportable_device_tensor():
     gpu = [d for d in jax.devices() if d.platform == "gpu"][0]
     jx, jy, jb = (jax.device_put(v, gpu) for v in (x, y, bias))
     out = dlfuse.add_mul_activation(jx, jy, jb, 2.0, "identity")
+    from dlfuse import _ext
+    if _ext.exchange_api(type(jx)) is not None:
+        # a JAX with the DLPack exchange API allocates the output itself (a fresh array)
+        assert type(out) is type(jx)
+        check(np.asarray(out), x.astype(np.float64) + bias + 2.0 * y, 0.0)
+        return
     # JAX arrays are immutable: the output comes from the CUDA plugin's device services
     assert isinstance(out, dlfuse.Tensor) and out.device == ("cuda", gpu.id)
     check(out.to_numpy(), x.astype(np.float64) + bias + 2.0 * y, 0.0)

@@ -75,6 +75,17 @@ def test_interop_zero_copy(dev):
     close(given, ref, scale=scale)
 
 
+def test_exchange_api_used():
+    """torch >= 2.10 exports through the DLPack exchange API (no capsule per tensor, torch's
+    allocator and current stream); a build against an older dlpack.h would lose that."""
+    from dlfuse import _ext
+    major, minor = (int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
+    if (major, minor) < (2, 10):
+        pytest.skip(f"torch {torch.__version__} has no exchange API")
+    assert _ext.exchange_api(torch.Tensor) >= (1, 3)
+    assert _ext.exchange_api(torch.zeros(1)) == _ext.exchange_api(torch.Tensor)
+
+
 def test_strided_and_requires_grad_inputs(dev):
     w = torch.randn(8, 16, device=dev, requires_grad=True)   # nn.Linear layout
     x = torch.randn(20, 16, device=dev)
@@ -199,6 +210,11 @@ def test_cuda_stream_protocol():
     bias = torch.randn(64, device="cuda")
     ref, scale = mar_ref(a, b, bias)
     torch.cuda.synchronize()
+    from dlfuse import _ext
+    if _ext.exchange_api(torch.Tensor) is not None:
+        with torch.cuda.stream(s):   # calls without stream= run on torch's current stream
+            assert _ext.current_stream(a) == s.cuda_stream
+        assert _ext.current_stream(a) == torch.cuda.current_stream().cuda_stream
     with torch.cuda.stream(s):
         out = torch.empty(256, 64, device="cuda")
         # the ops run on s; the torch.library op takes torch's current stream

@@ -1,4 +1,4 @@
-"""dlfuse: fused deep-learning ops over DLPack, through libdlfuse's C ABI (ctypes only).
+"""dlfuse: fused deep-learning ops over DLPack, through libdlfuse's C ABI.
 
     import numpy as np, dlfuse
     out = dlfuse.matmul_add_relu(a, b, bias)          # any __dlpack__ producer
@@ -8,6 +8,19 @@
 libdlfuse is looked up on first use: $DLFUSE_LIBRARY, <prefix>/lib/libdlfuse.so,
 then ctypes.util.find_library("dlfuse"). See docs/python.md.
 """
+import os as _os
+
+# A build tree's compiled module (<build>/python/dlfuse/_ext*.so) for a package run from
+# its source folder; an installed wheel has _ext next to this file.
+if _os.environ.get("DLFUSE_EXT_DIR"):
+    __path__.append(_os.environ["DLFUSE_EXT_DIR"])
+try:
+    from . import _ext  # noqa: F401
+except ImportError as _e:
+    raise ImportError(
+        "dlfuse: the compiled module dlfuse._ext is missing or broken (" + str(_e) + "). "
+        "Install the package (pip install ./bindings/python) or, for a CMake build, set "
+        "DLFUSE_EXT_DIR=<build>/python/dlfuse") from _e
 from ._capi import LibraryNotFound, library_path
 from ._core import (AbiMismatchError, DeviceError, Error, InternalError, InvalidArgumentError,
                     LoadFailedError, NotFoundError, OutOfMemoryError, PluginInfo, Registry,

@@ -1,4 +1,6 @@
-"""ctypes declarations of DLPack 1.x and of dlfuse's C ABI (abi/include/dlfuse/*.h).
+"""ctypes declarations of DLPack 1.x and of dlfuse's C ABI (abi/include/dlfuse/*.h), for
+what is not per call: finding and loading libdlfuse, the registry's admin calls and
+dlfuse.Tensor's device memory and DLPack export. The ops go through dlfuse._ext.
 
 Layouts here mirror the C headers field for field; ``struct_size`` comes first in every
 dlfuse struct that has one and is set to ``ctypes.sizeof`` of *our* declaration, which is
@@ -76,9 +78,6 @@ DLManagedTensorVersioned._fields_ = [("version", DLPackVersion), ("manager_ctx",
                                      ("deleter", DLManagedTensorVersionedDeleter),
                                      ("flags", c_uint64), ("dl_tensor", DLTensor)]
 
-# Where the DLTensor sits inside each managed struct (0 for the legacy one).
-VERSIONED_TENSOR_OFFSET = DLManagedTensorVersioned.dl_tensor.offset
-VERSIONED_FLAGS_OFFSET = DLManagedTensorVersioned.flags.offset
 
 # ---- dlfuse (types.h, dlfuse.h) ----------------------------------------------------------
 
@@ -140,7 +139,9 @@ def _candidates():
     env = os.environ.get("DLFUSE_LIBRARY")
     if env:
         return [("$DLFUSE_LIBRARY", env)]
-    out = []
+    # A wheel carries its own build: dlfuse/lib/libdlfuse.so, plugins in lib/dlfuse/plugins.
+    out = [("the package", os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib",
+                                        "libdlfuse.so"))]
     for prefix in dict.fromkeys([sys.prefix, sys.base_prefix, "/usr/local", "/usr"]):
         for libdir in ("lib", "lib64", "lib/x86_64-linux-gnu"):
             out.append((f"prefix {prefix}", os.path.join(prefix, libdir, "libdlfuse.so")))
@@ -172,13 +173,6 @@ def _declare(lib):
         "dlfuse_op_get": (st, [vp, c_char_p, POINTER(vp)]),
         "dlfuse_op_call": (st, [vp, vp, c_int32, vp, c_int32, vp, c_int32, vp]),
         "dlfuse_op_resolve": (st, [vp, c_int32, DLDataType, POINTER(c_int32)]),
-        # Tensors are passed as plain addresses (c_void_p): the hot path hands over the
-        # DLTensor* taken from a capsule without building a ctypes object.
-        "dlfuse_matmul_add_relu": (st, [vp, vp, vp, vp, vp, c_int32, vp]),
-        "dlfuse_matmul_add_relu_backward": (st, [vp, vp, vp, vp, vp, vp, vp, vp, c_int32, vp]),
-        "dlfuse_add_mul_activation": (st, [vp, vp, vp, vp, c_double, c_int32, vp, vp]),
-        "dlfuse_add_mul_activation_backward": (st, [vp, vp, vp, vp, vp, c_double, c_int32,
-                                                    vp, vp, vp, vp]),
         "dlfuse_device_count": (st, [vp, c_int32, POINTER(c_int32)]),
         "dlfuse_device_alloc": (st, [vp, DLDevice, c_size_t, POINTER(vp)]),
         "dlfuse_device_free": (st, [vp, DLDevice, vp]),
@@ -235,12 +229,6 @@ _papi = ctypes.pythonapi
 PyCapsule_IsValid = _papi.PyCapsule_IsValid
 PyCapsule_IsValid.restype = ctypes.c_int
 PyCapsule_IsValid.argtypes = [ctypes.py_object, c_char_p]
-PyCapsule_GetPointer = _papi.PyCapsule_GetPointer
-PyCapsule_GetPointer.restype = c_void_p
-PyCapsule_GetPointer.argtypes = [ctypes.py_object, c_char_p]
-PyCapsule_SetName = _papi.PyCapsule_SetName
-PyCapsule_SetName.restype = ctypes.c_int
-PyCapsule_SetName.argtypes = [ctypes.py_object, c_char_p]
 
 PyCapsule_Destructor = ctypes.CFUNCTYPE(None, c_void_p)
 PyCapsule_New = _papi.PyCapsule_New

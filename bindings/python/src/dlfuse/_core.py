@@ -1,13 +1,19 @@
-"""The binding proper: errors, the registry, DLPack import/export and the four ops."""
+"""The binding proper: errors, the registry, dlfuse.Tensor (DLPack export) and the four ops.
+
+The ops are the compiled module's functions (dlfuse._ext, csrc/ext.c): argument parsing,
+DLPack import (the exchange API or __dlpack__), output allocation and the C call happen
+there. This module keeps what is not per call: the registry's admin calls and
+dlfuse.Tensor's device memory (ctypes over the same loaded libdlfuse)."""
 from __future__ import annotations
 
 import ctypes
 import threading
 import weakref
 from collections import namedtuple
-from ctypes import byref, c_int32, c_uint32, c_uint64, c_void_p
+from ctypes import byref, c_int32, c_uint32, c_void_p
 
 from . import _capi as C
+from . import _ext
 
 # ---- errors ------------------------------------------------------------------------------
 
@@ -269,187 +275,34 @@ def _stream_ptr(stream):
                     f"address), None, or an object with .cuda_stream or .ptr; got {stream!r}")
 
 
-def _consumer_stream(c_stream):
-    """The DLPack `stream=` value that asks a CUDA producer to make its work visible on the
-    stream dlfuse will run on. NULL (the CUDA plugin's default) is the legacy default
-    stream, which DLPack spells 1 (0 is disallowed)."""
-    return c_stream or 1
-
-
-# ---- DLPack import (consumer side) -----------------------------------------------------------
-
-_NAME_V = b"dltensor_versioned"
-_NAME_L = b"dltensor"
-_USED_V = b"used_dltensor_versioned"
-_USED_L = b"used_dltensor"
-_IsValid = C.PyCapsule_IsValid
-_GetPointer = C.PyCapsule_GetPointer
-_TOFF = C.VERSIONED_TENSOR_OFFSET
-_FOFF = C.VERSIONED_FLAGS_OFFSET
-_u32 = ctypes.c_uint32.from_address
-_u64 = c_uint64.from_address
-
-
-class _View:
-    """A borrowed DLTensor: the capsule (or owner) keeps it alive while this object lives.
-    We never take ownership of a producer's capsule: its destructor runs the producer's
-    deleter once we drop it (DLPack: a capsule still named 'dltensor[_versioned]' is
-    freed by its own destructor)."""
-    __slots__ = ("keep", "addr", "managed")
-
-    def __init__(self, keep, addr, managed):
-        self.keep = keep        # the capsule or the dlfuse.Tensor
-        self.addr = addr        # DLTensor*
-        self.managed = managed  # DLManagedTensorVersioned* (0: legacy or a dlfuse.Tensor)
-
-    @property
-    def t(self):
-        return C.DLTensor.from_address(self.addr)
-
-    @property
-    def read_only(self):
-        return bool(self.managed and
-                    _u64(self.managed + _FOFF).value & C.DLPACK_FLAG_BITMASK_READ_ONLY)
-
-    def shape(self):
-        t = C.DLTensor.from_address(self.addr)
-        return tuple(t.shape[i] for i in range(t.ndim))
-
-
-# Per type: does it need .detach() (torch tensors that require grad are refused by torch's
-# __dlpack__) and is it known to live on the host (NumPy: no __dlpack_device__ call).
-_type_info = {}
-
-
-def _info(tp):
-    mod = tp.__module__.partition(".")[0]
-    info = (mod == "torch", mod == "numpy")
-    _type_info[tp] = info
-    return info
-
-
-def _import(obj, c_stream, name):
-    """Borrow obj's DLTensor through __dlpack__ (versioned preferred, legacy accepted)."""
-    tp = type(obj)
-    if tp is Tensor:
-        return _View(obj, obj._tensor_addr, 0)
-    is_torch, is_numpy = _type_info.get(tp) or _info(tp)
-    if is_torch:
-        if obj.requires_grad:
-            obj = obj.detach()
-        if obj.device.type == "cpu":
-            # Host memory needs no stream handshake: torch's own exporter, without the
-            # Python-level checks of Tensor.__dlpack__ (3 us -> 0.4 us a tensor).
-            return _capsule_view(_torch_export(obj), name)
-    if is_numpy:
-        dev_type = C.kDLCPU
-    else:
-        try:
-            dev_type = obj.__dlpack_device__()[0]
-        except AttributeError:
-            if not hasattr(obj, "__dlpack__"):
-                raise TypeError(f"dlfuse: argument '{name}' must support the DLPack protocol "
-                                f"(__dlpack__), got {tp.__name__}") from None
-            dev_type = C.kDLCPU
-    if dev_type in _STREAM_DEVICES:
-        s = _consumer_stream(c_stream)
-        try:
-            cap = obj.__dlpack__(stream=s, max_version=(1, 0))
-        except TypeError:
-            cap = obj.__dlpack__(stream=s)
-    else:
-        try:
-            cap = obj.__dlpack__(max_version=(1, 0))
-        except TypeError:  # a producer from before DLPack 1.0: legacy capsule
-            cap = obj.__dlpack__()
-    return _capsule_view(cap, name)
-
-
-def _torch_export(t):
-    global _torch_export
-    import torch
-    f = getattr(torch._C, "_to_dlpack_versioned", None)
-    if f is None:
-        from torch.utils.dlpack import to_dlpack as f
-    _torch_export = f
-    return f(t)
-
-
-def _capsule_view(cap, name):
-    try:
-        p = _GetPointer(cap, _NAME_V)
-    except (ValueError, TypeError):
-        if _IsValid(cap, _NAME_L):
-            return _View(cap, _GetPointer(cap, _NAME_L), 0)
-        raise TypeError(f"dlfuse: argument '{name}': __dlpack__ returned "
-                        f"{type(cap).__name__}, not an unconsumed 'dltensor' or "
-                        f"'dltensor_versioned' capsule") from None
-    major = _u32(p).value
-    if major != 1:
-        raise BufferError(f"dlfuse: argument '{name}': DLPack major version {major} "
-                          f"is not supported (expected 1)")
-    return _View(cap, p + _TOFF, p)
-
-
-def _import_out(obj, c_stream, name):
-    v = _import(obj, c_stream, name)
-    if v.read_only:
-        raise InvalidArgumentError(1, f"{name}: expected a writable tensor, got one the "
-                                      f"producer exported as read-only")
-    return v
-
-
 # ---- outputs: allocated like the first input ------------------------------------------------
 
 
-def _framework(obj):
-    return type(obj).__module__.partition(".")[0]
-
-
-def _alloc_like(like, view, shape, reg):
-    """A new uninitialized tensor of `shape` with view's dtype and device, from the same
-    framework as `like` when that is NumPy, PyTorch or CuPy, else NumPy for host memory
-    and the plugin's device services for anything else."""
-    fw = _framework(like)
-    t = view.t
-    dev_type, dev_id = t.device.device_type, t.device.device_id
+def _alloc_fallback(like, shape, code, bits, dev_type, dev_id, reg):
+    """Called by the extension for an output whose first input's type has no DLPack
+    exchange API and is not a host NumPy array: a new uninitialized tensor of `shape` with
+    that dtype and device, from the same framework when it is PyTorch or CuPy, else NumPy
+    for host memory and the plugins' device services for anything else."""
+    fw = type(like).__module__.partition(".")[0]
     if fw == "torch":
         import torch
         return torch.empty(shape, dtype=like.dtype, device=like.device)
-    if fw == "numpy" and dev_type == C.kDLCPU:
-        import numpy as np
-        return np.empty(shape, dtype=like.dtype)
     if fw == "cupy":
         import cupy
         with cupy.cuda.Device(dev_id):
             return cupy.empty(shape, dtype=like.dtype)
     if dev_type == C.kDLCPU:
-        npdt = _numpy_dtype(t.dtype.code, t.dtype.bits)
+        npdt = _numpy_dtype(code, bits)
         if npdt is not None:
             import numpy as np
             return np.empty(shape, dtype=npdt)
-    return Tensor.empty(shape, (t.dtype.code, t.dtype.bits), (dev_type, dev_id), registry=reg)
-
-
-def _broadcast(*shapes):
-    nd = max((len(s) for s in shapes), default=0)
-    out = []
-    for i in range(nd):
-        d = 1
-        for s in shapes:
-            j = i - (nd - len(s))
-            if j < 0:
-                continue
-            if s[j] != 1:
-                if d != 1 and d != s[j]:
-                    return None
-                d = s[j]
-        out.append(d)
-    return tuple(out)
+    return Tensor.empty(shape, (code, bits), (dev_type, dev_id), registry=reg)
 
 
 # ---- DLPack export (producer side): memory from the plugins' device services ----------------
 
+_NAME_V = b"dltensor_versioned"
+_NAME_L = b"dltensor"
 _exports = {}  # address of a DLManagedTensorVersioned / DLManagedTensor -> what keeps it alive
 _exports_lock = threading.Lock()
 
@@ -610,7 +463,7 @@ def to_device(array, device, registry=None, stream=None):
     return t
 
 
-# ---- the ops -------------------------------------------------------------------------------
+# ---- the ops (compiled) ---------------------------------------------------------------------
 
 
 def _act(activation):
@@ -623,118 +476,21 @@ def _act(activation):
     return int(activation)
 
 
-def _prep(stream, reg):
-    reg = reg or registry()
-    return reg, _stream_ptr(stream)
+_ERROR_BY_STATUS = (Error, InvalidArgumentError, UnsupportedError, NotFoundError,
+                    AbiMismatchError, LoadFailedError, UnavailableError, OutOfMemoryError,
+                    DeviceError, InternalError)
 
 
-def _mark_stream(obj, s):
-    if isinstance(obj, Tensor):
-        obj._stream = s
-        obj._written = True
+def _load_ext():
+    """Run by the extension on its first call: the library ctypes found, shared."""
+    C.lib()
+    _ext.load(C.library_path(), _ERROR_BY_STATUS, Tensor, _alloc_fallback, registry,
+              C.ACTIVATIONS)
 
 
-def matmul_add_relu(a, b, bias, out=None, stream=None, *, allow_tf32=False, registry=None):
-    """out = relu(a @ b + bias). a [..., M, K], b [..., K, N], bias broadcastable to out.
-    Returns `out` (allocated like `a` when not given)."""
-    reg, s = _prep(stream, registry)
-    va = _import(a, s, "a")
-    vb = _import(b, s, "b")
-    vbias = _import(bias, s, "bias")
-    if out is None:
-        sa, sb = va.shape(), vb.shape()
-        if len(sa) >= 2 and len(sb) >= 2:
-            batch = _broadcast(sa[:-2], sb[:-2])
-            shape = (batch if batch is not None else sa[:-2]) + (sa[-2], sb[-1])
-        else:
-            shape = (0,)  # the registry refuses 1-D operands and says so
-        out = _alloc_like(a, va, shape, reg)
-    vo = _import_out(out, s, "out")
-    _check(reg._lib.dlfuse_matmul_add_relu(reg.handle, va.addr, vb.addr, vbias.addr, vo.addr,
-                                           1 if allow_tf32 else 0, s))
-    _mark_stream(out, s)
-    return out
+_ext.set_loader(_load_ext)
 
-
-def matmul_add_relu_backward(grad_out, a, b, out, *, bias_shape=None, needs=(True, True, True),
-                             grad_a=None, grad_b=None, grad_bias=None, stream=None,
-                             allow_tf32=False, registry=None):
-    """(grad_a, grad_b, grad_bias) of matmul_add_relu from grad_out and the saved a, b, out.
-    `needs` says which to compute (others are None); grad_bias has `bias_shape`
-    (default: grad_bias's shape if given, else [N]). Given grad_* tensors are written."""
-    reg, s = _prep(stream, registry)
-    vg = _import(grad_out, s, "grad_out")
-    va = _import(a, s, "a")
-    vb = _import(b, s, "b")
-    vo = _import(out, s, "out")
-    res = [grad_a, grad_b, grad_bias]
-    if needs[0] and grad_a is None:
-        res[0] = _alloc_like(grad_out, vg, va.shape(), reg)
-    if needs[1] and grad_b is None:
-        res[1] = _alloc_like(grad_out, vg, vb.shape(), reg)
-    if needs[2] and grad_bias is None:
-        if bias_shape is None:
-            so = vo.shape()
-            bias_shape = (so[-1],) if so else ()
-        res[2] = _alloc_like(grad_out, vg, tuple(bias_shape), reg)
-    names = ("grad_a", "grad_b", "grad_bias")
-    views = [None if r is None else _import_out(r, s, names[i]) for i, r in enumerate(res)]
-    addrs = [None if v is None else v.addr for v in views]
-    _check(reg._lib.dlfuse_matmul_add_relu_backward(reg.handle, vg.addr, va.addr, vb.addr,
-                                                    vo.addr, addrs[0], addrs[1], addrs[2],
-                                                    1 if allow_tf32 else 0, s))
-    for r in res:
-        _mark_stream(r, s)
-    return tuple(res)
-
-
-def add_mul_activation(x, y, bias, multiplier=1.0, activation="relu", out=None, stream=None, *,
-                       registry=None):
-    """out = act(x + bias + multiplier * y), NumPy broadcasting; `out` may be exactly `x`.
-    Returns `out` (allocated like `x` when not given)."""
-    reg, s = _prep(stream, registry)
-    act = _act(activation)
-    vx = _import(x, s, "x")
-    vy = _import(y, s, "y")
-    vb = _import(bias, s, "bias")
-    if out is None:
-        shape = _broadcast(vx.shape(), vy.shape(), vb.shape())
-        out = _alloc_like(x, vx, shape if shape is not None else vx.shape(), reg)
-        vo = _import_out(out, s, "out")
-    elif out is x:
-        vo = vx
-        if vo.read_only:
-            raise InvalidArgumentError(1, "out: expected a writable tensor, got one the "
-                                          "producer exported as read-only")
-    else:
-        vo = _import_out(out, s, "out")
-    _check(reg._lib.dlfuse_add_mul_activation(reg.handle, vx.addr, vy.addr, vb.addr,
-                                              float(multiplier), act, vo.addr, s))
-    _mark_stream(out, s)
-    return out
-
-
-def add_mul_activation_backward(grad_out, x, y, bias, multiplier=1.0, activation="relu", *,
-                                needs=(True, True, True), grad_x=None, grad_y=None,
-                                grad_bias=None, stream=None, registry=None):
-    """(grad_x, grad_y, grad_bias) of add_mul_activation from grad_out and the forward's
-    inputs (the pre-activation is recomputed)."""
-    reg, s = _prep(stream, registry)
-    act = _act(activation)
-    vg = _import(grad_out, s, "grad_out")
-    vx = _import(x, s, "x")
-    vy = _import(y, s, "y")
-    vb = _import(bias, s, "bias")
-    res = [grad_x, grad_y, grad_bias]
-    for i, v in enumerate((vx, vy, vb)):
-        if needs[i] and res[i] is None:
-            res[i] = _alloc_like(grad_out, vg, v.shape(), reg)
-    names = ("grad_x", "grad_y", "grad_bias")
-    views = [None if r is None else _import_out(r, s, names[i]) for i, r in enumerate(res)]
-    addrs = [None if v is None else v.addr for v in views]
-    _check(reg._lib.dlfuse_add_mul_activation_backward(reg.handle, vg.addr, vx.addr, vy.addr,
-                                                       vb.addr, float(multiplier), act,
-                                                       addrs[0], addrs[1], addrs[2], s))
-    for r in res:
-        _mark_stream(r, s)
-    return tuple(res)
+matmul_add_relu = _ext.matmul_add_relu
+matmul_add_relu_backward = _ext.matmul_add_relu_backward
+add_mul_activation = _ext.add_mul_activation
+add_mul_activation_backward = _ext.add_mul_activation_backward

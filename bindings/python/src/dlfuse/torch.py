@@ -1,22 +1,25 @@
-"""PyTorch integration: autograd Functions and torch.library custom ops.
+"""PyTorch integration: differentiable ops that are fast in eager and traceable by
+torch.compile.
 
     import dlfuse.torch as dft
     y = dft.matmul_add_relu(x, w, b)              # differentiable, torch.compile-able
     z = dft.add_mul_activation(x, y, b, 0.5, "silu")
 
-The ops are registered as ``torch.ops.dlfuse.matmul_add_relu`` (+ ``_backward``) and
-``torch.ops.dlfuse.add_mul_activation`` (+ ``_backward``) with fake (meta) kernels and
-autograd formulas, so ``torch.compile(fullgraph=True)`` traces them as opaque calls.
-The autograd Functions ``MatmulAddRelu`` and ``AddMulActivation`` call dlfuse directly
-(eager only). Every call runs on the tensors' current CUDA stream
-(torch.cuda.current_stream()).
+In eager mode on plain tensors the public functions call the compiled extension directly
+(no grad needed) or through an autograd Function whose apply goes straight to torch's C
+implementation; outputs and gradients are allocated by torch's own allocator through its
+DLPack exchange API, and every call runs on torch's current CUDA stream. Under
+torch.compile, tensor subclasses, dispatch or torch-function modes and functorch
+transforms they dispatch to the torch.library custom ops ``torch.ops.dlfuse.*`` (fake
+kernels and autograd formulas registered), so ``torch.compile(fullgraph=True)`` traces
+them as opaque calls and CUDA graphs capture them (docs/python.md).
 """
 
 from typing import List, Tuple
 
 import torch
 
-from . import _core
+from . import _core, _ext
 
 __all__ = ["matmul_add_relu", "add_mul_activation", "MatmulAddRelu", "AddMulActivation",
            "FusedLinearReLU"]
@@ -26,13 +29,17 @@ __all__ = ["matmul_add_relu", "add_mul_activation", "MatmulAddRelu", "AddMulActi
 # the plugins' strided-layout paths out of the picture; costs a copy per strided input).
 FORCE_CONTIGUOUS = False
 
+# torch >= 2.10 has the DLPack exchange API: the extension takes the current stream and
+# allocates through it. Older torch: the stream is passed, outputs come from torch.empty.
+_XAPI = _ext.exchange_api(torch.Tensor) is not None
+
 
 def _c(*ts):
     return tuple(t.contiguous() for t in ts) if FORCE_CONTIGUOUS else ts
 
 
 def _stream(t):
-    if t.device.type == "cuda":
+    if not _XAPI and t.device.type == "cuda":
         return torch.cuda.current_stream(t.device).cuda_stream
     return None
 
@@ -42,60 +49,36 @@ def _mm_shape(a, b):
     return (*batch, a.shape[-2], b.shape[-1])
 
 
-def _bshape(*shapes):
-    """torch.broadcast_shapes for concrete shapes, without its ~15 us: the common cases
-    directly, anything else (including the error) by torch."""
-    if shapes[0] == shapes[1] and len(shapes[2]) <= len(shapes[0]):
-        out = _core._broadcast(*shapes)
-        if out is not None:
-            return out
-    return torch.broadcast_shapes(*shapes)
-
-
 def _empty0(t):
     return t.new_empty((0,))
 
 
-# ---- eager kernels (dlfuse through DLPack; outputs allocated by torch) ---------------------
+# ---- eager kernels (the extension; outputs allocated by torch) ------------------------------
 
 def _mar_fwd(a, b, bias, allow_tf32):
-    a, b, bias = _c(a, b, bias)
-    if a.dim() == 2 and b.dim() == 2:
-        shape = (a.shape[0], b.shape[1])
-    else:
-        shape = _mm_shape(a, b)
-    out = torch.empty(shape, dtype=a.dtype, device=a.device)
-    _core.matmul_add_relu(a, b, bias, out=out, stream=_stream(a), allow_tf32=allow_tf32)
-    return out
+    if FORCE_CONTIGUOUS:
+        a, b, bias = _c(a, b, bias)
+    return _ext.matmul_add_relu(a, b, bias, None, _stream(a), allow_tf32=allow_tf32)
 
 
 def _mar_bwd(grad_out, a, b, out, bias_shape, needs, allow_tf32):
-    grad_out, a, b, out = _c(grad_out, a, b, out)
-    ga = torch.empty_like(a, memory_format=torch.contiguous_format) if needs[0] else None
-    gb = torch.empty_like(b, memory_format=torch.contiguous_format) if needs[1] else None
-    gbias = (torch.empty(bias_shape, dtype=a.dtype, device=a.device) if needs[2] else None)
-    _core.matmul_add_relu_backward(grad_out, a, b, out, needs=needs, grad_a=ga, grad_b=gb,
-                                   grad_bias=gbias, bias_shape=bias_shape,
-                                   stream=_stream(a), allow_tf32=allow_tf32)
-    return ga, gb, gbias
+    if FORCE_CONTIGUOUS:
+        grad_out, a, b, out = _c(grad_out, a, b, out)
+    return _ext.matmul_add_relu_backward(grad_out, a, b, out, bias_shape=bias_shape, needs=needs,
+                                         stream=_stream(a), allow_tf32=allow_tf32)
 
 
 def _amc_fwd(x, y, bias, multiplier, activation):
-    x, y, bias = _c(x, y, bias)
-    shape = _bshape(tuple(x.shape), tuple(y.shape), tuple(bias.shape))
-    out = torch.empty(shape, dtype=x.dtype, device=x.device)
-    _core.add_mul_activation(x, y, bias, multiplier, activation, out=out, stream=_stream(x))
-    return out
+    if FORCE_CONTIGUOUS:
+        x, y, bias = _c(x, y, bias)
+    return _ext.add_mul_activation(x, y, bias, multiplier, activation, None, _stream(x))
 
 
 def _amc_bwd(grad_out, x, y, bias, multiplier, activation, needs):
-    grad_out, x, y, bias = _c(grad_out, x, y, bias)
-    res = [torch.empty(t.shape, dtype=t.dtype, device=t.device) if n else None
-           for t, n in zip((x, y, bias), needs)]
-    _core.add_mul_activation_backward(grad_out, x, y, bias, multiplier, activation, needs=needs,
-                                      grad_x=res[0], grad_y=res[1], grad_bias=res[2],
-                                      stream=_stream(x))
-    return tuple(res)
+    if FORCE_CONTIGUOUS:
+        grad_out, x, y, bias = _c(grad_out, x, y, bias)
+    return _ext.add_mul_activation_backward(grad_out, x, y, bias, multiplier, activation,
+                                            needs=needs, stream=_stream(x))
 
 
 # ---- torch.library custom ops --------------------------------------------------------------
@@ -191,19 +174,6 @@ def _amc_backward(ctx, grad):
 _op_amc.register_autograd(_amc_backward, setup_context=_amc_setup)
 
 
-# ---- the public functions ------------------------------------------------------------------
-
-def matmul_add_relu(a, b, bias, allow_tf32=False):
-    """relu(a @ b + bias), differentiable in a, b and bias; works under torch.compile."""
-    return torch.ops.dlfuse.matmul_add_relu(a, b, bias, bool(allow_tf32))
-
-
-def add_mul_activation(x, y, bias, multiplier=1.0, activation="relu"):
-    """act(x + bias + multiplier * y), differentiable in x, y and bias."""
-    return torch.ops.dlfuse.add_mul_activation(x, y, bias, float(multiplier),
-                                               _core._act(activation))
-
-
 # ---- plain autograd Functions (eager; the same kernels without the dispatcher) -------------
 
 class MatmulAddRelu(torch.autograd.Function):
@@ -218,15 +188,15 @@ class MatmulAddRelu(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         a, b, out = ctx.saved_tensors
-        ga, gb, gbias = _mar_bwd(grad, a, b, out, ctx.bias_shape,
-                                 tuple(ctx.needs_input_grad[:3]), ctx.allow_tf32)
+        ga, gb, gbias = _mar_bwd(grad, a, b, out, ctx.bias_shape, ctx.needs_input_grad[:3],
+                                 ctx.allow_tf32)
         return ga, gb, gbias, None
 
 
 class AddMulActivation(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, y, bias, multiplier=1.0, activation="relu"):
-        act = _core._act(activation)
+        act = activation if type(activation) is int else _core._act(activation)
         ctx.save_for_backward(x, y, bias)
         ctx.multiplier, ctx.activation = float(multiplier), act
         return _amc_fwd(x, y, bias, float(multiplier), act)
@@ -235,8 +205,48 @@ class AddMulActivation(torch.autograd.Function):
     def backward(ctx, grad):
         x, y, bias = ctx.saved_tensors
         gx, gy, gb = _amc_bwd(grad, x, y, bias, ctx.multiplier, ctx.activation,
-                              tuple(ctx.needs_input_grad[:3]))
+                              ctx.needs_input_grad[:3])
         return gx, gy, gb, None, None
+
+
+# Function.apply's Python layer (argument binding, functorch unwrapping) costs more than the
+# kernel call on small tensors; where no functorch transform is active (checked per call)
+# torch's C apply does the same work.
+_mar_apply = super(torch.autograd.Function, MatmulAddRelu).apply
+_amc_apply = super(torch.autograd.Function, AddMulActivation).apply
+_T = torch.Tensor
+_compiling = torch.compiler.is_compiling
+_grad_on = torch.is_grad_enabled
+_functorch_on = torch._C._are_functorch_transforms_active
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_function_modes = torch._C._is_torch_function_mode_enabled
+
+
+def _eager(a, b, c):
+    """Plain tensors in plain eager mode: nothing needs the dispatcher's custom op."""
+    return (type(a) is _T and type(b) is _T and type(c) is _T and not _functorch_on()
+            and not _dispatch_modes() and not _function_modes())
+
+
+# ---- the public functions ------------------------------------------------------------------
+
+def matmul_add_relu(a, b, bias, allow_tf32=False):
+    """relu(a @ b + bias), differentiable in a, b and bias; works under torch.compile."""
+    if not _compiling() and _eager(a, b, bias):
+        if _grad_on() and (a.requires_grad or b.requires_grad or bias.requires_grad):
+            return _mar_apply(a, b, bias, bool(allow_tf32))
+        return _mar_fwd(a, b, bias, bool(allow_tf32))
+    return torch.ops.dlfuse.matmul_add_relu(a, b, bias, bool(allow_tf32))
+
+
+def add_mul_activation(x, y, bias, multiplier=1.0, activation="relu"):
+    """act(x + bias + multiplier * y), differentiable in x, y and bias."""
+    act = activation if type(activation) is int else _core._act(activation)
+    if not _compiling() and _eager(x, y, bias):
+        if _grad_on() and (x.requires_grad or y.requires_grad or bias.requires_grad):
+            return _amc_apply(x, y, bias, float(multiplier), act)
+        return _amc_fwd(x, y, bias, float(multiplier), act)
+    return torch.ops.dlfuse.add_mul_activation(x, y, bias, float(multiplier), act)
 
 
 class FusedLinearReLU(torch.nn.Linear):

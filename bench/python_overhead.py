@@ -2,23 +2,26 @@
 """Per-call overhead of the Python binding on small tensors.
 
 For add_mul_activation (64x64, relu) and matmul_add_relu (32x32x32), float32, it times:
-  dlfuse        the full call: dlfuse.op(x, y, bias, out=o) (DLPack import of every argument,
-                validation in the registry, the kernel)
-  dlfuse-alloc  the same without out= (the output allocated by the framework)
-  raw-ctypes    the C entry point called through ctypes on DLTensor pointers taken once
-                (what is left when the DLPack work is hoisted out)
-  dlfuse.torch  torch.ops.dlfuse.* (the torch.library custom op) [torch only]
-  framework     the framework's own unfused ops (numpy / torch eager / cupy)
+  dlfuse              the full call: dlfuse.op(x, y, bias, out=o) (the compiled module:
+                      DLPack import of every argument, validation in the registry, kernel)
+  dlfuse-alloc        the same without out= (the output allocated by the framework)
+  dlfuse.torch        dlfuse.torch.op(...) on tensors without grad (eager fast path) [torch]
+  dlfuse.torch grad   the same on inputs that require grad (autograd Function) [torch]
+  dlfuse.torch f+b    forward and backward of (op(...) * g).sum() style: op + .backward(g)
+  torch.ops.dlfuse    the torch.library custom op (the torch.compile path) [torch]
+  framework           the framework's own unfused ops (numpy / torch eager / cupy), and
+  framework grad/f+b  its forward with grad / forward+backward [torch]
 and, with --noop PATH (bench/'s no-op plugin, libdlfuse_noop.so; CPU only), the full call
-and the raw ctypes call through a registry holding only that plugin: the binding's own
-cost plus the registry's validation, with no kernel at all.
+through a registry holding only that plugin on NumPy and (where installed) torch CPU
+tensors: the binding's own cost plus the registry's validation, with no kernel at all.
 
 Each number is the median over --reps rounds of (time of --calls back-to-back calls) /
 --calls, after warm-up; on CUDA a round ends with a device synchronize, so a number is
 max(host cost, GPU time) per call. Prints a table and, with --json, writes the numbers.
 
-    DLFUSE_LIBRARY=build/<dir>/lib/libdlfuse.so python3 bindings/python/bench_overhead.py \
-        --framework numpy --noop build/<dir>/bench/plugins/libdlfuse_noop.so
+    DLFUSE_LIBRARY=build/<dir>/lib/libdlfuse.so DLFUSE_EXT_DIR=build/<dir>/python/dlfuse \
+        python3 bench/python_overhead.py --framework numpy \
+        --noop build/<dir>/bench/plugins/libdlfuse_noop.so --json out.json
 """
 import argparse
 import json
@@ -28,11 +31,11 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "src"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bindings",
+                                "python", "src"))
 import numpy as np  # noqa: E402
 
 import dlfuse  # noqa: E402
-from dlfuse import _core  # noqa: E402
 
 
 def timeit(fn, calls, reps, sync=None, warm=200):
@@ -76,27 +79,7 @@ def make(framework, device):
     raise SystemExit(f"unknown framework {framework}")
 
 
-def raw_calls(reg, t, stream):
-    """ctypes calls on DLTensor pointers taken once (the capsules are kept alive)."""
-    stream = _core._stream_ptr(stream)
-    views = {k: _core._import(v, stream, k) for k, v in t.items()}
-    lib, h = reg._lib, reg.handle
-    px, py, pb, po = (views[k].addr for k in "xybo")
-    pA, pB, pc, pO = (views[k].addr for k in "ABcO")
-    f1, f2 = lib.dlfuse_add_mul_activation, lib.dlfuse_matmul_add_relu
-
-    def am():
-        if f1(h, px, py, pb, 1.0, 1, po, stream):
-            raise dlfuse.Error(0, dlfuse.last_error())
-
-    def mm():
-        if f2(h, pA, pB, pc, pO, 0, stream):
-            raise dlfuse.Error(0, dlfuse.last_error())
-    return am, mm, views
-
-
 def binding_rows(args, t, stream, row):
-    reg = dlfuse.registry()
     x, y, b, o, A, B, c, O = (t[k] for k in "xyboABcO")
     row("dlfuse", "add_mul 64x64",
         lambda: dlfuse.add_mul_activation(x, y, b, 1.0, "relu", out=o, stream=stream))
@@ -104,14 +87,23 @@ def binding_rows(args, t, stream, row):
     row("dlfuse-alloc", "add_mul 64x64",
         lambda: dlfuse.add_mul_activation(x, y, b, 1.0, "relu", stream=stream))
     row("dlfuse-alloc", "matmul 32x32x32", lambda: dlfuse.matmul_add_relu(A, B, c, stream=stream))
-    am, mm, keep = raw_calls(reg, t, stream)
-    row("raw-ctypes", "add_mul 64x64", am)
-    row("raw-ctypes", "matmul 32x32x32", mm)
     if args.framework == "torch":
+        import torch
         import dlfuse.torch as dft
         row("dlfuse.torch", "add_mul 64x64", lambda: dft.add_mul_activation(x, y, b, 1.0, "relu"))
         row("dlfuse.torch", "matmul 32x32x32", lambda: dft.matmul_add_relu(A, B, c))
-    del keep
+        xg, Ag = x.clone().requires_grad_(), A.clone().requires_grad_()
+        row("dlfuse.torch grad", "add_mul 64x64",
+            lambda: dft.add_mul_activation(xg, y, b, 1.0, "relu"))
+        row("dlfuse.torch grad", "matmul 32x32x32", lambda: dft.matmul_add_relu(Ag, B, c))
+        row("dlfuse.torch f+b", "add_mul 64x64",
+            lambda: dft.add_mul_activation(xg, y, b, 1.0, "relu").backward(o))
+        row("dlfuse.torch f+b", "matmul 32x32x32",
+            lambda: dft.matmul_add_relu(Ag, B, c).backward(O))
+        row("torch.ops.dlfuse", "add_mul 64x64",
+            lambda: torch.ops.dlfuse.add_mul_activation(x, y, b, 1.0, 1))
+        row("torch.ops.dlfuse", "matmul 32x32x32",
+            lambda: torch.ops.dlfuse.matmul_add_relu(A, B, c, False))
 
 
 def framework_rows(args, t, row):
@@ -123,6 +115,12 @@ def framework_rows(args, t, row):
         import torch
         row("framework", "add_mul 64x64", lambda: torch.relu(x + b + 1.0 * y))
         row("framework", "matmul 32x32x32", lambda: torch.relu(torch.addmm(c, A, B)))
+        xg, Ag = x.clone().requires_grad_(), A.clone().requires_grad_()
+        row("framework grad", "add_mul 64x64", lambda: torch.relu(xg + b + 1.0 * y))
+        row("framework grad", "matmul 32x32x32", lambda: torch.relu(torch.addmm(c, Ag, B)))
+        row("framework f+b", "add_mul 64x64", lambda: torch.relu(xg + b + 1.0 * y).backward(o))
+        row("framework f+b", "matmul 32x32x32",
+            lambda: torch.relu(torch.addmm(c, Ag, B)).backward(O))
     else:
         import cupy as cp
         row("framework", "add_mul 64x64", lambda: cp.maximum(x + b + 1.0 * y, 0, out=o))
@@ -139,10 +137,18 @@ def noop_rows(args, row):
         lambda: dlfuse.add_mul_activation(hx, hy, hb, 1.0, "relu", out=ho, registry=nreg))
     row("noop plugin: dlfuse", "matmul 32x32x32",
         lambda: dlfuse.matmul_add_relu(hA, hB, hc, out=hO, registry=nreg))
-    am0, mm0, keep = raw_calls(nreg, h, None)
-    row("noop plugin: raw-ctypes", "add_mul 64x64", am0)
-    row("noop plugin: raw-ctypes", "matmul 32x32x32", mm0)
-    del keep
+    try:
+        import torch
+    except ImportError:
+        return
+    tt = {k: torch.from_numpy(v) for k, v in h.items()}
+    tx, ty, tb, to, tA, tB, tc, tO = (tt[k] for k in "xyboABcO")
+    row("noop plugin: torch cpu", "add_mul 64x64",
+        lambda: dlfuse.add_mul_activation(tx, ty, tb, 1.0, "relu", out=to, registry=nreg))
+    row("noop plugin: torch cpu", "matmul 32x32x32",
+        lambda: dlfuse.matmul_add_relu(tA, tB, tc, out=tO, registry=nreg))
+    row("noop plugin: torch cpu alloc", "add_mul 64x64",
+        lambda: dlfuse.add_mul_activation(tx, ty, tb, 1.0, "relu", registry=nreg))
 
 
 def main():
@@ -150,7 +156,7 @@ def main():
     ap.add_argument("--framework", choices=("numpy", "torch", "cupy"), default="numpy")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--calls", type=int, default=2000)
-    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--reps", type=int, default=21)
     ap.add_argument("--noop", help="path of libdlfuse_noop.so (CPU)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
