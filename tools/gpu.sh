@@ -15,7 +15,8 @@
 #   bench[=ARGS]   bench/run.py: every plugin and peer, ceilings, dispatch (ARGS: e.g. --quick)
 #   bench-cuda     dlfuse vs cuBLASLt and PyTorch (eager, epilogue, compile): report.md
 #   bench-opencl   the OpenCL GEMM on the GPU vs cuBLAS fp32 through torch, tile alternatives
-#   python         bindings/python/tools/gpu_job.sh over this build (pytest with CUDA, benches, DLRM)
+#   python[=PARTS] bindings/python/tools/gpu_job.sh over this build; PARTS of tests (pytest with
+#                  CUDA required, CUDA graphs), bench (call overhead), dlrm, ddp (default: all)
 # When $OUT is set (the device tool), everything is packed into $OUT/gpu-logs.tgz at the end.
 #
 # Inputs are found the same way for every job (tools/gpu_env.sh): the DLPack header from
@@ -110,7 +111,7 @@ job_bench-opencl() {
 }
 
 job_python() {
-  OUT=$J bash bindings/python/tools/gpu_job.sh "$B"
+  OUT=$J bash bindings/python/tools/gpu_job.sh "$B" "${1:-}"
 }
 
 rc=0

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # The Python binding's job on a GPU machine without a package registry (torch, CuPy, JAX
-# preinstalled). Takes the CMake build folder (default build/cuda); configures it (as
-# tools/gpu_main.sh does: DLPack header from python3's apache-tvm-ffi, else a carried
-# .whl/apache_tvm_ffi-*.whl) when it is not configured yet, and builds what is needed:
-# libdlfuse, the CUDA plugin, the no-op plugin and dlfuse._ext. Then, logs to $OUT:
+# preinstalled), run by `tools/gpu.sh python[=PARTS]` over its build folder (configured
+# there); builds what is needed: libdlfuse, the CUDA plugin, the no-op plugin and
+# dlfuse._ext. PARTS (comma-separated; default all): tests, bench, dlrm, ddp. Logs to $OUT:
 #   pytest.log               every Python test, CUDA required (DLFUSE_REQUIRE_CUDA=1: the
 #                            CUDA cases fail instead of skipping), CUDA graph capture and
 #                            replay, torch.compile(mode="reduce-overhead"), DDP on every GPU
@@ -11,11 +10,13 @@
 #   dlrm_*.log               the DLRM MLP: dlfuse vs plain PyTorch, eager and torch.compile,
 #                            batch 256 and 4096 (times printed in each log)
 #   ddp.log                  examples/dlrm_ddp.py under torchrun on every visible GPU
-#     bash bindings/python/tools/gpu_job.sh [build-dir]
+#     bash bindings/python/tools/gpu_job.sh BUILD_DIR [PARTS]
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 ROOT=$PWD
 B=$(realpath -m "${1:-build/cuda}")
+PARTS=,${2:-tests,bench,dlrm,ddp},
+want() { [[ $PARTS == *",$1,"* ]]; }
 OUT=${OUT:-/tmp/dlfuse-py-out}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/gpu_job.log") 2>&1
@@ -25,21 +26,7 @@ python3 -c "import sys, numpy, torch; print('python', sys.version.split()[0], 'n
 python3 -c "import cupy; print('cupy', cupy.__version__)" || true
 python3 -c "import jax; print('jax', jax.__version__, jax.devices())" || true
 
-if [ ! -f "$B/CMakeCache.txt" ]; then
-  DLINC=$(python3 -c "import tvm_ffi.libinfo as l; print(l.find_dlpack_include_path())" 2>/dev/null || true)
-  if [ -z "$DLINC" ] || [ ! -f "$DLINC/dlpack/dlpack.h" ]; then
-    whl=$(ls "$ROOT"/.whl/apache_tvm_ffi-*.whl 2>/dev/null | head -1 || true)
-    [ -n "$whl" ] || { echo "no DLPack header: install apache-tvm-ffi or carry .whl/apache_tvm_ffi-*.whl"; exit 2; }
-    python3 -c "import zipfile,sys; zipfile.ZipFile(sys.argv[1]).extract('tvm_ffi/include/dlpack/dlpack.h', '/tmp/dlpack-inc')" "$whl"
-    DLINC=/tmp/dlpack-inc/tvm_ffi/include
-  fi
-  GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
-  cmake -S . -B "$B" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DDLFUSE_BUILD_TESTS=OFF \
-    -DDLFUSE_WITH_ONEDNN=OFF -DDLFUSE_WITH_OPENCL=OFF -DDLFUSE_WITH_CUDA=ON \
-    -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" \
-    -DCMAKE_CUDA_ARCHITECTURES=90 -DDLPACK_INCLUDE_DIR="$DLINC" >"$OUT/cmake.log" 2>&1 \
-    || { tail -30 "$OUT/cmake.log"; exit 3; }
-fi
+[ -f "$B/CMakeCache.txt" ] || { echo "$B is not a configured build: run this through tools/gpu.sh python"; exit 3; }
 grep -E "^DLPACK_INCLUDE_DIR" "$B/CMakeCache.txt"
 t0=$(date +%s)
 cmake --build "$B" -j "$(nproc)" --target dlfuse dlfuse_cuda dlfuse_pyext dlfuse_noop >>"$OUT/cmake.log" 2>&1 \
@@ -59,22 +46,22 @@ step() {  # step NAME TIMEOUT CMD...: run, log to $OUT/NAME.log, show its tail
   tail -15 "$OUT/$name.log"
 }
 
-step pytest 900 env DLFUSE_REQUIRE_CUDA=1 python3 -m pytest -v -rs -p no:cacheprovider bindings/python/tests
+want tests && step pytest 540 env DLFUSE_REQUIRE_CUDA=1 python3 -m pytest -v -rs -p no:cacheprovider bindings/python/tests
 NOOP=$B/bench/plugins/libdlfuse_noop.so
-step overhead_torch 300 python3 bench/python_overhead.py --framework torch --device cuda \
+want bench && step overhead_torch 300 python3 bench/python_overhead.py --framework torch --device cuda \
   --json "$OUT/overhead_torch_cuda.json"
-step overhead_numpy_noop 200 python3 bench/python_overhead.py --framework numpy --noop "$NOOP" \
+want bench && step overhead_numpy_noop 200 python3 bench/python_overhead.py --framework numpy --noop "$NOOP" \
   --json "$OUT/overhead_numpy_noop.json"
-step overhead_cupy 200 python3 bench/python_overhead.py --framework cupy --device cuda \
+want bench && step overhead_cupy 200 python3 bench/python_overhead.py --framework cupy --device cuda \
   --json "$OUT/overhead_cupy_cuda.json"
-for batch in 256 4096; do
+want dlrm && for batch in 256 4096; do
   step "dlrm_eager_b$batch" 300 python3 bindings/python/examples/dlrm_mlp.py --device cuda \
     --steps 300 --batch "$batch"
   step "dlrm_compile_b$batch" 400 python3 bindings/python/examples/dlrm_mlp.py --device cuda \
     --steps 300 --batch "$batch" --compile
 done
-step ddp 400 python3 -m torch.distributed.run --standalone --nproc_per_node=gpu \
+want ddp && step ddp 400 python3 -m torch.distributed.run --standalone --nproc_per_node=gpu \
   bindings/python/examples/dlrm_ddp.py --device cuda --steps 50
-grep -h "^time:" "$OUT"/dlrm_*.log
+grep -h "^time:" "$OUT"/dlrm_*.log 2>/dev/null
 echo "gpu_job rc=$rc"
 exit $rc
