@@ -269,9 +269,7 @@ void bench_add_mul(Ctx& c, const Dtype& dt, int64_t M, int64_t N, const std::str
   dlfuse_attr_t attrs[2] = {};
   attrs[0].key = DLFUSE_ATTR_ACTIVATION;
   attrs[0].type = DLFUSE_ATTR_INT64;
-  if (act == "relu") attrs[0].value.i64 = DLFUSE_ACT_RELU;
-  else if (act == "sigmoid") attrs[0].value.i64 = DLFUSE_ACT_SIGMOID;
-  else die("unknown activation '" + act + "' (expected relu or sigmoid)");
+  attrs[0].value.i64 = act == "relu" ? DLFUSE_ACT_RELU : DLFUSE_ACT_SIGMOID;  // validated by cmd_ops
   attrs[1].key = DLFUSE_ATTR_MULTIPLIER;
   attrs[1].type = DLFUSE_ATTR_FLOAT64;
   attrs[1].value.f64 = 0.5;
@@ -372,6 +370,10 @@ int cmd_ops(const std::string& path, const OpsArgs& a) {
   for (const std::string& o : a.ops)
     if (o != "matmul_add_relu" && o != "add_mul_activation")
       die("unknown op '" + o + "' (expected matmul_add_relu or add_mul_activation)");
+  for (const std::string& act : a.activations)
+    if (act != "relu" && act != "sigmoid") die("unknown activation '" + act + "' (expected relu or sigmoid)");
+  for (auto& s : shapes)
+    if (s.size() != 2 && s.size() != 3) die("shape " + dims_str(s) + ": expected MxKxN (matmul) or MxN (add_mul)");
   for (const std::string& dn : a.dtypes) {
     const Dtype& dt = *find_dtype(dn);
     if (!has_kernel(c.mf, info.device_type, dt) || !has_kernel(c.af, info.device_type, dt)) {
@@ -383,7 +385,6 @@ int cmd_ops(const std::string& path, const OpsArgs& a) {
       if (s.size() == 3 && want("matmul_add_relu")) bench_matmul(c, dt, s[0], s[1], s[2]);
       if (s.size() == 2 && want("add_mul_activation"))
         for (const std::string& act : a.activations) bench_add_mul(c, dt, s[0], s[1], act, a.no_grad_y);
-      if (s.size() != 2 && s.size() != 3) die("shape " + dims_str(s) + ": expected MxKxN (matmul) or MxN (add_mul)");
     }
   }
   dlfuse_registry_destroy(reg);
