@@ -15,8 +15,9 @@
 //
 // Timing: bench/driver/timing.hpp. Inputs rotate over several buffer sets when a set is
 // smaller than the last-level cache, so that repeated calls do not just measure the cache.
-// After timing a forward, 64 of its outputs are checked against float64 (exit status 3 if
-// any is off), so that a wrong kernel does not get a number.
+// After timing a forward, 64 of its outputs are checked against float64, and matmul's
+// relu(NaN) = NaN with a NaN in A (exit status 3 if any is off), so that a wrong kernel does
+// not get a number.
 #include <dlfuse/dlfuse.h>
 #include <dlfuse/plugin.h>
 #include <dlfcn.h>
@@ -226,6 +227,24 @@ void bench_matmul(Ctx& c, const Dtype& dt, int64_t M, int64_t K, int64_t N) {
       }
       return acc > 0 ? acc : 0.0;
     }, *O[0]);
+    // relu keeps NaN (docs/ops.md), also in whatever GEMM epilogue a plugin picks for this
+    // shape: A[0, 0] = NaN must make all of row 0 NaN and nothing else.
+    const uint64_t nan_bits = dt.size == 8 ? 0x7ff8000000000000ull : dt.size == 4 ? 0x7fc00000ull : 0x7fc0ull;
+    ck(dlfuse_device_copy(c.reg, c.dev, DLFUSE_COPY_HOST_TO_DEVICE, A[0]->ptr, 0, &nan_bits, 0, e, nullptr), "copy");
+    fwd(0);
+    c.sync();
+    const auto o = O[0]->download();
+    int64_t nan_row0 = 0, nan_elsewhere = 0;
+    for (size_t i = 0; i < size_t(M * N); ++i) (i < size_t(N) ? nan_row0 : nan_elsewhere) += std::isnan(to_double(&o[i * e], dt));
+    ck(dlfuse_device_copy(c.reg, c.dev, DLFUSE_COPY_HOST_TO_DEVICE, A[0]->ptr, 0, a.data(), 0, e, nullptr), "copy");
+    if (nan_row0 != N || nan_elsewhere != 0) {
+      g_check_failed = true;
+      std::fprintf(stderr, "  CHECK FAILED: %s matmul_add_relu %s %s: A[0, 0] = NaN gave %lld of %lld NaN in row 0, "
+                   "%lld elsewhere\n", c.impl.c_str(), shape.c_str(), dt.name, (long long)nan_row0, (long long)N,
+                   (long long)nan_elsewhere);
+      chk = ", \"check_max_err\": 1e30, \"check\": \"FAIL\"";
+    }
+    chk += ", \"nan_row0\": " + std::to_string(nan_row0) + ", \"nan_elsewhere\": " + std::to_string(nan_elsewhere);
   }
   row("matmul_add_relu", "fwd", dt.name, shape, c.impl, c.device, s, batch, extra + chk);
   // Backward from the forward's own outputs (a realistic relu mask).
