@@ -226,7 +226,7 @@ def work(r):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "cpu"))
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=None)
@@ -243,9 +243,14 @@ def main():
     ap.add_argument("--no-grad-y", action="store_true")
     ap.add_argument("--opencl-gemm", type=lst, default=[])
     args = ap.parse_args()
-    unknown = set(args.peers) - {"onednn_raw", "cublaslt", "numpy", "torch"}
-    if unknown:
-        ap.error(f"--peers: unknown {sorted(unknown)}; expected onednn_raw, cublaslt, numpy, torch")
+    for opt, given, known in (("--peers", args.peers, ("onednn_raw", "cublaslt", "numpy", "torch")),
+                              ("--ops", args.ops or [], ("matmul_add_relu", "add_mul_activation")),
+                              ("--activations", args.activations, ("relu", "sigmoid"))):
+        if set(given) - set(known):
+            ap.error(f"{opt}: unknown {sorted(set(given) - set(known))}; expected {', '.join(known)}")
+    for sh in args.shapes or []:
+        if not (sh.count("x") in (1, 2) and all(v.isdigit() and int(v) > 0 for v in sh.split("x"))):
+            ap.error(f"--shapes: '{sh}' is not MxKxN (matmul) or MxN (add_mul) with positive sizes")
     build = os.path.abspath(args.build)
     mode = "quick" if args.quick else "full"
     t_start = time.time()

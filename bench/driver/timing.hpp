@@ -122,7 +122,7 @@ inline std::vector<std::vector<int64_t>> parse_shapes(const std::string& list) {
       const size_t b = std::min(item.find('x', a), item.size());
       char* end = nullptr;
       const long long v = std::strtoll(item.c_str() + a, &end, 10);
-      if (b == a || end != item.c_str() + b || v <= 0) {
+      if (b == a || end != item.c_str() + b || v <= 0 || item.back() == 'x') {
         std::fprintf(stderr, "bad shape '%s': expected MxKxN or MxN with positive sizes\n", item.c_str());
         std::exit(2);
       }
