@@ -3,7 +3,7 @@
 One JSON object per line on stdout, with the same fields as dlfuse_bench's rows. Timing:
 perf_counter around each call after one warm-up; median and 10th/90th percentiles over
 the repetitions (bounded by a time budget per case).
-Usage: python3 bench/peers_numpy.py [--quick]
+Usage: python3 bench/peers_numpy.py [--quick] [--ops LIST] [--shapes MxKxN,MxN,...]
 """
 import json
 import sys
@@ -11,7 +11,9 @@ import time
 
 import numpy as np
 
-QUICK = "--quick" in sys.argv
+from peer_args import parse_selection
+
+QUICK, OPS, SHAPES = parse_selection(sys.argv[1:], dtypes=False)
 BUDGET = 0.3 if QUICK else 2.0
 MIN_REPS, MAX_REPS = (3, 30) if QUICK else (5, 300)
 
@@ -43,7 +45,9 @@ def main():
     print(json.dumps({"peer": "numpy", "version": np.__version__}), flush=True)
     rng = np.random.default_rng(0)
     f32 = np.float32
-    for M, K, N in [(2048, 512, 256), (4096, 1024, 1024)]:
+    for M, K, N in (s for s in SHAPES or [(2048, 512, 256), (4096, 1024, 1024)] if len(s) == 3):
+        if "matmul_add_relu" not in OPS:
+            break
         a = rng.uniform(-1, 1, (M, K)).astype(f32)
         b = rng.uniform(-1, 1, (K, N)).astype(f32)
         bias = rng.uniform(-1, 1, N).astype(f32)
@@ -58,7 +62,9 @@ def main():
 
         emit("matmul_add_relu", "bwd", shape, measure(bwd))
     m = f32(0.5)
-    for M, N in [(2048, 512), (16384, 8192)]:
+    for M, N in (s for s in SHAPES or [(2048, 512), (16384, 8192)] if len(s) == 2):
+        if "add_mul_activation" not in OPS:
+            break
         x = rng.uniform(-1, 1, (M, N)).astype(f32)
         y = rng.uniform(-1, 1, (M, N)).astype(f32)
         bias = rng.uniform(-1, 1, N).astype(f32)

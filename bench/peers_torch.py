@@ -13,7 +13,9 @@ like with the plugins': warm-up, then batches of about 2 ms of back-to-back call
 with --quick); inputs rotate over several sets when a set is smaller than 128 MiB.
 torch.compile runs with dynamic=True: one compilation per function and dtype instead of
 one per shape, which keeps the whole run inside a GPU lease.
-Usage: python3 bench/peers_torch.py [--quick]
+Check row: does torch._addmm_activation (the RELU epilogue) keep relu(NaN) = NaN, as eager
+relu does? (A[0, 0] = NaN, largest matmul shape, bfloat16.)
+Usage: python3 bench/peers_torch.py [--quick] [--ops LIST] [--shapes MxKxN,MxN,...] [--dtypes LIST]
 """
 import json
 import sys
@@ -21,7 +23,9 @@ import time
 
 import torch
 
-QUICK = "--quick" in sys.argv
+from peer_args import parse_selection
+
+QUICK, OPS, SHAPES, DTYPES = parse_selection(sys.argv[1:])
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 torch._dynamo.config.recompile_limit = 64
@@ -86,7 +90,7 @@ s = bench(lambda i: y.copy_(x))
 emit({"ceiling": "copy_bw", "device": "cuda:0", "impl": "torch_copy_1GiB", "bytes": 2 * x.numel(),
       "GBps": 2 * x.numel() / (s["median_ms"] * 1e-3) / 1e9, **s})
 del x, y
-for dt in (torch.float32, torch.bfloat16):
+for dt in (getattr(torch, d) for d in DTYPES if d in ("float32", "bfloat16")):
     n = 8192
     a = torch.randn(n, n, device=dev, dtype=dt)
     b = torch.randn(n, n, device=dev, dtype=dt)
@@ -114,13 +118,15 @@ def ama_bwd(g, x, y, bias):
     return d, 0.5 * d, d.sum(0)
 
 
-for dt in (torch.float32, torch.bfloat16):
+MM = [s for s in SHAPES or [(2048, 512, 256), (4096, 1024, 1024), (8192, 4096, 4096)] if len(s) == 3]
+AM = [s for s in SHAPES or [(2048, 512), (16384, 8192)] if len(s) == 2]
+for dt in (getattr(torch, d) for d in DTYPES if d in ("float32", "bfloat16")):
     torch._dynamo.reset()
     mar_c = torch.compile(mar_eager, dynamic=True)
     mar_bwd_c = torch.compile(mar_bwd, dynamic=True)
     ama_c = torch.compile(ama, dynamic=True)
     ama_bwd_c = torch.compile(ama_bwd, dynamic=True)
-    for (M, K, N) in [(2048, 512, 256), (4096, 1024, 1024), (8192, 4096, 4096)]:
+    for (M, K, N) in MM if "matmul_add_relu" in OPS else []:
         it = dt.itemsize
         S = sets_for((M * K + K * N + 2 * M * N + N) * it)
         A = [torch.randn(M, K, device=dev, dtype=dt) for _ in range(S)]
@@ -134,13 +140,21 @@ for dt in (torch.float32, torch.bfloat16):
         row("matmul_add_relu", "fwd", dt, shape, "torch_addmm_activation",
             bench(lambda i: torch._addmm_activation(Bi[i % S], A[i % S], B[i % S])))
         row("matmul_add_relu", "fwd", dt, shape, "torch_compile", bench(lambda i: mar_c(A[i % S], B[i % S], Bi[i % S])))
+        if dt == torch.bfloat16 and (M, K, N) == max(MM, key=lambda s: s[0] * s[1] * s[2]):
+            a = A[0].clone()
+            a[0, 0] = float("nan")
+            nan = int(torch._addmm_activation(Bi[0], a, B[0])[0].isnan().sum())
+            eager_nan = int(mar_eager(a, B[0], Bi[0])[0].isnan().sum())
+            emit({"check": "addmm_activation_nan_probe", "impl": "torch_addmm_activation", "dtype": "bfloat16",
+                  "shape": shape, "nan_expected": N, "nan_got": nan, "eager_nan_got": eager_nan, "ok": nan == N})
+            del a
         O = [mar_eager(A[k], B[k], Bi[k]) for k in range(S)]
         row("matmul_add_relu", "bwd", dt, shape, "torch_eager",
             bench(lambda i: mar_bwd(G[i % S], O[i % S], A[i % S], B[i % S])))
         row("matmul_add_relu", "bwd", dt, shape, "torch_compile",
             bench(lambda i: mar_bwd_c(G[i % S], O[i % S], A[i % S], B[i % S])))
         del A, B, Bi, G, O
-    for (M, N) in [(2048, 512), (16384, 8192)]:
+    for (M, N) in AM if "add_mul_activation" in OPS else []:
         S = sets_for((7 * M * N + 2 * N) * dt.itemsize)
         X = [torch.randn(M, N, device=dev, dtype=dt) for _ in range(S)]
         Y = [torch.randn(M, N, device=dev, dtype=dt) for _ in range(S)]

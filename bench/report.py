@@ -4,8 +4,8 @@
   python3 bench/report.py path/to/results.json
 
 One table per op and direction: a row per dtype and shape, a column per implementation,
-cells `median (p10-p90) [% of ceiling]` in us or ms; then the ceilings and the dispatch
-overhead.
+cells `median (p10-p90) [% of ceiling]` in us or ms; then the ceilings, the dispatch
+overhead and the checks (outputs against float64, the NaN probes of the epilogues).
 """
 import json
 import sys
@@ -71,6 +71,10 @@ def main():
                   f"{x['p90_ns']:.1f} |")
         else:
             print(f"| {x['dispatch']} | {x.get('via', '')} | {x.get('note', '')} | | |")
+    print()
+    for c in res.get("checks", []):
+        print(f"- check {'ok' if c.get('ok') else 'NOT OK'}: " + ", ".join(f"{k} {v}" for k, v in c.items()
+                                                                      if k not in ("check", "ok")) + f" ({c['check']})")
 
 
 if __name__ == "__main__":

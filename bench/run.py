@@ -3,15 +3,30 @@
 machine, both ops forward and backward over the anchor shapes, the ceilings (copy
 bandwidth, GEMM peak) and the no-op dispatch overhead, measured in one run.
 
-  python3 bench/run.py [--build DIR] [--quick] [--out DIR] [--no-build] [--no-plot]
+  python3 bench/run.py [--build DIR] [--quick] [--out DIR] [--no-build] [--no-plot] [--no-dispatch]
+                       [--plugins LIST] [--peers LIST] [--ops LIST] [--shapes LIST] [--dtypes LIST]
+                       [--activations LIST] [--no-grad-y] [--opencl-gemm LIST]
 
 --build   a dlfuse build tree (default build/cpu); the targets this needs (dlfuse_bench,
-          dlfuse_noop, dlfuse_bench_onednn where oneDNN is built) are built first unless
-          --no-build.
+          dlfuse_noop, and the peers dlfuse_bench_onednn / dlfuse_bench_cublaslt where they
+          are configured) are built first unless --no-build.
 --quick   fewer repetitions (about 0.3 s per case instead of 2 s): a few minutes on the
           2-core CI machine; the full mode is for figures.
 --out     where results.json, results.csv and the plots go
           (default bench/results/<UTC date>-<device>).
+Selection (comma-separated lists; default: everything):
+--plugins      plugin names as `dlfuse list` shows them (onednn, opencl, cuda, ...)
+--peers        onednn_raw, cublaslt, numpy, torch
+--ops          matmul_add_relu, add_mul_activation
+--shapes       MxKxN (matmul) and MxN (add_mul) shapes instead of the anchors, e.g.
+               4096x1024x1024,16384x8192
+--dtypes       float32, bfloat16 (float64 for plugins that have it)
+--activations  add_mul activations: relu (default; the peers have only relu) and sigmoid
+               (rows labelled add_mul_activation[sigmoid])
+--no-grad-y    also the add_mul backward without grad_y on CPU devices (always on a GPU)
+--opencl-gemm  also time the OpenCL plugin's matmul with DLFUSE_OPENCL_GEMM set to each
+               value (cpu, tiled, tiled64, tiled128; rows dlfuse_opencl:I[VALUE])
+--no-dispatch  skip the no-op dispatch overhead
 
 What runs (progress on stderr):
   plugins   `dlfuse_bench list` (default discovery: the build's plugin folder and
@@ -19,7 +34,10 @@ What runs (progress on stderr):
             through the C API (op handles, device services), float32 and bfloat16;
             matmul 2048x512x256 and 4096x1024x1024 (+ 8192x4096x4096 on a GPU machine),
             add_mul_activation (relu, multiplier 0.5, bias [N]) 2048x512 and 16384x8192.
-  peers     raw oneDNN primitives (dlfuse_bench_onednn, where built); NumPy (float32, when a
+            Each forward's outputs are sampled against float64 (a failed check fails the run).
+  peers     raw oneDNN primitives (bench/peers/onednn_raw.cpp); cuBLASLt plain, tuned and
+            RELU_BIAS-epilogue GEMMs, the epilogue's NaN probe and the L2-flushed interleaved
+            comparison with the CUDA plugin (bench/peers/cublaslt.cpp); NumPy (float32, when a
             CPU plugin ran); PyTorch eager / torch._addmm_activation / torch.compile when
             torch with CUDA is importable (bench/peers_torch.py).
   ceilings  CPU: memcpy bandwidth (dlfuse_bench copy-bw) and oneDNN f32 GEMM 4096^3; GPU:
@@ -30,8 +48,9 @@ What runs (progress on stderr):
 % of ceiling: matmul rows: flops / time over the GEMM peak of the device and dtype (fwd
 2MNK, bwd 4MNK: grad_a and grad_b; the pointwise parts are not counted). add_mul rows:
 bytes / time over the copy bandwidth, bytes = every input read once and every output
-written once (fwd (3MN + N) x itemsize, bwd (5MN + 2N) x itemsize). A CPU bfloat16 row is
-compared with the float32 GEMM peak (oneDNN 2.6.3 has no bf16 GEMM on AVX2).
+written once (fwd (3MN + N) x itemsize, bwd (5MN + 2N) x itemsize, bwd_no_grad_y
+(4MN + 2N) x itemsize). A CPU bfloat16 row is compared with the float32 GEMM peak
+(oneDNN 2.6.3 has no bf16 GEMM on AVX2).
 """
 import argparse
 import csv
@@ -53,10 +72,10 @@ def log(msg):
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def jsonl(cmd, env=None, timeout=None):
+def jsonl(cmd, env=None):
     """Runs cmd (stderr passes through as progress), returns its JSON lines."""
     log("$ " + " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in cmd))
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, timeout=timeout)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env)
     out = []
     for line in p.stdout.splitlines():
         line = line.strip()
@@ -200,21 +219,38 @@ def work(r):
     dims = [int(v) for v in r["shape"].split("x")]
     if r["op"] == "matmul_add_relu":
         M, K, N = dims
-        return "flops", 2.0 * M * N * K * (1 if r["dir"] == "fwd" else 2)
+        return "flops", 2.0 * M * N * K * (1 if r["dir"].startswith("fwd") else 2)
     M, N = dims
-    s = ITEMSIZE[r["dtype"]]
-    return "bytes", float((3 * M * N + N) * s if r["dir"] == "fwd" else (5 * M * N + 2 * N) * s)
+    streams = {"fwd": (3, 1), "bwd": (5, 2), "bwd_no_grad_y": (4, 2)}[r["dir"]]
+    return "bytes", float((streams[0] * M * N + streams[1] * N) * ITEMSIZE[r["dtype"]])
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "cpu"))
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=None)
     ap.add_argument("--no-build", action="store_true")
     ap.add_argument("--no-plot", action="store_true")
-    ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch peers even if torch is present")
+    ap.add_argument("--no-dispatch", action="store_true")
+    lst = lambda s: [v for v in s.split(",") if v]  # noqa: E731
+    ap.add_argument("--plugins", type=lst, default=None)
+    ap.add_argument("--peers", type=lst, default=["onednn_raw", "cublaslt", "numpy", "torch"])
+    ap.add_argument("--ops", type=lst, default=None)
+    ap.add_argument("--shapes", type=lst, default=None)
+    ap.add_argument("--dtypes", type=lst, default=["float32", "bfloat16"])
+    ap.add_argument("--activations", type=lst, default=["relu"])
+    ap.add_argument("--no-grad-y", action="store_true")
+    ap.add_argument("--opencl-gemm", type=lst, default=[])
     args = ap.parse_args()
+    for opt, given, known in (("--peers", args.peers, ("onednn_raw", "cublaslt", "numpy", "torch")),
+                              ("--ops", args.ops or [], ("matmul_add_relu", "add_mul_activation")),
+                              ("--activations", args.activations, ("relu", "sigmoid"))):
+        if set(given) - set(known):
+            ap.error(f"{opt}: unknown {sorted(set(given) - set(known))}; expected {', '.join(known)}")
+    for sh in args.shapes or []:
+        if not (sh.count("x") in (1, 2) and all(v.isdigit() and int(v) > 0 for v in sh.split("x"))):
+            ap.error(f"--shapes: '{sh}' is not MxKxN (matmul) or MxN (add_mul) with positive sizes")
     build = os.path.abspath(args.build)
     mode = "quick" if args.quick else "full"
     t_start = time.time()
@@ -228,14 +264,18 @@ def main():
     if not args.no_build:
         targets = ["dlfuse_bench", "dlfuse_noop"]
         have = subprocess.run(["cmake", "--build", build, "--target", "help"], capture_output=True, text=True).stdout
-        if "dlfuse_bench_onednn" in have:
-            targets.append("dlfuse_bench_onednn")
+        targets += [t for t in ("dlfuse_bench_onednn", "dlfuse_bench_cublaslt") if t in have]
         log(f"building {' '.join(targets)} in {build}")
         subprocess.run(["cmake", "--build", build, "-j", str(os.cpu_count() or 2), "--target"] + targets, check=True,
                        stdout=subprocess.DEVNULL)
     exe = os.path.join(build, "bin", "dlfuse_bench")
     noop = os.path.join(build, "bench", "plugins", "libdlfuse_noop.so")
     onednn_exe = os.path.join(build, "bin", "dlfuse_bench_onednn")
+    cublaslt_exe = os.path.join(build, "bin", "dlfuse_bench_cublaslt")
+    # The selection, as each program takes it.
+    shapes_sel = ["--shapes", ",".join(args.shapes)] if args.shapes else []
+    sel = (["--ops", ",".join(args.ops)] if args.ops else []) + shapes_sel
+    mode_arg = ["--mode", mode]
 
     meta = {
         "command": "python3 bench/run.py " + " ".join(sys.argv[1:]),
@@ -249,17 +289,22 @@ def main():
                                          capture_output=True, text=True).stdout.strip()),
         "loadavg_before": loadavg(),
         "env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "POCL_MAX_PTHREAD_COUNT",
-                                           "DLFUSE_PLUGIN_PATH", "DLFUSE_OPENCL_DEVICE",
+                                           "DLFUSE_PLUGIN_PATH", "DLFUSE_OPENCL_DEVICE", "DLFUSE_OPENCL_GEMM",
                                            "DLFUSE_PREFER") if k in os.environ},
     }
     log(f"{meta['date_utc']} {mode} run on {meta['host_cpu']} ({meta['host_cores']} cores)"
         f"{', ' + gpu if gpu else ''}; load average {meta['loadavg_before']}; results -> {out_dir}")
-    rows, ceilings, dispatch, plugins, skips = [], [], [], [], []
+    rows, ceilings, dispatch, plugins, skips, checks = [], [], [], [], [], []
 
-    def take(lines):
+    def take(lines, rename=None):
         for r in lines:
             if "median_ms" in r and "op" in r:
+                if rename:
+                    r["impl"] = rename(r["impl"])
                 rows.append(r)
+                if r.get("check") == "FAIL":
+                    checks.append({"check": "outputs_vs_float64", "ok": False, **{k: r[k] for k in (
+                        "op", "dir", "dtype", "shape", "impl", "check_max_err")}})
             elif "ceiling" in r:
                 ceilings.append(r)
             elif "dispatch" in r:
@@ -267,6 +312,9 @@ def main():
             elif "skip" in r:
                 skips.append(r)
                 log(f"  skipped: {r}")
+            elif "check" in r:
+                checks.append(r)
+                log(f"  check: {r}")
             elif "plugin" in r or "peer" in r:
                 plugins.append(r)
 
@@ -301,12 +349,14 @@ def main():
         meta["wall_s"] = round(time.time() - t_start, 1)
         meta["model"] = ("matmul: flops = 2MNK (fwd), 4MNK (bwd: grad_a + grad_b), vs GEMM peak of the device and dtype "
                          "(CPU bf16 vs the f32 peak); add_mul_activation: bytes = inputs read once + outputs written once "
-                         "(fwd (3MN+N)*itemsize, bwd (5MN+2N)*itemsize), vs copy bandwidth (bytes read + written)")
-        res = {"meta": meta, "plugins": plugins, "skipped": skips, "ceilings": ceilings, "dispatch": dispatch, "rows": rows}
+                         "(fwd (3MN+N)*itemsize, bwd (5MN+2N)*itemsize, bwd_no_grad_y (4MN+2N)*itemsize), vs copy "
+                         "bandwidth (bytes read + written)")
+        res = {"meta": meta, "plugins": plugins, "skipped": skips, "checks": checks, "ceilings": ceilings,
+               "dispatch": dispatch, "rows": rows}
         with open(os.path.join(out_dir, "results.json"), "w") as f:
             json.dump(res, f, indent=1)
         cols = ["op", "dir", "dtype", "shape", "impl", "device", "median_ms", "p10_ms", "p90_ms", "min_ms", "rounds",
-                "batch", "GFLOPs", "GBps", "pct_of_ceiling", "ceiling"]
+                "batch", "GFLOPs", "GBps", "pct_of_ceiling", "ceiling", "check"]
         with open(os.path.join(out_dir, "results.csv"), "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
             w.writeheader()
@@ -315,82 +365,74 @@ def main():
         return res
 
     # 1. dispatch overhead first, while the process and caches are fresh
-    log("[1/5] no-op dispatch through the C API")
-    take(jsonl([exe, "dispatch", noop, "--mode", mode]))
-    log("      ... and through Python")
-    try:
-        dispatch.extend(python_dispatch(build, noop, args.quick))
-    except Exception as e:  # noqa: BLE001
-        log(f"  python dispatch failed: {e!r}")
+    if not args.no_dispatch:
+        log("[1/5] no-op dispatch through the C API")
+        take(jsonl([exe, "dispatch", noop] + mode_arg))
+        log("      ... and through Python")
+        try:
+            dispatch.extend(python_dispatch(build, noop, args.quick))
+        except Exception as e:  # noqa: BLE001
+            log(f"  python dispatch failed: {e!r}")
 
-    # 2. ceilings
+    # 2. ceilings (and the raw oneDNN peer, which measures the CPU GEMM peak)
     log("[2/5] ceilings")
-    take(jsonl([exe, "copy-bw", "--mode", mode]))
+    take(jsonl([exe, "copy-bw"] + mode_arg))
     found = jsonl([exe, "list"])
-    cpu_plugins = []
     for p in found:
         if not p["available"]:
             log(f"  plugin {p['name']} unavailable: {p['reason'][:160]}")
             skips.append({"skip": p["name"], "reason": p["reason"]})
-    onednn_so = next((p["path"] for p in found if p["name"] == "onednn" and p["available"]), None)
-    torch_ok = False
-    if not args.no_torch:
-        torch_ok = subprocess.run([sys.executable, "-c", "import torch, triton; assert torch.cuda.is_available()"],
-                                  capture_output=True).returncode == 0
-    if onednn_so and os.path.exists(onednn_exe):
-        lines = subprocess.run([onednn_exe, onednn_so, "--raw-only", "--gemm-peak"] + (["--quick"] if args.quick else []),
-                               stdout=subprocess.PIPE, text=True).stdout
-        log("  raw oneDNN: GEMM peak and the raw primitives (matmul+bias+relu post-op, binary add+relu)")
-        for line in lines.splitlines():
-            p = line.split()
-            if len(p) >= 8 and p[0] == "RESULT":
-                case, impl, med, mn, reps, p10, p90 = p[1], p[2], float(p[3]), float(p[4]), int(p[5]), float(p[6]), float(p[7])
-                stats = {"median_ms": med, "p10_ms": p10, "p90_ms": p90, "min_ms": mn, "rounds": reps, "batch": 1}
-                if case.startswith("gemm_peak_f32_"):
-                    n = int(case.rsplit("x", 1)[1])
-                    ceilings.append({"ceiling": "gemm_peak", "device": "cpu:0", "dtype": "float32",
-                                     "impl": f"onednn_matmul_{n}^3", "GFLOPs": 2.0 * n ** 3 / (med * 1e-3) / 1e9, **stats})
-                    log(f"  CPU GEMM peak (oneDNN f32 {n}^3): {ceilings[-1]['GFLOPs']:.1f} GFLOP/s")
-                    continue
-                f = case.split("_")
-                # matmul_add_relu_fwd_f32_MxKxN | add_mul_relu_fwd_f32_MxN
-                op = "matmul_add_relu" if case.startswith("matmul") else "add_mul_activation"
-                d, dt, shape = f[-3], {"f32": "float32", "bf16": "bfloat16"}[f[-2]], f[-1]
-                if op == "add_mul_activation" and "relu" not in case:
-                    continue
-                rows.append({"op": op, "dir": d, "dtype": dt, "shape": shape,
-                             "impl": "onednn_raw" if impl == "onednn" else "onednn_raw_nankeep", "device": "cpu:0",
-                             **stats})
-            elif line.startswith("INFO gemm_peak"):
-                log("  " + line)
-
+        elif args.plugins is not None and p["name"] not in args.plugins:
+            p["available"] = 0  # not selected
+    if args.plugins:
+        missing = set(args.plugins) - {p["name"] for p in found}
+        if missing:
+            log(f"  --plugins: no plugin named {sorted(missing)} here (found {[p['name'] for p in found]})")
+    torch_ok = "torch" in args.peers and subprocess.run(
+        [sys.executable, "-c", "import torch, triton; assert torch.cuda.is_available()"], capture_output=True).returncode == 0
+    cpu_selected = any(p["available"] and p["device_type"] == 1 for p in found)
+    if os.path.exists(onednn_exe):
+        raw = "onednn_raw" in args.peers and cpu_selected and "float32" in args.dtypes
+        take(jsonl([onednn_exe, "--gemm-peak"] + mode_arg + (sel if raw else ["--ops", "none"])))
     save("ceilings")
+
     # 3. plugins
     log("[3/5] plugins through the C API")
+    common = mode_arg + sel + ["--dtypes", ",".join(args.dtypes), "--activations", ",".join(args.activations)]
+    cpu_plugins = []
     for p in found:
         if not p["available"] or p["name"].startswith("testref"):
             continue
         for dev in range(p["device_count"]):
             is_gpu = p["device_type"] in (2, 3) or (p["device_type"] == 4 and gpu is not None)
-            cmd = [exe, "ops", p["path"], "--device-id", str(dev), "--mode", mode]
-            if is_gpu:
-                cmd.append("--large")
-            lines = jsonl(cmd)
-            for r in lines:
-                if "median_ms" in r:
-                    r["ceiling_device"] = "gpu" if is_gpu else "cpu"
-            take(lines)
+            cmd = [exe, "ops", p["path"], "--device-id", str(dev)] + common
+            cmd += (["--large"] if is_gpu else []) + (["--no-grad-y"] if is_gpu or args.no_grad_y else [])
+            for gemm in [None] + (args.opencl_gemm if p["name"] == "opencl" else []):
+                if gemm and args.ops and "matmul_add_relu" not in args.ops:
+                    continue
+                env = dict(os.environ, DLFUSE_OPENCL_GEMM=gemm) if gemm else None
+                lines = jsonl(cmd + (["--ops", "matmul_add_relu"] if gemm else []), env=env)
+                for r in lines:
+                    if "median_ms" in r:
+                        r["ceiling_device"] = "gpu" if is_gpu else "cpu"
+                take(lines, rename=(lambda i, g=gemm: f"{i}[{g}]") if gemm else None)
             if not is_gpu:
                 cpu_plugins.append(p["name"])
-
     save("plugins")
+
     # 4. peers
     log("[4/5] peers")
-    if cpu_plugins:
-        take(jsonl([sys.executable, os.path.join(HERE, "peers_numpy.py")] + (["--quick"] if args.quick else [])))
+    quick = ["--quick"] if args.quick else []
+    if cpu_plugins and "numpy" in args.peers and "float32" in args.dtypes:
+        take(jsonl([sys.executable, os.path.join(HERE, "peers_numpy.py")] + quick + sel))
+    cuda = next((p for p in found if p["name"] == "cuda" and p["available"]), None)
+    if "cublaslt" in args.peers and os.path.exists(cublaslt_exe) and gpu and (not args.ops or "matmul_add_relu" in args.ops):
+        take(jsonl([cublaslt_exe] + mode_arg + shapes_sel + ["--dtypes", ",".join(args.dtypes)] +
+                   (["--dlfuse", cuda["path"]] if cuda else [])))
     if torch_ok:
-        take(jsonl([sys.executable, os.path.join(HERE, "peers_torch.py")] + (["--quick"] if args.quick else [])))
-    elif not args.no_torch:
+        take(jsonl([sys.executable, os.path.join(HERE, "peers_torch.py")] + quick + sel +
+                   ["--dtypes", ",".join(args.dtypes)]))
+    elif "torch" in args.peers:
         log("  torch with CUDA not importable here: no PyTorch peers")
 
     # 5. % of ceiling
@@ -407,12 +449,14 @@ def main():
         if "median_ns" in d:
             print(f"dispatch {d['dispatch']:28s} {d.get('via', 'C API'):50s} {d['median_ns']:8.1f} ns "
                   f"[p10 {d['p10_ns']:.1f}, p90 {d['p90_ns']:.1f}]")
-    print(f"{'op':18s} {'dir':3s} {'dtype':8s} {'shape':16s} {'impl':26s} {'median ms':>10s} {'p10':>10s} "
+    print(f"{'op':28s} {'dir':13s} {'dtype':8s} {'shape':16s} {'impl':30s} {'median ms':>10s} {'p10':>10s} "
           f"{'p90':>10s} {'% ceil':>7s}")
     for r in sorted(rows, key=lambda r: (r["op"], r["dir"], r["dtype"], r["shape"], r["median_ms"])):
         pct = f"{r['pct_of_ceiling']:.1f}" if r.get("pct_of_ceiling") is not None else "-"
-        print(f"{r['op']:18s} {r['dir']:3s} {r['dtype']:8s} {r['shape']:16s} {r['impl']:26s} {r['median_ms']:10.4f} "
+        print(f"{r['op']:28s} {r['dir']:13s} {r['dtype']:8s} {r['shape']:16s} {r['impl']:30s} {r['median_ms']:10.4f} "
               f"{r['p10_ms']:10.4f} {r['p90_ms']:10.4f} {pct:>7s}")
+    for c in checks:
+        print(f"check {'ok' if c.get('ok') else 'NOT OK':6s} {json.dumps(c)}")
     log(f"wrote {out_dir}/results.json, results.csv")
     if not args.no_plot:
         try:
@@ -421,6 +465,11 @@ def main():
                            check=False)
         except ImportError:
             log("matplotlib not importable: plot later with python3 bench/plot.py results.json")
+    # A dlfuse output off its float64 reference fails the run (a peer's probe only informs).
+    failed = [c for c in checks if c["check"] == "outputs_vs_float64"]
+    if failed:
+        log(f"{len(failed)} output check(s) FAILED: see 'checks' in results.json")
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,8 @@
 #   memcheck       compute-sanitizer memcheck over the CUDA plugin's bfloat16 conformance
 #   cuda-checks    the CUDA plugin as built holds device code for every listed architecture, is
 #                  listed available, passes the large-reduction and fault tests (plugins/cuda/tests)
-#   bench[=ARGS]   bench/run.py: every plugin and peer, ceilings, dispatch (ARGS: e.g. --quick)
-#   bench-cuda     dlfuse vs cuBLASLt and PyTorch (eager, epilogue, compile): report.md
-#   bench-opencl   the OpenCL GEMM on the GPU vs cuBLAS fp32 through torch, tile alternatives
+#   bench[=ARGS]   bench/run.py: every plugin and peer (cuBLASLt, PyTorch), ceilings, dispatch;
+#                  ARGS are run.py's options, e.g. bench="--quick --plugins cuda --ops matmul_add_relu"
 #   python[=PARTS] bindings/python/tools/gpu_job.sh over this build; PARTS of tests (pytest with
 #                  CUDA required, CUDA graphs), bench (call overhead), dlrm, ddp (default: all)
 # When $OUT is set (the device tool), everything is packed into $OUT/gpu-logs.tgz at the end.
@@ -84,30 +83,8 @@ job_cuda-checks() {
 
 job_bench() {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
-  # shellcheck disable=SC2086
-  DLFUSE_OPENCL_DEVICE=${DLFUSE_OPENCL_DEVICE:-gpu} python3 bench/run.py --build "$B" --out "$J" --no-build --no-plot ${1:-} \
+  DLFUSE_OPENCL_DEVICE=${DLFUSE_OPENCL_DEVICE:-gpu} python3 bench/run.py --build "$B" --out "$J" --no-build --no-plot "$@" \
     2>"$J/progress.log" | tee "$J/table.txt"
-}
-
-job_bench-cuda() {
-  g++ -O2 -std=c++17 bench/cuda/bench_cuda.cpp -Iabi/include -I"$DLINC" -I"$CUDA_HOME/include" -L"$B/lib" -ldlfuse \
-    -L"$CUDA_HOME/lib64" -lcudart -lcublasLt -Wl,-rpath,"$B/lib" -o "$B/bench_cuda" || return 1
-  "$B/bench_cuda" >"$J/bench_cuda.jsonl" && python3 bench/cuda/torch_peers.py >"$J/torch_peers.jsonl" &&
-    python3 bench/cuda/report.py "$J" | tee "$J/report.md"
-}
-
-job_bench-opencl() {
-  local shapes=2048x512x256,4096x1024x1024,8192x4096x4096 p=$PLUGINS/libdlfuse_opencl.so
-  g++ -O2 -std=c++17 -Iabi/include -I"$DLINC" bench/opencl/bench_gemm.cpp -o "$B/bench_gemm" -L"$B/lib" -ldlfuse \
-    -Wl,-rpath,"$B/lib" || return 1
-  {
-    DLFUSE_OPENCL_DEVICE=gpu "$B/bench_gemm" --plugin "$p" --shapes "$shapes" --reps 20
-    DLFUSE_OPENCL_DEVICE=gpu DLFUSE_OPENCL_GEMM=tiled128 "$B/bench_gemm" --plugin "$p" --shapes 2048x512x256 --reps 20 |
-      sed 's/impl=opencl/impl=opencl-force-tile128/'
-    DLFUSE_OPENCL_DEVICE=gpu DLFUSE_OPENCL_GEMM=tiled64 "$B/bench_gemm" --plugin "$p" --shapes 4096x1024x1024 --reps 20 |
-      sed 's/impl=opencl/impl=opencl-force-tile64/'
-    python3 bench/opencl/torch_sgemm.py "$shapes" 20
-  } 2>&1 | tee "$J/bench.log"
 }
 
 job_python() {

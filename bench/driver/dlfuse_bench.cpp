@@ -3,44 +3,40 @@
 //
 //   dlfuse_bench list                         plugins that default discovery finds
 //   dlfuse_bench ops PLUGIN.so [--device-id I] [--dtypes float32,bfloat16] [--mode smoke|quick|full]
-//                    [--large]                both ops, forward and backward, over the anchor shapes
-//                                             (--large adds matmul 8192x4096x4096, the GPU anchor)
+//                    [--ops LIST] [--shapes LIST] [--activations relu,sigmoid] [--large] [--no-grad-y]
+//                    [--no-check]
+//                                             both ops, forward and backward, over the anchor shapes
+//                                             (--large adds matmul 8192x4096x4096, the GPU anchor;
+//                                             --shapes MxKxN,MxN replaces them; --no-grad-y adds the
+//                                             add_mul backward without grad_y)
 //   dlfuse_bench dispatch NOOP.so [--mode smoke|quick|full]
 //                                             ns per call of a kernel that does nothing
 //   dlfuse_bench copy-bw [--mode ...]         host memcpy bandwidth (the CPU copy ceiling)
 //
-// Timing of a case: one warm-up call, then `rounds` batches of `batch` back-to-back calls,
-// each batch closed by a device synchronize and timed by the host's steady clock; the
-// per-call time of a batch is its time / batch. Medians and the 10th/90th percentiles are
-// over the batches. Batches keep small GPU calls from being timed as launch + sync latency
-// (like CUDA events around back-to-back calls); a CPU plugin returns when done, so a batch
-// of a slow CPU case is one call. Inputs rotate over several buffer sets when a set is
+// Timing: bench/driver/timing.hpp. Inputs rotate over several buffer sets when a set is
 // smaller than the last-level cache, so that repeated calls do not just measure the cache.
+// After timing a forward, 64 of its outputs are checked against float64, and matmul's
+// relu(NaN) = NaN with a NaN in A (exit status 3 if any is off), so that a wrong kernel does
+// not get a number.
 #include <dlfuse/dlfuse.h>
 #include <dlfuse/plugin.h>
 #include <dlfcn.h>
 #include <stdlib.h>
 
-#include <algorithm>
 #include <array>
-#include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <memory>
-#include <string>
 #include <thread>
-#include <vector>
+
+#include "timing.hpp"
 
 namespace {
 
-using clk = std::chrono::steady_clock;
+using namespace bench;
 
-enum class Mode { smoke, quick, full };
-Mode g_mode = Mode::full;
 std::string g_only;  // dispatch --only SUBSTR: the cases whose name contains it
+bool g_check_failed = false;
 
 [[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "dlfuse_bench: %s\n", what.c_str());
@@ -49,24 +45,6 @@ std::string g_only;  // dispatch --only SUBSTR: the cases whose name contains it
 
 void ck(dlfuse_status_t st, const char* what) {
   if (st != DLFUSE_STATUS_OK) die(std::string(what) + ": " + dlfuse_status_string(st) + ": " + dlfuse_last_error());
-}
-
-double now_s() { return std::chrono::duration<double>(clk::now().time_since_epoch()).count(); }
-
-struct Stats {
-  double median, p10, p90, min;
-  int n;
-};
-
-Stats stats_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  auto q = [&](double f) {  // linear interpolation between order statistics
-    const double pos = f * double(v.size() - 1);
-    const size_t lo = size_t(pos);
-    const size_t hi = std::min(lo + 1, v.size() - 1);
-    return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
-  };
-  return {q(0.5), q(0.1), q(0.9), v.front(), int(v.size())};
 }
 
 std::string json_escape(const char* s) {
@@ -93,6 +71,22 @@ const Dtype* find_dtype(const std::string& n) {
   for (const Dtype& d : kDtypes)
     if (n == d.name) return &d;
   die("unknown dtype '" + n + "' (expected float32, bfloat16 or float64)");
+}
+
+double to_double(const unsigned char* p, const Dtype& dt) {
+  if (dt.size == 8) {
+    double d;
+    std::memcpy(&d, p, 8);
+    return d;
+  }
+  float f;
+  if (dt.size == 4) {
+    std::memcpy(&f, p, 4);
+  } else {
+    const uint32_t u = uint32_t(p[0] | (p[1] << 8)) << 16;
+    std::memcpy(&f, &u, 4);
+  }
+  return f;
 }
 
 // Host values uniform in [-1, 1), converted to the dtype's bytes (never zeros: zeros can
@@ -123,13 +117,15 @@ struct DevTensor {
   dlfuse_registry_t reg = nullptr;
   DLDevice dev{};
   void* ptr = nullptr;
+  size_t bytes = 0;
   std::vector<int64_t> shape;
   DLTensor t{};
   DevTensor(dlfuse_registry_t r, DLDevice d, const Dtype& dt, std::vector<int64_t> s, uint64_t seed)
       : reg(r), dev(d), shape(std::move(s)) {
     size_t n = 1;
     for (int64_t e : shape) n *= size_t(e);
-    ck(dlfuse_device_alloc(reg, dev, n * size_t(dt.size), &ptr), "device_alloc");
+    bytes = n * size_t(dt.size);
+    ck(dlfuse_device_alloc(reg, dev, bytes, &ptr), "device_alloc");
     const std::vector<unsigned char> h = host_values(n, dt, seed);
     ck(dlfuse_device_copy(reg, dev, DLFUSE_COPY_HOST_TO_DEVICE, ptr, 0, h.data(), 0, h.size(), nullptr),
        "device_copy");
@@ -141,88 +137,17 @@ struct DevTensor {
     t.strides = nullptr;
     t.byte_offset = 0;
   }
+  std::vector<unsigned char> download() const {
+    std::vector<unsigned char> h(bytes);
+    ck(dlfuse_device_copy(reg, dev, DLFUSE_COPY_DEVICE_TO_HOST, h.data(), 0, ptr, 0, bytes, nullptr), "device_copy");
+    return h;
+  }
   DevTensor(const DevTensor&) = delete;
   DevTensor& operator=(const DevTensor&) = delete;
   ~DevTensor() {
     if (ptr) dlfuse_device_free(reg, dev, ptr);
   }
 };
-
-// ---- timing ----------------------------------------------------------------------------
-
-struct Budget {
-  double seconds;
-  int min_rounds, max_rounds;
-};
-Budget budget() {
-  switch (g_mode) {
-    case Mode::smoke: return {0.0, 3, 3};
-    case Mode::quick: return {0.3, 3, 30};
-    default: return {2.0, 7, 300};
-  }
-}
-
-// call(i) enqueues repetition i; sync() waits for the device.
-Stats time_calls(const std::function<void(int)>& call, const std::function<void()>& sync, int* batch_out) {
-  call(0);  // warm-up (first-call costs: compilation, plans, workspaces)
-  sync();
-  double t0 = now_s();
-  call(1);
-  sync();
-  double one = now_s() - t0;
-  if (g_mode != Mode::smoke && one < 0.05) {  // a second warm-up for the fast cases
-    call(2);
-    sync();
-    t0 = now_s();
-    call(3);
-    sync();
-    one = std::min(one, now_s() - t0);
-  }
-  const Budget b = budget();
-  // Batches of about 2 ms (at most 100 calls); slow calls run one per batch.
-  const int batch = g_mode == Mode::smoke ? 1 : int(std::clamp(0.002 / std::max(one, 1e-7), 1.0, 100.0));
-  // Calls slower than half a second (CPU backward at 16384x8192 on 2 cores) get 3 rounds.
-  const int min_rounds = one > 0.5 ? std::min(3, b.min_rounds) : b.min_rounds;
-  const int rounds = int(std::clamp(b.seconds / std::max(one * batch, 1e-7), double(min_rounds), double(b.max_rounds)));
-  std::vector<double> per_call;
-  int rep = 0;
-  for (int r = 0; r < rounds; ++r) {
-    t0 = now_s();
-    for (int i = 0; i < batch; ++i) call(rep++);
-    sync();
-    per_call.push_back((now_s() - t0) / batch);
-  }
-  *batch_out = batch;
-  return stats_of(per_call);
-}
-
-void row(const std::string& op, const std::string& dir, const std::string& dtype, const std::string& shape,
-         const std::string& impl, const std::string& device, const Stats& s, int batch, const std::string& extra = "") {
-  std::printf("{\"op\": \"%s\", \"dir\": \"%s\", \"dtype\": \"%s\", \"shape\": \"%s\", \"impl\": \"%s\", "
-              "\"device\": \"%s\", \"median_ms\": %.6g, \"p10_ms\": %.6g, \"p90_ms\": %.6g, \"min_ms\": %.6g, "
-              "\"rounds\": %d, \"batch\": %d%s}\n",
-              op.c_str(), dir.c_str(), dtype.c_str(), shape.c_str(), impl.c_str(), device.c_str(), s.median * 1e3,
-              s.p10 * 1e3, s.p90 * 1e3, s.min * 1e3, s.n, batch, extra.c_str());
-  std::fflush(stdout);
-}
-
-void progress(const std::string& what, const Stats& s) {
-  std::fprintf(stderr, "  %-58s median %10.4f ms  [p10 %.4f, p90 %.4f] x%d\n", what.c_str(), s.median * 1e3,
-               s.p10 * 1e3, s.p90 * 1e3, s.n);
-}
-
-int sets_for(size_t set_bytes) {
-  // Enough sets to exceed 2x a 64 MiB last-level cache, at most 8 and 1 GiB in all.
-  const size_t want = (size_t(128) << 20) / std::max<size_t>(set_bytes, 1) + 1;
-  const size_t cap = std::max<size_t>(1, (size_t(1) << 30) / std::max<size_t>(set_bytes, 1));
-  return int(std::clamp<size_t>(want, 1, std::min<size_t>(8, cap)));
-}
-
-std::string dims(std::initializer_list<int64_t> d) {
-  std::string s;
-  for (int64_t e : d) s += (s.empty() ? "" : "x") + std::to_string(e);
-  return s;
-}
 
 // ---- ops ---------------------------------------------------------------------------------
 
@@ -232,12 +157,43 @@ struct Ctx {
   std::string impl, device;
   dlfuse_op_t mf, mb, af, ab;
   std::function<void()> sync;
+  bool check = true;
 };
 
+// Error of 64 outputs against float64 references, relative to the sum of the
+// magnitudes that went into each (rounding of a sum grows with it); prints it with the row
+// data and fails the run above what the dtype's rounding can explain.
+std::string check_outputs(Ctx& c, const Dtype& dt, const std::string& what, size_t count,
+                          const std::function<double(size_t, double*)>& ref, const DevTensor& out) {
+  if (!c.check) return "";
+  const std::vector<unsigned char> h = out.download();
+  double worst = 0;
+  uint64_t x = 12345;
+  for (int t = 0; t < 64; ++t) {  // the first and last element (tile edges) and 62 others
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    const size_t i = t == 0 ? 0 : t == 1 ? count - 1 : size_t(x >> 33) % count;
+    double mag = 0;
+    const double want = ref(i, &mag), got = to_double(&h[i * size_t(dt.size)], dt);
+    const double err = std::isnan(want) || std::isnan(got) ? (std::isnan(want) == std::isnan(got) ? 0 : 1e30)
+                                                           : std::fabs(got - want) / (mag + 1e-30);
+    worst = std::max(worst, err);
+  }
+  const double tol = dt.size == 2 ? 2e-2 : dt.size == 4 ? 1e-4 : 1e-10;
+  if (worst > tol) {
+    g_check_failed = true;
+    std::fprintf(stderr, "  CHECK FAILED: %s %s %s: max error / sum|terms| %.3g > %.3g\n", c.impl.c_str(),
+                 what.c_str(), dt.name, worst, tol);
+  }
+  char buf[96];
+  std::snprintf(buf, sizeof buf, ", \"check_max_err\": %.3g, \"check\": \"%s\"", worst, worst > tol ? "FAIL" : "ok");
+  return buf;
+}
+
 void bench_matmul(Ctx& c, const Dtype& dt, int64_t M, int64_t K, int64_t N) {
-  const std::string shape = dims({M, K, N});
+  const std::string shape = dims_str({M, K, N});
   const size_t set_bytes = size_t(M * K + K * N + 2 * M * N + N) * size_t(dt.size);
   const int sets = sets_for(set_bytes);
+  const std::string extra = ", \"sets\": " + std::to_string(sets);
   std::vector<std::unique_ptr<DevTensor>> A, B, Bi, O, G;
   for (int s = 0; s < sets; ++s) {
     A.emplace_back(new DevTensor(c.reg, c.dev, dt, {M, K}, 100 + s));
@@ -254,8 +210,43 @@ void bench_matmul(Ctx& c, const Dtype& dt, int64_t M, int64_t K, int64_t N) {
   };
   int batch = 0;
   Stats s = time_calls(fwd, c.sync, &batch);
-  row("matmul_add_relu", "fwd", dt.name, shape, c.impl, c.device, s, batch, ", \"sets\": " + std::to_string(sets));
-  progress(c.impl + " matmul_add_relu fwd " + dt.name + " " + shape, s);
+  std::string chk;
+  if (c.check) {
+    fwd(0);
+    c.sync();
+    const auto a = A[0]->download(), b = B[0]->download(), bi = Bi[0]->download();
+    const size_t e = size_t(dt.size);
+    chk = check_outputs(c, dt, "matmul_add_relu " + shape, size_t(M * N), [&](size_t i, double* mag) {
+      const int64_t m = int64_t(i) / N, n = int64_t(i) % N;
+      double acc = to_double(&bi[size_t(n) * e], dt);
+      *mag = std::fabs(acc);
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = to_double(&a[size_t(m * K + k) * e], dt) * to_double(&b[size_t(k * N + n) * e], dt);
+        acc += p;
+        *mag += std::fabs(p);
+      }
+      return acc > 0 ? acc : 0.0;
+    }, *O[0]);
+    // relu keeps NaN (docs/ops.md), also in whatever GEMM epilogue a plugin picks for this
+    // shape: A[0, 0] = NaN must make all of row 0 NaN and nothing else.
+    const uint64_t nan_bits = dt.size == 8 ? 0x7ff8000000000000ull : dt.size == 4 ? 0x7fc00000ull : 0x7fc0ull;
+    ck(dlfuse_device_copy(c.reg, c.dev, DLFUSE_COPY_HOST_TO_DEVICE, A[0]->ptr, 0, &nan_bits, 0, e, nullptr), "copy");
+    fwd(0);
+    c.sync();
+    const auto o = O[0]->download();
+    int64_t nan_row0 = 0, nan_elsewhere = 0;
+    for (size_t i = 0; i < size_t(M * N); ++i) (i < size_t(N) ? nan_row0 : nan_elsewhere) += std::isnan(to_double(&o[i * e], dt));
+    ck(dlfuse_device_copy(c.reg, c.dev, DLFUSE_COPY_HOST_TO_DEVICE, A[0]->ptr, 0, a.data(), 0, e, nullptr), "copy");
+    if (nan_row0 != N || nan_elsewhere != 0) {
+      g_check_failed = true;
+      std::fprintf(stderr, "  CHECK FAILED: %s matmul_add_relu %s %s: A[0, 0] = NaN gave %lld of %lld NaN in row 0, "
+                   "%lld elsewhere\n", c.impl.c_str(), shape.c_str(), dt.name, (long long)nan_row0, (long long)N,
+                   (long long)nan_elsewhere);
+      chk = ", \"check_max_err\": 1e30, \"check\": \"FAIL\"";
+    }
+    chk += ", \"nan_row0\": " + std::to_string(nan_row0) + ", \"nan_elsewhere\": " + std::to_string(nan_elsewhere);
+  }
+  row("matmul_add_relu", "fwd", dt.name, shape, c.impl, c.device, s, batch, extra + chk);
   // Backward from the forward's own outputs (a realistic relu mask).
   for (int i = 0; i < sets; ++i) fwd(i);
   c.sync();
@@ -273,12 +264,14 @@ void bench_matmul(Ctx& c, const Dtype& dt, int64_t M, int64_t K, int64_t N) {
     ck(dlfuse_op_call(c.mb, in, 4, out, 3, nullptr, 0, nullptr), "matmul_add_relu_backward");
   };
   s = time_calls(bwd, c.sync, &batch);
-  row("matmul_add_relu", "bwd", dt.name, shape, c.impl, c.device, s, batch, ", \"sets\": " + std::to_string(sets));
-  progress(c.impl + " matmul_add_relu bwd " + dt.name + " " + shape, s);
+  row("matmul_add_relu", "bwd", dt.name, shape, c.impl, c.device, s, batch, extra);
 }
 
-void bench_add_mul(Ctx& c, const Dtype& dt, int64_t M, int64_t N) {
-  const std::string shape = dims({M, N});
+void bench_add_mul(Ctx& c, const Dtype& dt, int64_t M, int64_t N, const std::string& act, bool no_grad_y) {
+  const std::string shape = dims_str({M, N});
+  // Activations other than relu get their own op label, so that their rows never sit in
+  // one table cell with the relu rows of the peers.
+  const std::string op = act == "relu" ? "add_mul_activation" : "add_mul_activation[" + act + "]";
   const size_t set_bytes = size_t(7 * M * N + 2 * N) * size_t(dt.size);
   const int sets = sets_for(set_bytes);
   std::vector<std::unique_ptr<DevTensor>> X, Y, Bi, O, G, GX, GY, GB;
@@ -295,32 +288,47 @@ void bench_add_mul(Ctx& c, const Dtype& dt, int64_t M, int64_t N) {
   dlfuse_attr_t attrs[2] = {};
   attrs[0].key = DLFUSE_ATTR_ACTIVATION;
   attrs[0].type = DLFUSE_ATTR_INT64;
-  attrs[0].value.i64 = DLFUSE_ACT_RELU;
+  attrs[0].value.i64 = act == "relu" ? DLFUSE_ACT_RELU : DLFUSE_ACT_SIGMOID;  // validated by cmd_ops
   attrs[1].key = DLFUSE_ATTR_MULTIPLIER;
   attrs[1].type = DLFUSE_ATTR_FLOAT64;
   attrs[1].value.f64 = 0.5;
-  const std::string extra = ", \"activation\": \"relu\", \"sets\": " + std::to_string(sets);
+  const std::string extra = ", \"activation\": \"" + act + "\", \"sets\": " + std::to_string(sets);
+  auto fwd = [&](int i) {
+    const int k = i % sets;
+    const DLTensor* in[3] = {&X[k]->t, &Y[k]->t, &Bi[k]->t};
+    DLTensor* out[1] = {&O[k]->t};
+    ck(dlfuse_op_call(c.af, in, 3, out, 1, attrs, 2, nullptr), "add_mul_activation");
+  };
   int batch = 0;
-  Stats s = time_calls(
-      [&](int i) {
-        const int k = i % sets;
-        const DLTensor* in[3] = {&X[k]->t, &Y[k]->t, &Bi[k]->t};
-        DLTensor* out[1] = {&O[k]->t};
-        ck(dlfuse_op_call(c.af, in, 3, out, 1, attrs, 2, nullptr), "add_mul_activation");
-      },
-      c.sync, &batch);
-  row("add_mul_activation", "fwd", dt.name, shape, c.impl, c.device, s, batch, extra);
-  progress(c.impl + " add_mul_relu fwd " + dt.name + " " + shape, s);
-  s = time_calls(
-      [&](int i) {
-        const int k = i % sets;
-        const DLTensor* in[4] = {&G[k]->t, &X[k]->t, &Y[k]->t, &Bi[k]->t};
-        DLTensor* out[3] = {&GX[k]->t, &GY[k]->t, &GB[k]->t};
-        ck(dlfuse_op_call(c.ab, in, 4, out, 3, attrs, 2, nullptr), "add_mul_activation_backward");
-      },
-      c.sync, &batch);
-  row("add_mul_activation", "bwd", dt.name, shape, c.impl, c.device, s, batch, extra);
-  progress(c.impl + " add_mul_relu bwd " + dt.name + " " + shape, s);
+  Stats s = time_calls(fwd, c.sync, &batch);
+  std::string chk;
+  if (c.check) {
+    fwd(0);
+    c.sync();
+    const auto x = X[0]->download(), y = Y[0]->download(), b = Bi[0]->download();
+    const size_t e = size_t(dt.size);
+    chk = check_outputs(c, dt, op + " " + shape, size_t(M * N), [&](size_t i, double* mag) {
+      const double xv = to_double(&x[i * e], dt), bv = to_double(&b[(i % size_t(N)) * e], dt);
+      const double yv = 0.5 * to_double(&y[i * e], dt), p = xv + bv + yv;
+      *mag = std::fabs(xv) + std::fabs(bv) + std::fabs(yv);
+      if (act == "relu") return p > 0 ? p : 0.0;
+      *mag = 1;  // sigmoid's output is in (0, 1): an absolute error
+      return 1 / (1 + std::exp(-p));
+    }, *O[0]);
+  }
+  row(op, "fwd", dt.name, shape, c.impl, c.device, s, batch, extra + chk);
+  for (bool grad_y : {true, false}) {
+    if (!grad_y && !no_grad_y) break;
+    s = time_calls(
+        [&](int i) {
+          const int k = i % sets;
+          const DLTensor* in[4] = {&G[k]->t, &X[k]->t, &Y[k]->t, &Bi[k]->t};
+          DLTensor* out[3] = {&GX[k]->t, grad_y ? &GY[k]->t : nullptr, &GB[k]->t};
+          ck(dlfuse_op_call(c.ab, in, 4, out, 3, attrs, 2, nullptr), "add_mul_activation_backward");
+        },
+        c.sync, &batch);
+    row(op, grad_y ? "bwd" : "bwd_no_grad_y", dt.name, shape, c.impl, c.device, s, batch, extra);
+  }
 }
 
 bool has_kernel(dlfuse_op_t op, int32_t device_type, const Dtype& dt) {
@@ -328,7 +336,15 @@ bool has_kernel(dlfuse_op_t op, int32_t device_type, const Dtype& dt) {
   return dlfuse_op_resolve(op, device_type, dt.dl, &p) == DLFUSE_STATUS_OK;
 }
 
-int cmd_ops(const std::string& path, int32_t device_id, const std::vector<std::string>& dtypes, bool large) {
+struct OpsArgs {
+  int32_t device_id = 0;
+  std::vector<std::string> dtypes{"float32", "bfloat16"}, ops{"matmul_add_relu", "add_mul_activation"},
+      activations{"relu"};
+  std::string shapes;
+  bool large = false, no_grad_y = false, check = true;
+};
+
+int cmd_ops(const std::string& path, const OpsArgs& a) {
   dlfuse_registry_options_t opt{sizeof(opt), DLFUSE_DISCOVER_NONE, path.c_str()};
   dlfuse_registry_t reg = nullptr;
   ck(dlfuse_registry_create(&opt, &reg), "registry_create");
@@ -338,21 +354,23 @@ int cmd_ops(const std::string& path, int32_t device_id, const std::vector<std::s
   info.struct_size = sizeof info;
   if (count < 1 || dlfuse_registry_plugin_info(reg, 0, &info) != DLFUSE_STATUS_OK)
     die("could not load " + path + ": " + dlfuse_last_error());
-  if (!info.available || device_id >= info.device_count) {
+  if (!info.available || a.device_id >= info.device_count) {
     std::printf("{\"skip\": \"%s\", \"path\": \"%s\", \"reason\": \"%s\"}\n", json_escape(info.name).c_str(),
                 json_escape(info.path).c_str(),
-                info.available ? ("no device_id " + std::to_string(device_id)).c_str() : json_escape(info.reason).c_str());
+                info.available ? ("no device_id " + std::to_string(a.device_id)).c_str()
+                               : json_escape(info.reason).c_str());
     dlfuse_registry_destroy(reg);
     return 0;
   }
   Ctx c;
   c.reg = reg;
-  c.dev = DLDevice{static_cast<DLDeviceType>(info.device_type), device_id};
+  c.check = a.check;
+  c.dev = DLDevice{static_cast<DLDeviceType>(info.device_type), a.device_id};
   c.impl = std::string("dlfuse_") + info.name;
   const char* dev_names[] = {"", "cpu", "cuda", "cuda_host", "opencl"};
-  c.device = (info.device_type >= 1 && info.device_type <= 4 ? dev_names[info.device_type] : "dev") + std::string(":") +
-             std::to_string(device_id);
-  if (info.device_count > 1 || info.device_type == kDLOpenCL) c.impl += ":" + std::to_string(device_id);
+  c.device = (info.device_type >= 1 && info.device_type <= 4 ? dev_names[info.device_type] : "dev") +
+             std::string(":") + std::to_string(a.device_id);
+  if (info.device_count > 1 || info.device_type == kDLOpenCL) c.impl += ":" + std::to_string(a.device_id);
   std::printf("{\"plugin\": \"%s\", \"version\": \"%s\", \"path\": \"%s\", \"device\": \"%s\", \"device_count\": %d}\n",
               json_escape(info.name).c_str(), json_escape(info.version).c_str(), json_escape(info.path).c_str(),
               c.device.c_str(), info.device_count);
@@ -362,28 +380,34 @@ int cmd_ops(const std::string& path, int32_t device_id, const std::vector<std::s
   ck(dlfuse_op_get(reg, DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, &c.ab), "op_get");
   c.sync = [&c] { ck(dlfuse_device_synchronize(c.reg, c.dev, nullptr), "device_synchronize"); };
 
-  std::vector<std::array<int64_t, 3>> mm;
-  std::vector<std::array<int64_t, 2>> am;
-  if (g_mode == Mode::smoke) {
-    mm = {{64, 32, 16}};
-    am = {{64, 32}};
-  } else {
-    mm = {{2048, 512, 256}, {4096, 1024, 1024}};
-    if (large) mm.push_back({8192, 4096, 4096});
-    am = {{2048, 512}, {16384, 8192}};
-  }
-  for (const std::string& dn : dtypes) {
+  std::vector<std::vector<int64_t>> shapes;
+  if (!a.shapes.empty()) shapes = parse_shapes(a.shapes);
+  else if (g_mode == Mode::smoke) shapes = {{64, 32, 16}, {64, 32}};
+  else shapes = {{2048, 512, 256}, {4096, 1024, 1024}, {2048, 512}, {16384, 8192}};
+  if (a.shapes.empty() && a.large && g_mode != Mode::smoke) shapes.insert(shapes.begin() + 2, std::vector<int64_t>{8192, 4096, 4096});
+  const auto want = [&](const char* op) { return std::find(a.ops.begin(), a.ops.end(), op) != a.ops.end(); };
+  for (const std::string& o : a.ops)
+    if (o != "matmul_add_relu" && o != "add_mul_activation")
+      die("unknown op '" + o + "' (expected matmul_add_relu or add_mul_activation)");
+  for (const std::string& act : a.activations)
+    if (act != "relu" && act != "sigmoid") die("unknown activation '" + act + "' (expected relu or sigmoid)");
+  for (auto& s : shapes)
+    if (s.size() != 2 && s.size() != 3) die("shape " + dims_str(s) + ": expected MxKxN (matmul) or MxN (add_mul)");
+  for (const std::string& dn : a.dtypes) {
     const Dtype& dt = *find_dtype(dn);
     if (!has_kernel(c.mf, info.device_type, dt) || !has_kernel(c.af, info.device_type, dt)) {
       std::printf("{\"skip\": \"%s\", \"dtype\": \"%s\", \"reason\": \"no kernel for this dtype\"}\n", info.name,
                   dt.name);
       continue;
     }
-    for (auto& s : mm) bench_matmul(c, dt, s[0], s[1], s[2]);
-    for (auto& s : am) bench_add_mul(c, dt, s[0], s[1]);
+    for (auto& s : shapes) {
+      if (s.size() == 3 && want("matmul_add_relu")) bench_matmul(c, dt, s[0], s[1], s[2]);
+      if (s.size() == 2 && want("add_mul_activation"))
+        for (const std::string& act : a.activations) bench_add_mul(c, dt, s[0], s[1], act, a.no_grad_y);
+    }
   }
   dlfuse_registry_destroy(reg);
-  return 0;
+  return g_check_failed ? 3 : 0;
 }
 
 // ---- dispatch overhead ------------------------------------------------------------------
@@ -636,7 +660,9 @@ int cmd_list() {
 [[noreturn]] void usage() {
   std::fprintf(stderr,
                "usage: dlfuse_bench list\n"
-               "       dlfuse_bench ops PLUGIN.so [--device-id I] [--dtypes float32,bfloat16] [--large] [--mode M]\n"
+               "       dlfuse_bench ops PLUGIN.so [--device-id I] [--dtypes float32,bfloat16] [--ops LIST]\n"
+               "                    [--shapes MxKxN,MxN,...] [--activations relu,sigmoid] [--large] [--no-grad-y]\n"
+               "                    [--no-check] [--mode M]\n"
                "       dlfuse_bench dispatch NOOP.so [--mode M] [--only SUBSTR]\n"
                "       dlfuse_bench copy-bw [--mode M]\n"
                "M is smoke (tiny shapes, 3 rounds: for the test suite), quick or full (default)\n");
@@ -649,33 +675,32 @@ int main(int argc, char** argv) {
   if (argc < 2) usage();
   const std::string cmd = argv[1];
   std::string path;
-  int32_t device_id = 0;
-  bool large = false;
-  std::vector<std::string> dtypes = {"float32", "bfloat16"};
+  OpsArgs a;
   for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--mode" && i + 1 < argc) {
-      const std::string m = argv[++i];
-      if (m == "smoke") g_mode = Mode::smoke;
-      else if (m == "quick") g_mode = Mode::quick;
-      else if (m == "full") g_mode = Mode::full;
-      else usage();
-    } else if (a == "--device-id" && i + 1 < argc) {
-      device_id = int32_t(std::atoi(argv[++i]));
-    } else if (a == "--dtypes" && i + 1 < argc) {
-      dtypes.clear();
-      std::string s = argv[++i];
-      for (size_t p = 0; p <= s.size();) {
-        const size_t q = std::min(s.find(',', p), s.size());
-        if (q > p) dtypes.push_back(s.substr(p, q - p));
-        p = q + 1;
-      }
-    } else if (a == "--only" && i + 1 < argc) {
+    const std::string s = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (s == "--mode" && has_value) {
+      if (!parse_mode(argv[++i])) usage();
+    } else if (s == "--device-id" && has_value) {
+      a.device_id = int32_t(std::atoi(argv[++i]));
+    } else if (s == "--dtypes" && has_value) {
+      a.dtypes = split_list(argv[++i]);
+    } else if (s == "--ops" && has_value) {
+      a.ops = split_list(argv[++i]);
+    } else if (s == "--activations" && has_value) {
+      a.activations = split_list(argv[++i]);
+    } else if (s == "--shapes" && has_value) {
+      a.shapes = argv[++i];
+    } else if (s == "--only" && has_value) {
       g_only = argv[++i];
-    } else if (a == "--large") {
-      large = true;
-    } else if (!a.empty() && a[0] != '-' && path.empty()) {
-      path = a;
+    } else if (s == "--large") {
+      a.large = true;
+    } else if (s == "--no-grad-y") {
+      a.no_grad_y = true;
+    } else if (s == "--no-check") {
+      a.check = false;
+    } else if (!s.empty() && s[0] != '-' && path.empty()) {
+      path = s;
     } else {
       usage();
     }
@@ -688,7 +713,7 @@ int main(int argc, char** argv) {
   }
   if (cmd == "list") return cmd_list();
   if (cmd == "copy-bw") return cmd_copy_bw();
-  if (cmd == "ops" && !path.empty()) return cmd_ops(path, device_id, dtypes, large);
+  if (cmd == "ops" && !path.empty()) return cmd_ops(path, a);
   if (cmd == "dispatch" && !path.empty()) return cmd_dispatch(path);
   usage();
 }
