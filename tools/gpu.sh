@@ -11,7 +11,8 @@
 #                  forced float16 on the OpenCL GPU
 #   memcheck       compute-sanitizer memcheck over the CUDA plugin's bfloat16 conformance
 #   cuda-checks    the CUDA plugin as built holds device code for every listed architecture, is
-#                  listed available, passes the large-reduction and fault tests (plugins/cuda/tests)
+#                  listed available, passes the large-reduction and fault tests (plugins/cuda/tests),
+#                  the latter also under compute-sanitizer's leak check
 #   bench[=ARGS]   bench/run.py: every plugin and peer (cuBLASLt, PyTorch), ceilings, dispatch;
 #                  ARGS are run.py's options, e.g. bench="--quick --plugins cuda --ops matmul_add_relu"
 #   python[=PARTS] bindings/python/tools/gpu_job.sh over this build; PARTS of tests (pytest with
@@ -78,6 +79,9 @@ job_cuda-checks() {
     -L"$B/lib" -ldlfuse -Wl,-rpath,"$B/lib" && "$B/large_reduce" "$p" || rc=1
   g++ -std=c++17 -O1 -g plugins/cuda/tests/faults.cpp -o "$B/faults" -Iabi/include -I"$DLINC" -I"$CUDA_HOME/include" \
     -L"$B/lib" -ldlfuse -L"$CUDA_HOME/lib64" -lcudart -Wl,-rpath,"$B/lib:$CUDA_HOME/lib64" && "$B/faults" "$p" || rc=1
+  # Leaks and bad accesses in the fault paths (no memory exhaustion under the sanitizer).
+  compute-sanitizer --tool memcheck --leak-check full --report-api-errors no --error-exitcode 1 "$B/faults" "$p" \
+    --no-exhaust >"$J/faults_sanitizer.log" 2>&1 || { echo "faults under compute-sanitizer FAILED"; rc=1; }
   return $rc
 }
 
