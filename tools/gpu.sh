@@ -32,6 +32,7 @@ mkdir -p "$LOGS"
 export PYTHONUNBUFFERED=1
 source tools/gpu_env.sh
 summary() { echo "$*" | tee -a "$LOGS/summary.txt"; }
+pack() { [ -z "${OUT:-}" ] || { tar -C "$LOGS" -czf "$OUT/gpu-logs.tgz" . && cp "$LOGS/summary.txt" "$OUT/"; }; }
 
 job_main() {
   "$CLI" list && "$CLI" run all
@@ -115,9 +116,10 @@ if gpu_build "$B" >"$LOGS/build.log" 2>&1; then
     jrc=$?
     ((jrc == 0)) || rc=1
     summary "job $name: exit $jrc, $(($(date +%s) - t1)) s"
+    pack  # after every job: a run cut off by a time limit still leaves what it did
   done
 else
   summary "build FAILED"; tail -40 "$LOGS/build.log"; rc=1
 fi
-if [ -n "${OUT:-}" ]; then tar -C "$LOGS" -czf "$OUT/gpu-logs.tgz" . && cp "$LOGS/summary.txt" "$OUT/"; fi
+pack
 exit $rc
