@@ -49,10 +49,6 @@ def _mm_shape(a, b):
     return (*batch, a.shape[-2], b.shape[-1])
 
 
-def _empty0(t):
-    return t.new_empty((0,))
-
-
 # ---- eager kernels (the extension; outputs allocated by torch) ------------------------------
 
 def _mar_fwd(a, b, bias, allow_tf32):
@@ -86,7 +82,11 @@ def _amc_bwd(grad_out, x, y, bias, multiplier, activation, needs):
 @torch.library.custom_op("dlfuse::matmul_add_relu", mutates_args=())
 def _op_mar(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor,
             allow_tf32: bool = False) -> torch.Tensor:
-    return _mar_fwd(a, b, bias, allow_tf32)
+    # Under torch.compile the outputs must come from torch.empty: CUDA-graph trees
+    # (mode="reduce-overhead") free them through the caching allocator's own deleter.
+    a, b, bias = _c(a, b, bias)
+    return _ext.matmul_add_relu(a, b, bias, a.new_empty(_mm_shape(a, b)), _stream(a),
+                                allow_tf32=allow_tf32)
 
 
 @_op_mar.register_fake
@@ -98,11 +98,16 @@ def _(a, b, bias, allow_tf32=False):
 def _op_mar_bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
                 bias_shape: List[int], needs_a: bool, needs_b: bool, needs_bias: bool,
                 allow_tf32: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    ga, gb, gbias = _mar_bwd(grad_out, a, b, out, tuple(bias_shape),
-                             (needs_a, needs_b, needs_bias), allow_tf32)
-    # custom ops return tensors: an unwanted gradient is an empty one
-    return (ga if ga is not None else _empty0(a), gb if gb is not None else _empty0(a),
-            gbias if gbias is not None else _empty0(a))
+    grad_out, a, b, out = _c(grad_out, a, b, out)
+    # custom ops return tensors: an unwanted gradient is an empty one (allocated by torch,
+    # as in _op_mar)
+    ga, gb, gbias = (a.new_empty(a.shape if needs_a else (0,)), a.new_empty(b.shape if needs_b else (0,)),
+                     a.new_empty(tuple(bias_shape) if needs_bias else (0,)))
+    _ext.matmul_add_relu_backward(grad_out, a, b, out, bias_shape=tuple(bias_shape),
+                                  needs=(needs_a, needs_b, needs_bias), grad_a=ga if needs_a else None,
+                                  grad_b=gb if needs_b else None, grad_bias=gbias if needs_bias else None,
+                                  stream=_stream(a), allow_tf32=allow_tf32)
+    return ga, gb, gbias
 
 
 @_op_mar_bwd.register_fake
@@ -132,7 +137,9 @@ _op_mar.register_autograd(_mar_backward, setup_context=_mar_setup)
 @torch.library.custom_op("dlfuse::add_mul_activation", mutates_args=())
 def _op_amc(x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor, multiplier: float = 1.0,
             activation: int = 1) -> torch.Tensor:
-    return _amc_fwd(x, y, bias, multiplier, activation)
+    x, y, bias = _c(x, y, bias)  # outputs from torch.empty, as in _op_mar
+    out = x.new_empty(torch.broadcast_shapes(x.shape, y.shape, bias.shape))
+    return _ext.add_mul_activation(x, y, bias, multiplier, activation, out, _stream(x))
 
 
 @_op_amc.register_fake
@@ -144,10 +151,14 @@ def _(x, y, bias, multiplier=1.0, activation=1):
 def _op_amc_bwd(grad_out: torch.Tensor, x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor,
                 multiplier: float, activation: int, needs_x: bool, needs_y: bool,
                 needs_bias: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    gx, gy, gb = _amc_bwd(grad_out, x, y, bias, multiplier, activation,
-                          (needs_x, needs_y, needs_bias))
-    return (gx if gx is not None else _empty0(x), gy if gy is not None else _empty0(x),
-            gb if gb is not None else _empty0(x))
+    grad_out, x, y, bias = _c(grad_out, x, y, bias)  # outputs from torch.empty, as in _op_mar
+    gx, gy, gb = (x.new_empty(x.shape if needs_x else (0,)), x.new_empty(y.shape if needs_y else (0,)),
+                  x.new_empty(bias.shape if needs_bias else (0,)))
+    _ext.add_mul_activation_backward(grad_out, x, y, bias, multiplier, activation,
+                                     needs=(needs_x, needs_y, needs_bias), grad_x=gx if needs_x else None,
+                                     grad_y=gy if needs_y else None, grad_bias=gb if needs_bias else None,
+                                     stream=_stream(x))
+    return gx, gy, gb
 
 
 @_op_amc_bwd.register_fake
