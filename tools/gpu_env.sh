@@ -32,12 +32,13 @@ fi
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 CUDA_HOME=$(dirname "$(dirname "$NVCC")")
 
-# gpu_build DIR: configure and build everything but oneDNN and the tests into DIR.
+# gpu_build DIR: configure and build everything but oneDNN and the GoogleTest unit tests
+# into DIR (the test plugins are built: the Python tests run on testref's CPU kernels too).
 gpu_build() {
   local gen=() arch=()
   command -v ninja >/dev/null && gen=(-G Ninja)
   [ -n "${CUDA_ARCHS:-}" ] && arch=(-DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS")
-  cmake -S "$ROOT" -B "$1" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLFUSE_BUILD_TESTS=OFF \
+  cmake -S "$ROOT" -B "$1" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLFUSE_BUILD_UNIT_TESTS=OFF \
     -DDLFUSE_WITH_ONEDNN=OFF -DDLFUSE_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" "${arch[@]}" \
     -DDLPACK_INCLUDE_DIR="$DLINC" -DOpenCL_INCLUDE_DIR="$CLINC" -DOpenCL_LIBRARY="$CLLIB" &&
     cmake --build "$1" -j "$(nproc)"
