@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include <dlfuse/types.h>
+
 #include "host_tensor.h"
 
 namespace dlfuse_conformance {
@@ -216,8 +218,17 @@ RefOut ref_add_mul_forward(const Dense& x, const Dense& y, const Dense& bias, in
   const Dense pre = ref_pre_activation(x, y, bias, mult);
   RefOut r = zeros(pre.shape);
   for (size_t i = 0; i < pre.v.size(); ++i) {
-    r.val[i] = ref_activate(act, pre.v[i]);
-    r.scale[i] = std::fabs(r.val[i]);
+    const double p = pre.v[i];
+    r.val[i] = ref_activate(act, p);
+    // GELU is p/2 (1 + erf) or p/2 (1 + tanh): for p < 0 the bracket cancels, so the
+    // scale is the sum of its terms' magnitudes, as for the gradients (docs/ops.md).
+    if (act == DLFUSE_ACT_GELU_ERF)
+      r.scale[i] = 0.5 * std::fabs(p) * (1.0 + std::fabs(std::erf(p / std::sqrt(2.0))));
+    else if (act == DLFUSE_ACT_GELU_TANH)
+      r.scale[i] = 0.5 * std::fabs(p) *
+                   (1.0 + std::fabs(std::tanh(std::sqrt(2.0 / M_PI) * (p + 0.044715 * p * p * p))));
+    else
+      r.scale[i] = std::fabs(r.val[i]);
   }
   return r;
 }

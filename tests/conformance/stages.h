@@ -29,9 +29,10 @@ StageResult run_threads_stage(dlfuse_registry_t reg, DLDevice dev, DLDataType dt
 // CPU plugins run synchronously and ignore the stream (docs/plugin-guide.md, "Streams on
 // the CPU"): each case is called with NULL, then with a non-NULL value that is not a
 // stream of any runtime; the second call's outputs, read back without synchronizing,
-// must be bit-identical to the first's, and the memory it points at untouched.
+// must be bit-identical to the first's (`exact` false: within the tolerance of the
+// reference), and the memory it points at untouched.
 StageResult run_cpu_stream_stage(dlfuse_registry_t reg, DLDevice dev, DLDataType dtype,
-                                 const std::vector<CaseSpec>& cases, uint64_t seed);
+                                 const std::vector<CaseSpec>& cases, uint64_t seed, bool exact);
 
 }  // namespace dlfuse_conformance
 

@@ -10,7 +10,7 @@ const char* stale_pattern_name(int run) {
 
 size_t stale_bytes_for(size_t case_bytes) {
   const size_t cap = size_t(64) << 20;
-  return std::min(cap, std::max(size_t(256) << 10, 4 * case_bytes));
+  return std::min(cap, std::max(size_t(64) << 10, 2 * case_bytes));
 }
 
 bool StaleMemory::stir(size_t max_bytes, int run, std::string* err) {
@@ -18,7 +18,7 @@ bool StaleMemory::stir(size_t max_bytes, int run, std::string* err) {
   const unsigned char pattern = kStalePatterns[run % 2];
   std::vector<DeviceBuffer> bufs;
   std::vector<unsigned char> host;
-  for (size_t n = 64; n <= max_bytes; n = n * 3 / 2) {
+  for (size_t n = 64; n <= max_bytes; n *= 2) {
     DeviceBuffer b;
     if (!b.allocate(reg_, dev_, n, err)) return false;
     host.assign(n, pattern);

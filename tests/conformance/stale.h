@@ -27,7 +27,7 @@ const char* stale_pattern_name(int run);
 class StaleMemory {
  public:
   StaleMemory(dlfuse_registry_t reg, DLDevice dev) : reg_(reg), dev_(dev) {}
-  // Poisons and frees buffers of sizes from 64 bytes up to `max_bytes` (factor 1.5 apart),
+  // Poisons and frees buffers of sizes from 64 bytes up to `max_bytes` (factor 2 apart),
   // then keeps one small buffer allocated above them until release(): on a heap allocator
   // the freed poison then cannot merge into the heap's top and be returned to the system,
   // so it is what the next allocations get. False with *err if a device service failed.
@@ -42,7 +42,7 @@ class StaleMemory {
 };
 
 // How many poison bytes to stir for a case whose tensors take `case_bytes`: plugins size
-// their scratch from the problem, so a few times the problem, at least 256 KiB.
+// their scratch from the problem, so twice the problem, at least 64 KiB.
 size_t stale_bytes_for(size_t case_bytes);
 
 }  // namespace dlfuse_conformance
