@@ -164,6 +164,21 @@ def test_only_needed_grads(dev):
     assert a.grad is None and b.grad is not None and bias.grad is not None
 
 
+def test_parameters_take_the_eager_path(dev, monkeypatch):
+    """A layer's weight and bias are nn.Parameters: a training step must not fall back to
+    the dispatcher's custom op (which costs more than the kernel on small tensors)."""
+    lin = torch.nn.Linear(4, 3).to(dev)
+    x = torch.randn(6, 4, device=dev, requires_grad=True)
+    assert dft._eager(x, lin.weight.t(), lin.bias)
+    called = []
+    real = torch.ops.dlfuse.matmul_add_relu
+    monkeypatch.setattr(torch.ops.dlfuse, "matmul_add_relu", lambda *a: called.append(1) or real(*a))
+    out = dft.matmul_add_relu(x, lin.weight.t(), lin.bias)
+    out.sum().backward()
+    assert not called and lin.weight.grad is not None and lin.bias.grad is not None
+    close(out, torch.relu(x @ lin.weight.t() + lin.bias))
+
+
 def test_opcheck(dev):
     a = torch.randn(5, 4, device=dev, requires_grad=True)
     b = torch.randn(4, 3, device=dev, requires_grad=True)

@@ -225,7 +225,9 @@ class AddMulActivation(torch.autograd.Function):
 # torch's C apply does the same work.
 _mar_apply = super(torch.autograd.Function, MatmulAddRelu).apply
 _amc_apply = super(torch.autograd.Function, AddMulActivation).apply
-_T = torch.Tensor
+# nn.Parameter counts as plain: it disables __torch_function__ and is what every layer's
+# weight and bias are (without it a training step never took the fast path).
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 _compiling = torch.compiler.is_compiling
 _grad_on = torch.is_grad_enabled
 _functorch_on = torch._C._are_functorch_transforms_active
@@ -235,7 +237,7 @@ _function_modes = torch._C._is_torch_function_mode_enabled
 
 def _eager(a, b, c):
     """Plain tensors in plain eager mode: nothing needs the dispatcher's custom op."""
-    return (type(a) is _T and type(b) is _T and type(c) is _T and not _functorch_on()
+    return (type(a) in _PLAIN and type(b) in _PLAIN and type(c) in _PLAIN and not _functorch_on()
             and not _dispatch_modes() and not _function_modes())
 
 
