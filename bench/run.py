@@ -193,6 +193,8 @@ def python_dispatch(build, noop, quick):
     try:  # the Python binding (bindings/python/src, package dlfuse), if it is importable here
         env_lib = os.environ.get("DLFUSE_LIBRARY")
         os.environ["DLFUSE_LIBRARY"] = os.path.join(build, "lib", "libdlfuse.so")
+        # the build's compiled module dlfuse._ext (docs/python.md), unless one is named already
+        os.environ.setdefault("DLFUSE_EXT_DIR", os.path.join(build, "python", "dlfuse"))
         sys.path.insert(0, os.path.join(ROOT, "bindings", "python", "src"))
         import numpy as np
         import dlfuse
