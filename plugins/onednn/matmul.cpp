@@ -97,11 +97,12 @@ bool row_bias(const View& bias) {
   return true;
 }
 
-// True where the bias goes in as a binary-add post-op. oneDNN 2.6.3's binary post-op
-// (the jit binary injector of its gemm matmul) finds a src1 element from the offset of the
-// dst element it is added to, as if dst and src1 were both dense row-major: it reads
-// neither one's strides. A post-op bias is therefore always given compact, and run_matmul
-// gives it a compact dst (a temporary where the caller's output is strided).
+// True where the bias goes in as a binary-add post-op. oneDNN 2.6.3's binary post-op in
+// its gemm matmul finds the src1 element from the dst element's offset as if src1 and dst
+// were dense row-major: a strided src1 (a padded [M, 1] bias; a bias transposed along with
+// a column-major output) and, for a per-batch row bias [B, 1, N], a padded dst give wrong
+// sums (conformance sweep, seeds 1 and 12). A post-op bias is therefore always given
+// compact, and run_matmul gives it a compact dst (a temporary where the output is strided).
 bool post_op_bias(const View* bias) { return bias && !row_bias(*bias); }
 
 // Runs dst = relu?(src @ wei + bias) once. The bias goes in as the bias argument when it
