@@ -50,14 +50,11 @@ View materialize(const View& v, Buffer& buf) {
   return c;
 }
 
-struct Bias {
-  const View* view = nullptr;  // aligned to the output's rank, dims 1 where broadcast
-};
-
 // dst (+)= relu?(src @ wei + bias), with dst's batch dims of size 1 summed over.
 struct Mm {
   View src, wei, dst;  // same rank; src [.., M, K], wei [.., K, N], dst [.., M, N]
-  const View* bias = nullptr;
+  View bias;           // same rank as dst, dims 1 where broadcast; used when has_bias
+  bool has_bias = false;
   bool relu = false;
 };
 
@@ -100,16 +97,36 @@ bool row_bias(const View& bias) {
   return true;
 }
 
+// True where the bias goes in as a binary-add post-op. oneDNN 2.6.3's binary post-op in
+// its gemm matmul finds the src1 element from the dst element's offset as if src1 and dst
+// were dense row-major: a strided src1 (a padded [M, 1] bias; a bias transposed along with
+// a column-major output) and, for a per-batch row bias [B, 1, N], a padded dst give wrong
+// sums (conformance sweep, seeds 1 and 12). A post-op bias is therefore always given
+// compact, and run_matmul gives it a compact dst (a temporary where the output is strided).
+bool post_op_bias(const View* bias) { return bias && !row_bias(*bias); }
+
 // Runs dst = relu?(src @ wei + bias) once. The bias goes in as the bias argument when it
-// is a row vector, else as a binary-add post-op over its broadcast descriptor; where
-// oneDNN has only its reference matmul for that broadcast (an [M, 1] bias, say), the bias
-// is expanded to dst's shape once, which the gemm path takes.
-void matmul_once(State& st, const View& src, const View& wei, const View& dst, const View* bias, bool relu) {
-  if (!bias) return exec_matmul(st, matmul_primitive(st, src, wei, dst, nullptr, kNoBias, relu, false), src, wei, dst,
-                                nullptr, kNoBias, false);
-  if (row_bias(*bias))
+// is a row vector, else as a binary-add post-op over its broadcast descriptor (dst must
+// be compact then, see post_op_bias); where oneDNN has only its reference matmul for that
+// broadcast (an [M, 1] bias, say), the bias is expanded to dst's shape once, which the
+// gemm path takes.
+void matmul_once(State& st, const View& src, const View& wei, const View& dst, const View* bias_in, bool relu) {
+  if (!bias_in) return exec_matmul(st, matmul_primitive(st, src, wei, dst, nullptr, kNoBias, relu, false), src, wei,
+                                   dst, nullptr, kNoBias, false);
+  Buffer bias_buf;
+  const View* bias = bias_in;
+  View compact_bias;
+  const int r = dst.rank();
+  // The bias argument wants its N elements contiguous; the post-op wants it all compact.
+  const bool row = row_bias(*bias);
+  if (row ? (bias->shape[r - 1] > 1 && bias->strides[r - 1] != 1) : !is_compact(*bias)) {
+    compact_bias = materialize(*bias, bias_buf);
+    bias = &compact_bias;
+  }
+  if (row)
     return exec_matmul(st, matmul_primitive(st, src, wei, dst, bias, kBiasArg, relu, false), src, wei, dst, bias,
                        kBiasArg, false);
+  if (!is_compact(dst)) throw Error(DLFUSE_STATUS_INTERNAL, "a post-op bias needs a compact dst");
   auto p = matmul_primitive(st, src, wei, dst, bias, kBiasPostOp, relu, false);
   if (p->impl.rfind("ref", 0) != 0 || bias->shape == dst.shape)
     return exec_matmul(st, p, src, wei, dst, bias, kBiasPostOp, false);
@@ -129,21 +146,40 @@ void matmul_once(State& st, const View& src, const View& wei, const View& dst, c
 void run_matmul(State& st, Mm m) {
   const int r = m.dst.rank();
   if (m.dst.numel() == 0) return;
-  // A column-major destination: compute dst^T = wei^T @ src^T, whose rows are contiguous.
+  // A column-major destination: compute dst^T = wei^T @ src^T (+ bias^T), whose rows are
+  // contiguous.
   if (m.dst.strides[r - 1] != 1 && m.dst.strides[r - 2] == 1 && m.dst.shape[r - 1] > 1) {
     View s = swap_last2(m.wei), w = swap_last2(m.src);
     m.src = s;
     m.wei = w;
     m.dst = swap_last2(m.dst);
+    if (m.has_bias) m.bias = swap_last2(m.bias);
   }
-  Buffer tmp_dst, tmp_src, tmp_wei;
+  const View* bias = m.has_bias ? &m.bias : nullptr;
+  Buffer tmp_dst, tmp_src, tmp_wei, tmp_batch;
   View out = m.dst;
   const bool dst_ok = out.strides[r - 1] == 1 || out.shape[r - 1] == 1;
-  if (!dst_ok || (m.dst.shape[r - 2] > 1 && m.dst.strides[r - 2] == 0)) out = compact_view(tmp_dst, m.dst.shape);
+  if (!dst_ok || (m.dst.shape[r - 2] > 1 && m.dst.strides[r - 2] == 0) || (post_op_bias(bias) && !is_compact(out)))
+    out = compact_view(tmp_dst, m.dst.shape);
   m.src = debroadcast_batch(m.src);
   m.wei = debroadcast_batch(m.wei);
   if (!matrix_ok(m.src)) m.src = materialize(m.src, tmp_src);
   if (!matrix_ok(m.wei)) m.wei = materialize(m.wei, tmp_wei);
+  // oneDNN's matmul broadcasts a batch dim of size 1 only against the other operand's: a
+  // dst batch dim that both operands were broadcast along (stride 0, now size 1) has no
+  // source. The smaller operand is materialized along such dims.
+  {
+    const bool src_smaller = m.src.shape[r - 2] <= m.wei.shape[r - 1];  // M x K vs K x N
+    View& grow = src_smaller ? m.src : m.wei;
+    bool any = false;
+    for (int i = 0; i + 2 < r; ++i)
+      if (out.shape[i] > 1 && m.src.shape[i] == 1 && m.wei.shape[i] == 1) {
+        grow.shape[i] = out.shape[i];
+        grow.strides[i] = 0;
+        any = true;
+      }
+    if (any) grow = materialize(grow, tmp_batch);
+  }
 
   // The batch dims the destination sums over: size 1 in dst, larger in an operand.
   std::vector<int> reduced;
@@ -159,7 +195,7 @@ void run_matmul(State& st, Mm m) {
   if (K == 0 || combos == 0) {  // an empty sum
     fill_view(out, 0.f);
   } else if (reduced.empty()) {
-    matmul_once(st, m.src, m.wei, out, m.bias, m.relu);
+    matmul_once(st, m.src, m.wei, out, bias, m.relu);
   } else {
     View s = m.src, w = m.wei;
     for (int d : reduced) {
@@ -178,7 +214,7 @@ void run_matmul(State& st, Mm m) {
       View sc = s, wc = w;
       sc.data = m.src.data + os;
       wc.data = m.wei.data + ow;
-      if (m.bias || m.relu) throw Error(DLFUSE_STATUS_INTERNAL, "a summed matmul takes no bias or relu");
+      if (bias || m.relu) throw Error(DLFUSE_STATUS_INTERNAL, "a summed matmul takes no bias or relu");
       exec_matmul(st, matmul_primitive(st, sc, wc, out, nullptr, kNoBias, false, c > 0), sc, wc, out, nullptr, kNoBias,
                   c > 0);
     }
@@ -217,18 +253,9 @@ void forward_f32(State& st, const View& a, const View& b, const View& bias, cons
   m.src = aligned(a, r);
   m.wei = aligned(b, r);
   m.dst = out;
-  m.bias = &bv;
+  m.bias = bv;
+  m.has_bias = true;
   m.relu = true;
-  // A column-major output swaps the operands; the bias must follow.
-  View bt;
-  if (out.strides[r - 1] != 1 && out.strides[r - 2] == 1 && out.shape[r - 1] > 1) {
-    bt = swap_last2(bv);
-    m.bias = &bt;
-    View s = swap_last2(m.wei), w = swap_last2(m.src);
-    m.src = s;
-    m.wei = w;
-    m.dst = swap_last2(out);
-  }
   run_matmul(st, m);
 }
 
