@@ -1,4 +1,5 @@
-# dlfuse_add_plugin(<name> SOURCES ... [OUTPUT_DIR dir] [INSTALL_DIR dir] [NO_INSTALL])
+# dlfuse_add_plugin(<name> SOURCES ... [OUTPUT_DIR dir] [INSTALL_DIR dir] [NO_INSTALL]
+#                   [EXPORTS symbol...])
 #
 # Builds libdlfuse_<name>.so: a MODULE (it is dlopen()ed, never linked) against the
 # plugin SDK only (headers, hidden visibility), whose only dynamic symbol is
@@ -11,13 +12,15 @@
 #   INSTALL_DIR  where `cmake --install` puts it; default lib/dlfuse/plugins under the
 #                installing project's prefix (DLFUSE_PLUGIN_DIR is the one the installed
 #                libdlfuse searches itself).
+#   EXPORTS      further C symbols to keep exported beside dlfuse_plugin_v1 (test hooks a
+#                test reaches with dlsym; a plugin the registry loads needs none).
 
 # The version script beside this file, found when the file is included (a function
 # cannot see its own file's folder before CMake 3.17).
 set_property(GLOBAL PROPERTY DLFUSE_PLUGIN_VERSION_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/dlfuse_plugin.map)
 
 function(dlfuse_add_plugin name)
-  cmake_parse_arguments(P "NO_INSTALL" "OUTPUT_DIR;INSTALL_DIR" "SOURCES" ${ARGN})
+  cmake_parse_arguments(P "NO_INSTALL" "OUTPUT_DIR;INSTALL_DIR" "SOURCES;EXPORTS" ${ARGN})
   if(NOT P_SOURCES)
     message(FATAL_ERROR "dlfuse_add_plugin(${name}): SOURCES is empty; expected the plugin's source files")
   endif()
@@ -37,6 +40,11 @@ function(dlfuse_add_plugin name)
     target_link_options(${target} PRIVATE "LINKER:-exported_symbol,_dlfuse_plugin_v1")
   elseif(NOT WIN32)
     get_property(map GLOBAL PROPERTY DLFUSE_PLUGIN_VERSION_SCRIPT)
+    if(P_EXPORTS)
+      list(JOIN P_EXPORTS "; " extra)
+      set(map ${CMAKE_CURRENT_BINARY_DIR}/dlfuse_${name}.map)
+      file(WRITE ${map} "{\n  global: dlfuse_plugin_v1; ${extra};\n  local: *;\n};\n")
+    endif()
     target_link_options(${target} PRIVATE "LINKER:--version-script=${map}")
     set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS ${map})
   endif()
