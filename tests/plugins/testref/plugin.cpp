@@ -82,9 +82,7 @@ bool read_activation(const dlfuse_kernel_args_t* args, int* act) {
 }
 
 double read_multiplier(const dlfuse_kernel_args_t* args) {
-  const dlfuse_attr_t* a = dlfuse_find_attr(args, DLFUSE_ATTR_MULTIPLIER);
-  if (a && a->type == DLFUSE_ATTR_FLOAT64) return a->value.f64;
-  return 1.0;
+  return dlfuse::kit::multiplier(args);
 }
 
 }  // namespace testref

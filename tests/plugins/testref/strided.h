@@ -3,24 +3,24 @@
 #ifndef DLFUSE_TESTREF_STRIDED_H_
 #define DLFUSE_TESTREF_STRIDED_H_
 
-#include <dlpack/dlpack.h>
+#include <dlfuse/plugin_kit.hpp>
 
 #include <cstdint>
 #include <vector>
 
 namespace testref {
 
+// Index walking from the plugin kit; strides and base addresses stay here, where the
+// mutants that break them (tests/conformance/README.md) live.
+using dlfuse::kit::dot;
+using dlfuse::kit::next_index;
+using dlfuse::kit::numel;
+
 inline int64_t elem_stride(const DLTensor* t, int dim) {
   if (t->strides) return t->strides[dim];
   int64_t s = 1;
   for (int j = dim + 1; j < t->ndim; ++j) s *= t->shape[j];
   return s;
-}
-
-inline int64_t numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
 }
 
 inline std::vector<int64_t> shape_of(const DLTensor* t) {
@@ -73,21 +73,6 @@ inline int64_t last_element(const DLTensor* t) {
   int64_t o = 0;
   for (int i = 0; i < t->ndim; ++i) o += (t->shape[i] - 1) * s[size_t(i)];
   return o;
-}
-
-inline int64_t dot(const std::vector<int64_t>& idx, const std::vector<int64_t>& strides) {
-  int64_t o = 0;
-  for (size_t i = 0; i < idx.size(); ++i) o += idx[i] * strides[i];
-  return o;
-}
-
-// Advances a multi-index over `shape` in row-major order; false after the last one.
-inline bool next_index(std::vector<int64_t>& idx, const std::vector<int64_t>& shape) {
-  for (int i = int(shape.size()) - 1; i >= 0; --i) {
-    if (++idx[i] < shape[i]) return true;
-    idx[i] = 0;
-  }
-  return false;
 }
 
 }  // namespace testref

@@ -2,11 +2,8 @@
 #ifndef DLFUSE_TESTREF_TESTREF_H_
 #define DLFUSE_TESTREF_TESTREF_H_
 
-#include <dlfuse/plugin.h>
+#include <dlfuse/plugin_kit.hpp>
 
-#include <cstdio>
-#include <exception>
-#include <new>
 #include <string>
 
 #include "scalar.h"
@@ -24,22 +21,13 @@ extern const char* const kName;
 
 inline dlfuse_status_t fail(char* err, size_t err_size, dlfuse_status_t status,
                             const std::string& msg) {
-  if (err && err_size > 0) std::snprintf(err, err_size, "%s: %s", kName, msg.c_str());
-  return status;
+  return dlfuse::kit::write_error(kName, err, err_size, status, msg);
 }
 
-// Nothing may cross the C boundary: every entry point runs its body through this.
+// Nothing may cross the C boundary: every entry point runs its body through the kit's wall.
 template <class F>
 dlfuse_status_t guarded(char* err, size_t err_size, F&& body) noexcept {
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    return fail(err, err_size, DLFUSE_STATUS_OUT_OF_MEMORY, "out of host memory");
-  } catch (const std::exception& e) {
-    return fail(err, err_size, DLFUSE_STATUS_INTERNAL, std::string("exception: ") + e.what());
-  } catch (...) {
-    return fail(err, err_size, DLFUSE_STATUS_INTERNAL, "unknown exception");
-  }
+  return dlfuse::kit::guarded(kName, err, err_size, std::forward<F>(body));
 }
 
 template <class T> struct Tag { using type = T; };
