@@ -99,15 +99,21 @@ int main(int argc, char** argv) {
   };
   Objs kept;
   make(kept);
-  cublasLtMatmulPreference_t pref;
-  CK(cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS);
+  // The algorithm the heuristic gives with `ws` bytes of workspace allowed, for epilogue `epi`.
+  auto pick = [&](uint64_t ws, cublasLtEpilogue_t epi) {
+    cublasLtMatmulDescSetAttribute(kept.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    cublasLtMatmulPreference_t pref;
+    CK(cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    cublasLtMatmulHeuristicResult_t r{};
+    int found = 0;
+    CK(cublasLtMatmulAlgoGetHeuristic(lt, kept.desc, kept.l[0], kept.l[1], kept.l[2], kept.l[3], pref, 1, &r, &found) ==
+           CUBLAS_STATUS_SUCCESS &&
+       found == 1);
+    cublasLtMatmulPreferenceDestroy(pref);
+    return r;
+  };
   const uint64_t wsz = 32u << 20;
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsz, sizeof wsz);
-  cublasLtMatmulHeuristicResult_t res{};
-  int found = 0;
-  CK(cublasLtMatmulAlgoGetHeuristic(lt, kept.desc, kept.l[0], kept.l[1], kept.l[2], kept.l[3], pref, 1, &res, &found) ==
-         CUBLAS_STATUS_SUCCESS &&
-     found == 1);
   cudaMemPool_t pool;
   cudaMemPoolProps props{};
   props.allocType = cudaMemAllocationTypePinned;
@@ -135,11 +141,30 @@ int main(int argc, char** argv) {
     cublasLtMatmulDescSetAttribute(kept.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
   });
   const float one = 1.f, zero = 0.f;
-  std::printf("(the algorithm's workspace: %zu bytes)\n", size_t(res.workspaceSize));
-  row("cublasLtMatmul, kept desc and algorithm", [&] {
-    cublasLtMatmul(lt, kept.desc, &one, a, kept.l[0], b, kept.l[1], &zero, d, kept.l[2], d, kept.l[3], &res.algo, ws,
-                   res.workspaceSize, s);
-  });
+  // Each variant: host time of the call, and how many graph nodes (kernels, memsets) one
+  // call makes when captured.
+  auto matmul_row = [&](const char* what, cublasLtEpilogue_t epi, uint64_t ws_allowed) {
+    const cublasLtMatmulHeuristicResult_t r = pick(ws_allowed, epi);
+    auto call = [&] {
+      cublasLtMatmul(lt, kept.desc, &one, a, kept.l[0], b, kept.l[1], &zero, d, kept.l[2], d, kept.l[3], &r.algo, ws,
+                     r.workspaceSize, s);
+    };
+    cudaGraph_t g;
+    size_t nodes = 0;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    call();
+    CK(cudaStreamEndCapture(s, &g) == cudaSuccess);
+    cudaGraphGetNodes(g, nullptr, &nodes);
+    cudaGraphDestroy(g);
+    char label[160];
+    std::snprintf(label, sizeof label, "cublasLtMatmul %s (ws %zu B, %zu nodes)", what, size_t(r.workspaceSize), nodes);
+    row(label, call);
+  };
+  matmul_row("RELU_BIAS, 32 MiB allowed", CUBLASLT_EPILOGUE_RELU_BIAS, wsz);
+  matmul_row("RELU_BIAS, none allowed", CUBLASLT_EPILOGUE_RELU_BIAS, 0);
+  matmul_row("BIAS, 32 MiB allowed", CUBLASLT_EPILOGUE_BIAS, wsz);
+  matmul_row("DEFAULT, 32 MiB allowed", CUBLASLT_EPILOGUE_DEFAULT, wsz);
+  matmul_row("DEFAULT, none allowed", CUBLASLT_EPILOGUE_DEFAULT, 0);
   row("cudaMemsetAsync of 4 KiB (one small launch)", [&] { cudaMemsetAsync(d, 0, 4 * M * N, s); });
 
   dlfuse_registry_options_t opt{};

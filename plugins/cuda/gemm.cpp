@@ -281,6 +281,13 @@ class PlanLease {
     res = e.res;
   }
 
+  // The algorithm needs `bytes` of workspace, more than the heuristic said.
+  void widen_workspace(size_t bytes) {
+    std::lock_guard<std::mutex> lk(ds_.gemm_mu);
+    ds_.gemms[key_].res.workspaceSize = bytes;
+    res.workspaceSize = bytes;
+  }
+
   bool chosen = false;
   bool relu_unsafe = false;
   cublasLtMatmulHeuristicResult_t res{};
@@ -422,10 +429,14 @@ GemmStatus choose_algo(const Gemm& g, const LtProblem& p, PlanLease& lease, Devi
   return lease.relu_unsafe ? GemmStatus::kReluUnsafe : GemmStatus::kOk;
 }
 
-// The GEMM itself: one strided-batched cuBLASLt call per outer batch index.
-void enqueue(const Gemm& g, const LtProblem& p, const LtPlan& plan, const cublasLtMatmulHeuristicResult_t& res,
-             DeviceState& ds, cudaStream_t stream) {
-  Temp ws(ds, res.workspaceSize, stream);  // what the algorithm needs; often nothing
+// The GEMM itself: one strided-batched cuBLASLt call per outer batch index, with the
+// workspace the algorithm asked for (often none). Some algorithms refuse to run with only
+// that (NOT_SUPPORTED, seen on the H100 for 16-bit data with a bias at an odd offset):
+// they are retried with the full workspace, which the problem keeps from then on.
+void enqueue(const Gemm& g, const LtProblem& p, PlanLease& lease, DeviceState& ds, cudaStream_t stream) {
+  const LtPlan& plan = *lease.plan;
+  size_t wsz = lease.res.workspaceSize;
+  Temp ws(ds, wsz, stream);
   const float alpha = 1.f, beta = g.beta;
   const Batch& bp = p.bp;
   int64_t outer_count = 1;
@@ -441,8 +452,18 @@ void enqueue(const Gemm& g, const LtProblem& p, const LtPlan& plan, const cublas
     }
     if (g.bias && (it == 0 || obias != 0)) set_bias(plan, g.bias + obias * p.out_es);
     char* dptr = g.D.base + od * p.out_es;
-    DLF_LT(cublasLtMatmul(ds.lt, plan.desc, &alpha, p.MA->base + oa * p.in_es, plan.a, p.MB->base + ob * p.in_es, plan.b,
-                          &beta, dptr, plan.c, dptr, plan.d, &res.algo, ws.get(), res.workspaceSize, stream));
+    auto call = [&] {
+      return cublasLtMatmul(ds.lt, plan.desc, &alpha, p.MA->base + oa * p.in_es, plan.a, p.MB->base + ob * p.in_es,
+                            plan.b, &beta, dptr, plan.c, dptr, plan.d, &lease.res.algo, ws.get(), wsz, stream);
+    };
+    cublasStatus_t st = call();
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED && wsz < kLtWorkspaceBytes) {
+      wsz = kLtWorkspaceBytes;
+      ws.reset(ds, wsz);
+      lease.widen_workspace(wsz);
+      st = call();
+    }
+    lt_check(st, "cublasLtMatmul");
     for (int d = bp.split - 1; d >= 0; --d) {
       if (++idx[size_t(d)] < bp.shape[size_t(d)]) break;
       idx[size_t(d)] = 0;
@@ -462,7 +483,7 @@ GemmStatus run_gemm(const Gemm& g, DeviceState& ds, cudaStream_t stream) {
     const GemmStatus st = choose_algo(g, p, lease, ds, stream);
     if (st != GemmStatus::kOk) return st;
   }
-  enqueue(g, p, *lease.plan, lease.res, ds, stream);
+  enqueue(g, p, lease, ds, stream);
   return GemmStatus::kOk;
 }
 
