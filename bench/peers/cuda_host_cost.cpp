@@ -102,6 +102,8 @@ int main(int argc, char** argv) {
   // The algorithm the heuristic gives with `ws` bytes of workspace allowed, for epilogue `epi`.
   auto pick = [&](uint64_t ws, cublasLtEpilogue_t epi) {
     cublasLtMatmulDescSetAttribute(kept.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    const void* bp = epi == CUBLASLT_EPILOGUE_DEFAULT || epi == CUBLASLT_EPILOGUE_RELU ? nullptr : bias;
+    cublasLtMatmulDescSetAttribute(kept.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp);
     cublasLtMatmulPreference_t pref;
     CK(cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
@@ -146,9 +148,13 @@ int main(int argc, char** argv) {
   auto matmul_row = [&](const char* what, cublasLtEpilogue_t epi, uint64_t ws_allowed) {
     const cublasLtMatmulHeuristicResult_t r = pick(ws_allowed, epi);
     auto call = [&] {
-      cublasLtMatmul(lt, kept.desc, &one, a, kept.l[0], b, kept.l[1], &zero, d, kept.l[2], d, kept.l[3], &r.algo, ws,
-                     r.workspaceSize, s);
+      return cublasLtMatmul(lt, kept.desc, &one, a, kept.l[0], b, kept.l[1], &zero, d, kept.l[2], d, kept.l[3], &r.algo,
+                            ws, r.workspaceSize, s);
     };
+    if (call() != CUBLAS_STATUS_SUCCESS) {
+      std::printf("cublasLtMatmul %s: refused (status %d)\n", what, int(call()));
+      return;
+    }
     cudaGraph_t g;
     size_t nodes = 0;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
@@ -163,6 +169,7 @@ int main(int argc, char** argv) {
   matmul_row("RELU_BIAS, 32 MiB allowed", CUBLASLT_EPILOGUE_RELU_BIAS, wsz);
   matmul_row("RELU_BIAS, none allowed", CUBLASLT_EPILOGUE_RELU_BIAS, 0);
   matmul_row("BIAS, 32 MiB allowed", CUBLASLT_EPILOGUE_BIAS, wsz);
+  matmul_row("RELU, 32 MiB allowed", CUBLASLT_EPILOGUE_RELU, wsz);
   matmul_row("DEFAULT, 32 MiB allowed", CUBLASLT_EPILOGUE_DEFAULT, wsz);
   matmul_row("DEFAULT, none allowed", CUBLASLT_EPILOGUE_DEFAULT, 0);
   row("cudaMemsetAsync of 4 KiB (one small launch)", [&] { cudaMemsetAsync(d, 0, 4 * M * N, s); });

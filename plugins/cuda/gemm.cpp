@@ -281,13 +281,6 @@ class PlanLease {
     res = e.res;
   }
 
-  // The algorithm needs `bytes` of workspace, more than the heuristic said.
-  void widen_workspace(size_t bytes) {
-    std::lock_guard<std::mutex> lk(ds_.gemm_mu);
-    ds_.gemms[key_].res.workspaceSize = bytes;
-    res.workspaceSize = bytes;
-  }
-
   bool chosen = false;
   bool relu_unsafe = false;
   cublasLtMatmulHeuristicResult_t res{};
@@ -412,6 +405,9 @@ GemmStatus choose_algo(const Gemm& g, const LtProblem& p, PlanLease& lease, Devi
   DLF_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &d32, sizeof d32));
   DLF_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &d32, sizeof d32));
   const LtPlan& plan = *lease.plan;
+  // The heuristic reads the bias pointer's alignment (a 16-bit bias at an odd offset needs
+  // other kernels): the real one, the same alignment class for every call of this key.
+  if (g.bias) set_bias(plan, g.bias);
   cublasLtMatmulHeuristicResult_t cands[kAutotuneCandidates];
   int found = 0;
   const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(ds.lt, plan.desc, plan.a, plan.b, plan.c, plan.d, pref,
@@ -422,7 +418,6 @@ GemmStatus choose_algo(const Gemm& g, const LtProblem& p, PlanLease& lease, Devi
     return GemmStatus::kOk;
   }
   Temp ws(ds, kLtWorkspaceBytes, stream);
-  if (g.bias) set_bias(plan, g.bias);
   const std::vector<int> order = rank_candidates(g, p, plan, ds, cands, found, tune, ws, stream);
   const int chosen = g.relu ? first_nan_keeping(g, p, plan, ds, cands, order, ws, stream) : order.front();
   lease.choose(cands[chosen < 0 ? 0 : chosen], chosen < 0);
@@ -430,13 +425,11 @@ GemmStatus choose_algo(const Gemm& g, const LtProblem& p, PlanLease& lease, Devi
 }
 
 // The GEMM itself: one strided-batched cuBLASLt call per outer batch index, with the
-// workspace the algorithm asked for (often none). Some algorithms refuse to run with only
-// that (NOT_SUPPORTED, seen on the H100 for 16-bit data with a bias at an odd offset):
-// they are retried with the full workspace, which the problem keeps from then on.
-void enqueue(const Gemm& g, const LtProblem& p, PlanLease& lease, DeviceState& ds, cudaStream_t stream) {
+// workspace the algorithm asked for (often none).
+void enqueue(const Gemm& g, const LtProblem& p, const PlanLease& lease, DeviceState& ds, cudaStream_t stream) {
   const LtPlan& plan = *lease.plan;
-  size_t wsz = lease.res.workspaceSize;
-  Temp ws(ds, wsz, stream);
+  const cublasLtMatmulHeuristicResult_t& res = lease.res;
+  Temp ws(ds, res.workspaceSize, stream);
   const float alpha = 1.f, beta = g.beta;
   const Batch& bp = p.bp;
   int64_t outer_count = 1;
@@ -452,18 +445,8 @@ void enqueue(const Gemm& g, const LtProblem& p, PlanLease& lease, DeviceState& d
     }
     if (g.bias && (it == 0 || obias != 0)) set_bias(plan, g.bias + obias * p.out_es);
     char* dptr = g.D.base + od * p.out_es;
-    auto call = [&] {
-      return cublasLtMatmul(ds.lt, plan.desc, &alpha, p.MA->base + oa * p.in_es, plan.a, p.MB->base + ob * p.in_es,
-                            plan.b, &beta, dptr, plan.c, dptr, plan.d, &lease.res.algo, ws.get(), wsz, stream);
-    };
-    cublasStatus_t st = call();
-    if (st == CUBLAS_STATUS_NOT_SUPPORTED && wsz < kLtWorkspaceBytes) {
-      wsz = kLtWorkspaceBytes;
-      ws.reset(ds, wsz);
-      lease.widen_workspace(wsz);
-      st = call();
-    }
-    lt_check(st, "cublasLtMatmul");
+    DLF_LT(cublasLtMatmul(ds.lt, plan.desc, &alpha, p.MA->base + oa * p.in_es, plan.a, p.MB->base + ob * p.in_es, plan.b,
+                          &beta, dptr, plan.c, dptr, plan.d, &res.algo, ws.get(), res.workspaceSize, stream));
     for (int d = bp.split - 1; d >= 0; --d) {
       if (++idx[size_t(d)] < bp.shape[size_t(d)]) break;
       idx[size_t(d)] = 0;
