@@ -7,6 +7,7 @@
 // rounds, a stream synchronize between rounds), so a number is the CPU cost of enqueueing,
 // not GPU time: the small problems below take a few microseconds on the GPU.
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <dlfuse/dlfuse.h>
 
@@ -172,6 +173,15 @@ int main(int argc, char** argv) {
   matmul_row("RELU, 32 MiB allowed", CUBLASLT_EPILOGUE_RELU, wsz);
   matmul_row("DEFAULT, 32 MiB allowed", CUBLASLT_EPILOGUE_DEFAULT, wsz);
   matmul_row("DEFAULT, none allowed", CUBLASLT_EPILOGUE_DEFAULT, 0);
+  cublasHandle_t blas;
+  CK(cublasCreate(&blas) == CUBLAS_STATUS_SUCCESS && cublasSetStream(blas, s) == CUBLAS_STATUS_SUCCESS);
+  CK(cublasSetWorkspace(blas, ws, wsz) == CUBLAS_STATUS_SUCCESS);
+  CK(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, 32, 32, 32, &one, static_cast<float*>(a), 32, static_cast<float*>(b), 32,
+                 &zero, static_cast<float*>(d), 32) == CUBLAS_STATUS_SUCCESS);
+  row("cublasSgemm (cuBLAS, not Lt)", [&] {
+    cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, 32, 32, 32, &one, static_cast<float*>(a), 32, static_cast<float*>(b), 32,
+                &zero, static_cast<float*>(d), 32);
+  });
   row("cudaMemsetAsync of 4 KiB (one small launch)", [&] { cudaMemsetAsync(d, 0, 4 * M * N, s); });
 
   dlfuse_registry_options_t opt{};

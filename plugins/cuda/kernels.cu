@@ -362,7 +362,6 @@ template <class T, int V>
 __device__ __forceinline__ void load_hoisted(Pack<T, V>& p, const void* ptr, int mode, int64_t cv) {
   if (mode == kRow) p.load(static_cast<const T*>(ptr) + cv * V);
   else if (mode == kScalar) p.fill(ldf(static_cast<const T*>(ptr)));
-  else if (mode == kAbsent) p.fill(0.f);
 }
 
 template <class T, int V, int ACT>

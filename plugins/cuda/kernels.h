@@ -57,9 +57,7 @@ void finish_colsum(DType dt, const float* partial, int nchunks, int64_t C, void*
 
 // ---- add_mul_activation ---------------------------------------------------------------
 
-// How a fast-path operand is read over the output's [R, C] (compact) layout. kAbsent: an
-// input that reads as 0 (the forward's y, for matmul's bias + relu pass) or an output not
-// written.
+// How a fast-path operand is read over the output's [R, C] (compact) layout.
 enum OperandMode : int { kFull = 0, kRow = 1, kScalar = 2, kAbsent = 3 };
 
 struct AmFast {

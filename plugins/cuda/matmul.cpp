@@ -46,33 +46,6 @@ View view_over(const DLTensor* t, const std::vector<int64_t>& shape) {
 
 View own_view(const DLTensor* t) { return view_full(t, t->ndim); }
 
-// Outputs up to this many elements take the plain GEMM + own bias/relu pass.
-constexpr int64_t kSmallEpilogueElems = int64_t(1) << 18;
-
-// Whether the forward of g (D compact row-major, float32) may run as a plain GEMM and our
-// bias + relu pass: a small output and a bias that is one row [N] along D's last dim. 16-bit
-// data keeps the epilogue (the pass would round D twice). Clears g's bias on yes.
-bool small_bias_relu(DType dt, Gemm& g, const std::vector<int64_t>& oshape, const DLTensor* bias,
-                     const std::vector<int64_t>& bsh) {
-  const int rank = int(oshape.size());
-  const int64_t M = oshape[size_t(rank - 2)], N = oshape[size_t(rank - 1)];
-  int64_t total = 1, compact = 1;
-  for (int64_t v : oshape) total *= v;
-  if (dt != DType::kF32 || total > kSmallEpilogueElems || g.beta != 0.f) return false;
-  if (!(g.D.sc == 1 && (M == 1 || g.D.sr == N))) return false;
-  compact = M * N;
-  for (int d = rank - 3; d >= 0; --d) {
-    if (oshape[size_t(d)] != 1 && g.D.bs[size_t(d)] != compact) return false;
-    compact *= oshape[size_t(d)];
-  }
-  if (bsh[size_t(rank - 1)] != N || (N > 1 && elem_stride(bias, bias->ndim - 1) != 1)) return false;
-  for (int d = 0; d < rank - 1; ++d)
-    if (bsh[size_t(d)] != 1) return false;
-  g.bias = nullptr;
-  g.bias_bs.clear();
-  return true;
-}
-
 bool read_tf32(const dlfuse_kernel_args_t* args) { return kit::attr_int(args, DLFUSE_ATTR_ALLOW_TF32, 0) != 0; }
 
 }  // namespace
@@ -127,24 +100,6 @@ dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* 
       // Any other bias: broadcast it into D, then D = A B + 1 * D.
       copy_view(cx.dt, base_of(bias), view_over(bias, oshape), D.base, dview, 0, s);
       g.beta = 1.f;
-    }
-    if (ld.ok && small_bias_relu(cx.dt, g, oshape, bias, bsh)) {
-      // A plain GEMM, then relu(D + bias) in one pass of ours: cuBLASLt's bias and relu
-      // epilogues cost far more host time per call than a plain GEMM and a launch
-      // (bench/peers/cuda_host_cost.cpp, docs/cuda.md), and on a problem this small the
-      // host time is the whole call.
-      gemm(g, ds, s);
-      AmFast p;
-      p.C = N;
-      p.R = numel(out) / N;
-      p.x = D.base; p.xm = kFull;
-      p.y = nullptr; p.ym = kAbsent;
-      p.b = g.bias ? g.bias : base_of(bias); p.bm = kRow;
-      p.out = D.base;
-      p.act = DLFUSE_ACT_RELU;
-      p.mult = 1.f;
-      am_forward_fast(cx.dt, p, s);
-      return DLFUSE_STATUS_OK;
     }
     g.relu = true;
     if (!gemm(g, ds, s)) {
