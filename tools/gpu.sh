@@ -17,6 +17,12 @@
 #                  ARGS are run.py's options, e.g. bench="--quick --plugins cuda --ops matmul_add_relu"
 #   python[=PARTS] bindings/python/tools/gpu_job.sh over this build; PARTS of tests (pytest with
 #                  CUDA required, CUDA graphs), bench (call overhead), dlrm, ddp (default: all)
+#   ab[=ARGS]      before/after in one run: the CUDA and OpenCL plugins built from the source
+#                  tree $AB_BASE (e.g. `mkdir .ab-base && git archive REV | tar -x -C .ab-base`,
+#                  carried) against this tree's, swapped in turn under the same driver, libdlfuse
+#                  and Python ($AB_ROUNDS rounds, default 1): bench/run.py ARGS, the Python call
+#                  overhead (torch, CUDA) and dlfuse_cuda_host_cost over each; bench/compare.py
+#                  prints new/base per row
 # When $OUT is set (the device tool), everything is packed into $OUT/gpu-logs.tgz at the end.
 #
 # Inputs are found the same way for every job (tools/gpu_env.sh): the DLPack header from
@@ -90,6 +96,32 @@ job_bench() {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
   DLFUSE_OPENCL_DEVICE=${DLFUSE_OPENCL_DEVICE:-gpu} python3 bench/run.py --build "$B" --out "$J" --no-build --no-plot "$@" \
     2>"$J/progress.log" | tee "$J/table.txt"
+}
+
+job_ab() {
+  [ -d "${AB_BASE:-}" ] || { echo "ab: AB_BASE must name the baseline's source tree"; return 2; }
+  local base=$B-ab-base keep=$B-ab-new r v p rc=0
+  gpu_build "$base" "$(realpath "$AB_BASE")" dlfuse_cuda dlfuse_opencl >"$J/base_build.log" 2>&1 ||
+    { tail -20 "$J/base_build.log"; return 1; }
+  cmake --build "$B" --target dlfuse_cuda_host_cost dlfuse_pyext >"$J/new_build.log" 2>&1 || { tail -20 "$J/new_build.log"; return 1; }
+  mkdir -p "$keep"
+  for p in cuda opencl; do cp "$PLUGINS/libdlfuse_$p.so" "$keep/"; done
+  use() { for p in cuda opencl; do cp "$1/libdlfuse_$p.so" "$PLUGINS/"; done; }
+  for r in $(seq 1 "${AB_ROUNDS:-1}"); do
+    for v in base new; do
+      if [ $v = base ]; then use "$base/lib/dlfuse/plugins"; else use "$keep"; fi
+      echo "== round $r: $v"
+      "$B/bin/dlfuse_cuda_host_cost" "$PLUGINS/libdlfuse_cuda.so" | tee "$J/host_cost_$v.$r.txt" || rc=1
+      DLFUSE_LIBRARY=$B/lib/libdlfuse.so DLFUSE_EXT_DIR=$B/python/dlfuse python3 bench/python_overhead.py \
+        --framework torch --device cuda --json "$J/overhead_$v.$r.json" >"$J/overhead_$v.$r.log" 2>&1 || rc=1
+      DLFUSE_OPENCL_DEVICE=${DLFUSE_OPENCL_DEVICE:-gpu} python3 bench/run.py --build "$B" --out "$J/bench_$v.$r" \
+        --no-build --no-plot --no-dispatch "$@" >"$J/bench_$v.$r.log" 2>&1 || rc=1
+    done
+  done
+  use "$keep"
+  python3 bench/compare.py "$J"/bench_base.*/results.json -- "$J"/bench_new.*/results.json | tee "$J/compare.txt"
+  python3 bench/compare.py "$J"/overhead_base.*.json -- "$J"/overhead_new.*.json | tee "$J/compare_overhead.txt"
+  return $rc
 }
 
 job_python() {

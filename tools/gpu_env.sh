@@ -32,18 +32,23 @@ fi
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 CUDA_HOME=$(dirname "$(dirname "$NVCC")")
 
-# gpu_build DIR: configure and build everything but oneDNN and the GoogleTest unit tests
-# into DIR (the test plugins are built: the Python tests run on testref's CPU kernels too).
+# gpu_build DIR [SRC TARGET...]: configure this tree into DIR with everything but oneDNN and
+# the GoogleTest unit tests (the test plugins are built: the Python suite runs on testref's
+# CPU kernels too), and build it; or, for a baseline, the tree SRC without tests, building
+# only TARGETs.
 gpu_build() {
-  local gen=() arch=()
+  local dir=$1 src=${2:-$ROOT} gen=() arch=() targets=() extra=()
+  (($# > 2)) && targets=(--target "${@:3}") && extra=(-DDLFUSE_BUILD_TESTS=OFF)
   command -v ninja >/dev/null && gen=(-G Ninja)
   [ -n "${CUDA_ARCHS:-}" ] && arch=(-DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS")
-  cmake -S "$ROOT" -B "$1" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLFUSE_BUILD_UNIT_TESTS=OFF \
-    -DDLFUSE_WITH_ONEDNN=OFF -DDLFUSE_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" "${arch[@]}" \
+  cmake -S "$src" -B "$dir" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLFUSE_BUILD_UNIT_TESTS=OFF \
+    -DDLFUSE_WITH_ONEDNN=OFF -DDLFUSE_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" "${arch[@]}" "${extra[@]}" \
     -DDLPACK_INCLUDE_DIR="$DLINC" -DOpenCL_INCLUDE_DIR="$CLINC" -DOpenCL_LIBRARY="$CLLIB" &&
-    cmake --build "$1" -j "$(nproc)"
+    cmake --build "$dir" -j "$(nproc)" "${targets[@]}"
   local rc=$?
-  CLI=$1/bin/dlfuse
-  PLUGINS=$1/lib/dlfuse/plugins
+  if (($# < 2)); then
+    CLI=$dir/bin/dlfuse
+    PLUGINS=$dir/lib/dlfuse/plugins
+  fi
   return $rc
 }

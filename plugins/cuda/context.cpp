@@ -48,6 +48,12 @@ Temp::~Temp() {
   if (ptr_) cudaFreeAsync(ptr_, stream_);
 }
 
+LtPlan::~LtPlan() {
+  for (auto l : {a, b, c, d})
+    if (l) cublasLtMatrixLayoutDestroy(l);
+  if (desc) cublasLtMatmulDescDestroy(desc);
+}
+
 void destroy_state(State* st) noexcept {
   if (!st) return;
   for (auto& dsp : st->devices) {
@@ -55,6 +61,7 @@ void destroy_state(State* st) noexcept {
     int prev = 0;
     cudaGetDevice(&prev);
     cudaSetDevice(ds.id);
+    ds.gemms.clear();
     if (ds.lt) cublasLtDestroy(ds.lt);
     if (ds.pool) cudaMemPoolDestroy(ds.pool);
     cudaSetDevice(prev);

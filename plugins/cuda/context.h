@@ -1,5 +1,6 @@
 // What the plugin keeps per device: the cuBLASLt handle, a stream-ordered memory pool for
-// per-call temporaries (the cuBLASLt workspace among them), and the heuristic's answers.
+// per-call temporaries (the cuBLASLt workspace among them), and per GEMM problem the chosen
+// algorithm and reusable cuBLASLt descriptors.
 #ifndef DLFUSE_CUDA_CONTEXT_H_
 #define DLFUSE_CUDA_CONTEXT_H_
 
@@ -16,8 +17,21 @@
 
 namespace dlfuse_cuda {
 
-constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;  // cuBLAS's size for Hopper and later; ample before
+// The most workspace an algorithm may ask for (cuBLAS's size for Hopper and later); a call
+// allocates only what its algorithm needs.
+constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;
 
+// One GEMM problem's cuBLASLt descriptor and layouts. Made once per problem and reused:
+// making them per call cost more host time than the launch itself (docs/performance.md).
+// A plan serves one call at a time (the bias pointer is set per call).
+struct LtPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+  LtPlan() = default;
+  LtPlan(const LtPlan&) = delete;
+  LtPlan& operator=(const LtPlan&) = delete;
+  ~LtPlan();
+};
 
 struct DeviceState {
   int id = 0;
@@ -29,14 +43,18 @@ struct DeviceState {
   cublasLtHandle_t lt = nullptr;
   cudaMemPool_t pool = nullptr;
 
-  // cuBLASLt's chosen algorithm per problem key; relu_unsafe: every candidate's RELU
-  // epilogue turned NaN into 0, so relu runs in our own pass for this problem.
-  struct Algo {
-    cublasLtMatmulHeuristicResult_t res;
-    bool relu_unsafe;
+  // Per GEMM problem key: the chosen algorithm (relu_unsafe: every candidate's RELU epilogue
+  // turned NaN into 0, so relu runs in our own pass for this problem), and the plans not in
+  // use by a call right now (as many as calls of that problem ran at once, at most kIdlePlans).
+  struct GemmEntry {
+    bool chosen = false;
+    bool relu_unsafe = false;
+    cublasLtMatmulHeuristicResult_t res{};
+    std::vector<std::unique_ptr<LtPlan>> idle;
   };
-  std::mutex algo_mu;
-  std::unordered_map<std::string, Algo> algos;
+  static constexpr size_t kIdlePlans = 8;
+  std::mutex gemm_mu;
+  std::unordered_map<std::string, GemmEntry> gemms;
 };
 
 struct State {
@@ -61,21 +79,6 @@ class Temp {
  private:
   void* ptr_ = nullptr;
   cudaStream_t stream_;
-};
-
-// The call's cuBLASLt workspace: a stream-ordered allocation from the device's pool,
-// freed in stream order when the call's work is enqueued. The pool keeps freed memory, so
-// this costs no driver call after the first; and since reuse by another stream follows
-// the pool's event dependencies, no workspace is ever in use by two streams at once,
-// whatever their handles (cudaStreamPerThread, a destroyed stream's reused address).
-class LtWorkspace {
- public:
-  LtWorkspace(DeviceState& ds, cudaStream_t stream) : tmp_(ds, kLtWorkspaceBytes, stream) {}
-  void* ptr() const { return tmp_.get(); }
-  size_t size() const { return kLtWorkspaceBytes; }
-
- private:
-  Temp tmp_;
 };
 
 void destroy_state(State* st) noexcept;
