@@ -1,14 +1,13 @@
 #include "op_validators.hpp"
 
 #include <cmath>
-#include <cstddef>
 #include <cstring>
-#include <new>
 #include <string>
 
 #include "attrs.hpp"
 #include "error.hpp"
 #include "format.hpp"
+#include "layout_cache.hpp"
 #include "tensor_checks.hpp"
 
 namespace dlfuse {
@@ -165,6 +164,7 @@ const OpSpec kOps[] = {
     {DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, 4, 3, {"grad_out", "x", "y", "bias"}, {"grad_x", "grad_y", "grad_bias"},
      true, false, check_add_mul_backward, 2, {kAct, kMul}},
 };
+static_assert(sizeof(kOps) / sizeof(kOps[0]) == kKnownOps, "layout_cache.hpp sizes its table by kKnownOps");
 
 const char* attr_type_name(int32_t type) {
   return type == DLFUSE_ATTR_INT64 ? "INT64" : type == DLFUSE_ATTR_FLOAT64 ? "FLOAT64" : "unknown";
@@ -307,234 +307,29 @@ dlfuse_status_t check_overlaps(const OpSpec* spec, const char* op, const TensorV
   return DLFUSE_STATUS_OK;
 }
 
-// ---- Layouts remembered per thread and known op -----------------------------------------
-//
-// Training and inference loops repeat each call's shapes, strides, dtypes and devices step
-// after step; only data pointers and offsets change. Everything validation concludes from
-// those fields (check_layout, the common dtype and device, the op's shape rules, the
-// attributes) is remembered for the last kRememberedLayouts valid layouts of each known op,
-// per thread, and a call repeating one of them reruns only what reads data and
-// byte_offset: check_placement and the overlap tests. Both paths run the same checks in
-// the same order over the same values, so a repeat gets the status and message a first
-// call would (tests/unit/test_repeat_calls.cpp, fuzz_validation compare them). Per thread:
-// calls never share or lock it; what a kernel receives is copied into its CallPlan.
-
-constexpr int32_t kSpecInputs = 4, kSpecOutputs = 3;  // the most of any known op
-constexpr int32_t kRememberedNdim = 6;                // deeper layouts are not remembered
-// Per op: a model's layers calling one op in turn (an MLP's matmuls) each keep theirs.
-constexpr int32_t kRememberedLayouts = 8;
-
-// One tensor of a remembered layout: what check_layout read (DLTensor keeps device, ndim
-// and dtype in 16 contiguous bytes, compared as two words) and what it concluded.
-struct TensorKey {
-  uint64_t header[2];
-  int32_t ndim;
-  bool present;  // outputs may be NULL
-  bool strided;  // strides given (compared), or compact (NULL)
-  int64_t shape[kRememberedNdim];
-  int64_t strides[kRememberedNdim];  // the view's, given or computed
-  int64_t numel, itemsize, bytes;
-};
-static_assert(offsetof(DLTensor, ndim) == offsetof(DLTensor, device) + sizeof(DLDevice) &&
-                  offsetof(DLTensor, dtype) == offsetof(DLTensor, ndim) + sizeof(int32_t) &&
-                  sizeof(DLDevice) + sizeof(int32_t) + sizeof(DLDataType) == sizeof(TensorKey::header),
-              "device, ndim and dtype are 16 contiguous bytes of DLTensor");
-
-struct Layout {
-  uint64_t fingerprint;  // of the first input: compared before the whole layout
-  TensorKey in[kSpecInputs], out[kSpecOutputs];
-  int32_t num_attrs;
-  dlfuse_attr_t attrs[kMaxAttrs];      // as given
-  dlfuse_attr_t canonical[kMaxAttrs];  // what the kernel receives
-  DLDevice device;
-  DLDataType dtype;
-  bool skip;
-};
-
-struct OpLayouts {
-  Layout layout[kRememberedLayouts];
-  int32_t count;  // valid entries
-  int32_t next;   // the one a new layout replaces (round robin)
-  int32_t last;   // the last one matched: searched first
-};
-struct ThreadLayouts {
-  OpLayouts op[sizeof(kOps) / sizeof(kOps[0])];
-};
-
-// A plain pointer (no guard on access); the object frees the memory at thread exit.
-thread_local ThreadLayouts* t_layouts = nullptr;
-thread_local bool t_exiting = false;
-struct FreeLayoutsAtThreadExit {
-  ~FreeLayoutsAtThreadExit() {
-    t_exiting = true;  // a later call on this thread (another thread_local's destructor) remembers nothing
-    delete t_layouts;
-    t_layouts = nullptr;
-  }
-};
-
-// Out of line, so the thread-local address is computed once per call (inlined, GCC
-// rematerialized it, a call to __tls_get_addr in a shared library, at 14 places).
-__attribute__((noinline)) OpLayouts* layouts_of(const OpSpec& spec) {
-  ThreadLayouts* t = t_layouts;
-  if (__builtin_expect(t == nullptr, 0)) {
-    if (t_exiting) return nullptr;
-    t = new (std::nothrow) ThreadLayouts();  // zeroed; without memory, nothing is remembered
-    if (!t) return nullptr;
-    static thread_local FreeLayoutsAtThreadExit free_at_exit;
-    (void)&free_at_exit;  // first use on this thread: registers its destructor
-    t_layouts = t;
-  }
-  return &t->op[&spec - kOps];
-}
-
-inline bool same_tensor(const TensorKey& k, const DLTensor* t) {
-  if (!t) return !k.present;
-  uint64_t header[2];
-  std::memcpy(header, &t->device, sizeof header);
-  if (((header[0] ^ k.header[0]) | (header[1] ^ k.header[1])) != 0 || !k.present ||
-      (t->strides != nullptr) != k.strided || (k.ndim > 0 && !t->shape))
-    return false;
-  for (int32_t i = 0; i < k.ndim; ++i)
-    if (t->shape[i] != k.shape[i]) return false;
-  if (k.strided)
-    for (int32_t i = 0; i < k.ndim; ++i)
-      if (t->strides[i] != k.strides[i]) return false;
-  return true;
-}
-
-inline bool same_attr(const dlfuse_attr_t& a, const dlfuse_attr_t& b) {
-  uint64_t va, vb;  // the value's bits: the same double, NaNs and -0.0 included
-  std::memcpy(&va, &a.value, sizeof va);
-  std::memcpy(&vb, &b.value, sizeof vb);
-  return a.key == b.key && a.type == b.type && va == vb;
-}
-
-inline bool same_layout(const Layout& l, const OpSpec& spec, const DLTensor* const* inputs, DLTensor* const* outputs,
-                        const dlfuse_attr_t* attrs, int32_t num_attrs) {
-  for (int32_t i = 0; i < spec.num_inputs; ++i)
-    if (!same_tensor(l.in[i], inputs[i])) return false;
-  for (int32_t i = 0; i < spec.num_outputs; ++i)
-    if (!same_tensor(l.out[i], outputs[i])) return false;
-  if (num_attrs != l.num_attrs || (num_attrs > 0 && !attrs)) return false;
-  for (int32_t j = 0; j < num_attrs; ++j)
-    if (!same_attr(attrs[j], l.attrs[j])) return false;
-  return true;
-}
-
-// A few of the first input's fields mixed into one word, so that looking for a layout
-// among the remembered ones compares one word per entry, not tensors. 0 when the tensor
-// is NULL or not one a layout is remembered for (the call then takes the full checks).
-inline uint64_t fingerprint_of(const DLTensor* t) {
-  if (!t || t->ndim < 0 || t->ndim > kRememberedNdim || (t->ndim > 0 && !t->shape)) return 0;
-  uint64_t header[2];
-  std::memcpy(header, &t->device, sizeof header);
-  uint64_t f = header[0] * 0x9E3779B97F4A7C15ull ^ header[1] ^ (t->strides ? 0x5555 : 0);
-  if (t->ndim > 0)
-    f ^= static_cast<uint64_t>(t->shape[0]) * 0xC2B2AE3D27D4EB4Full ^
-         static_cast<uint64_t>(t->shape[t->ndim - 1]) * 0x165667B19E3779F9ull;
-  return f | 1;
-}
-
-// The view check_layout would have made of `t`, from its remembered key.
-inline void view_from_key(const TensorKey& k, const DLTensor* t, TensorView* v) {
-  v->t = t;
-  if (!t) {
-    v->numel = 0;
-    return;
-  }
-  v->numel = k.numel;
-  v->itemsize = k.itemsize;
-  v->bytes = k.bytes;
-  for (int32_t i = 0; i < k.ndim; ++i) v->strides[i] = k.strides[i];
-}
-
-void key_from_view(const TensorView& v, TensorKey* k) {
-  const DLTensor* t = v.t;
-  k->present = t != nullptr;
-  if (!t) return;
-  std::memcpy(k->header, &t->device, sizeof k->header);
-  k->ndim = t->ndim;
-  k->strided = t->strides != nullptr;
-  for (int32_t i = 0; i < t->ndim; ++i) {
-    k->shape[i] = t->shape[i];
-    k->strides[i] = v.strides[i];
-  }
-  k->numel = v.numel;
-  k->itemsize = v.itemsize;
-  k->bytes = v.bytes;
-}
-
-bool rememberable(const TensorView* in, int32_t n_in, const TensorView* out, int32_t n_out, int32_t num_attrs) {
-  for (int32_t i = 0; i < n_in; ++i)
-    if (in[i].t->ndim > kRememberedNdim) return false;
-  for (int32_t i = 0; i < n_out; ++i)
-    if (out[i].t && out[i].t->ndim > kRememberedNdim) return false;
-  return num_attrs <= kMaxAttrs;  // always true of a valid call: each attribute at most once
-}
-
-// A known op's call: a remembered layout's repeat, or the full checks, then remembered.
+// A known op's call: a remembered layout's repeat (rerunning only what reads data and
+// byte_offset), or the full checks, then remembered (layout_cache.hpp).
 dlfuse_status_t validate_known(const OpSpec& spec, const char* op, const DLTensor* const* inputs,
                                DLTensor* const* outputs, const dlfuse_attr_t* attrs, int32_t num_attrs,
                                CallPlan* plan) {
   const int32_t n_in = spec.num_inputs, n_out = spec.num_outputs;
-  TensorView in[kSpecInputs], out[kSpecOutputs];  // uninitialized: filled for [0, n_in), [0, n_out)
-  OpLayouts* mem = layouts_of(spec);
-  const uint64_t fingerprint = fingerprint_of(inputs[0]);
-  const Layout* hit = nullptr;
-  if (mem && fingerprint && mem->count > 0) {
-    // The last one matched first (a loop calling one layout), then the others in order.
-    const Layout* l = &mem->layout[mem->last];
-    if (l->fingerprint == fingerprint && same_layout(*l, spec, inputs, outputs, attrs, num_attrs)) {
-      hit = l;
-    } else {
-      for (int32_t i = 0; i < mem->count; ++i) {
-        l = &mem->layout[i];
-        if (l->fingerprint == fingerprint && i != mem->last &&
-            same_layout(*l, spec, inputs, outputs, attrs, num_attrs)) {
-          hit = l;
-          mem->last = i;
-          break;
-        }
-      }
-    }
-  }
-  if (hit) {
-    for (int32_t i = 0; i < n_in; ++i) {
-      view_from_key(hit->in[i], inputs[i], &in[i]);
+  const int32_t op_index = int32_t(&spec - kOps);
+  TensorView in[kLayoutInputs], out[kLayoutOutputs];  // uninitialized: filled for [0, n_in), [0, n_out)
+  const LayoutCall call{op_index, inputs, n_in, outputs, n_out, attrs, num_attrs, spec.num_attrs};
+  if (repeat_layout(call, in, out, plan)) {
+    for (int32_t i = 0; i < n_in; ++i)
       if (auto s = check_placement(op, spec.input_names[i], &in[i])) return s;
-    }
-    for (int32_t i = 0; i < n_out; ++i) {
-      view_from_key(hit->out[i], outputs[i], &out[i]);
-      if (!outputs[i]) continue;
-      if (auto s = check_placement(op, spec.output_names[i], &out[i])) return s;
-    }
+    for (int32_t i = 0; i < n_out; ++i)
+      if (outputs[i])
+        if (auto s = check_placement(op, spec.output_names[i], &out[i])) return s;
     if (auto s = check_overlaps(&spec, op, in, n_in, out, n_out)) return s;
-    plan->device = hit->device;
-    plan->dtype = hit->dtype;
-    plan->skip = hit->skip;
-    for (int32_t i = 0; i < spec.num_attrs; ++i) plan->canonical[i] = hit->canonical[i];
   } else {
     if (auto s = check_tensors(&spec, op, inputs, n_in, outputs, n_out, in, out, plan)) return s;
     if (auto s = check_overlaps(&spec, op, in, n_in, out, n_out)) return s;
     // num_outputs == spec.num_outputs, so the shape checks read only views set above.
     if (auto s = spec.check_shapes(op, in, out)) return s;
     if (auto s = canonical_attrs(spec, attrs, num_attrs, plan->canonical)) return s;
-    if (mem && fingerprint && rememberable(in, n_in, out, n_out, num_attrs)) {
-      const int32_t i = mem->next;
-      Layout& l = mem->layout[i];
-      l.fingerprint = fingerprint;
-      for (int32_t j = 0; j < n_in; ++j) key_from_view(in[j], &l.in[j]);
-      for (int32_t j = 0; j < n_out; ++j) key_from_view(out[j], &l.out[j]);
-      l.num_attrs = num_attrs;
-      for (int32_t j = 0; j < num_attrs; ++j) l.attrs[j] = attrs[j];
-      for (int32_t j = 0; j < spec.num_attrs; ++j) l.canonical[j] = plan->canonical[j];
-      l.device = plan->device;
-      l.dtype = plan->dtype;
-      l.skip = plan->skip;
-      mem->last = i;
-      mem->next = i + 1 == kRememberedLayouts ? 0 : i + 1;
-      if (mem->count < kRememberedLayouts) ++mem->count;
-    }
+    remember_layout(call, in, out, *plan);
   }
   plan->attrs = plan->canonical;
   plan->num_attrs = spec.num_attrs;
