@@ -20,7 +20,8 @@
 #   ab[=ARGS]      before/after in one run: the CUDA and OpenCL plugins built from the source
 #                  tree $AB_BASE (e.g. `mkdir .ab-base && git archive REV | tar -x -C .ab-base`,
 #                  carried) against this tree's, swapped in turn under the same driver, libdlfuse
-#                  and Python ($AB_ROUNDS rounds, default 1): bench/run.py ARGS, the Python call
+#                  and Python ($AB_ROUNDS rounds, default 1, base first in odd rounds and second
+#                  in even ones): bench/run.py ARGS, the Python call
 #                  overhead (torch, CUDA) and dlfuse_cuda_host_cost over each; bench/compare.py
 #                  prints new/base per row
 # When $OUT is set (the device tool), everything is packed into $OUT/gpu-logs.tgz at the end.
@@ -67,10 +68,10 @@ job_conform() {
 }
 
 job_memcheck() {
-  timeout 500 compute-sanitizer --tool memcheck --print-limit 20 "$CLI" conform "$PLUGINS/libdlfuse_cuda.so" \
-    --dtype bfloat16 >"$J/memcheck.txt" 2>&1
+  timeout 500 compute-sanitizer --tool memcheck --print-limit 20 --error-exitcode 1 "$CLI" conform \
+    "$PLUGINS/libdlfuse_cuda.so" --dtype bfloat16 >"$J/memcheck.txt" 2>&1
   local rc=$?
-  grep -E "ERROR SUMMARY|passed, " "$J/memcheck.txt"
+  grep -E "ERROR SUMMARY|passed, " "$J/memcheck.txt" | tee -a "$LOGS/summary.txt"
   return $rc
 }
 
@@ -100,7 +101,7 @@ job_bench() {
 
 job_ab() {
   [ -d "${AB_BASE:-}" ] || { echo "ab: AB_BASE must name the baseline's source tree"; return 2; }
-  local base=$B-ab-base keep=$B-ab-new r v p rc=0
+  local base=$B-ab-base keep=$B-ab-new r v p order rc=0
   gpu_build "$base" "$(realpath "$AB_BASE")" dlfuse_cuda dlfuse_opencl >"$J/base_build.log" 2>&1 ||
     { tail -20 "$J/base_build.log"; return 1; }
   cmake --build "$B" --target dlfuse_cuda_host_cost dlfuse_pyext >"$J/new_build.log" 2>&1 || { tail -20 "$J/new_build.log"; return 1; }
@@ -108,7 +109,9 @@ job_ab() {
   for p in cuda opencl; do cp "$PLUGINS/libdlfuse_$p.so" "$keep/"; done
   use() { for p in cuda opencl; do cp "$1/libdlfuse_$p.so" "$PLUGINS/"; done; }
   for r in $(seq 1 "${AB_ROUNDS:-1}"); do
-    for v in base new; do
+    order="base new"
+    ((r % 2 == 0)) && order="new base"  # alternate: on the lent machines order alone moves figures
+    for v in $order; do
       if [ $v = base ]; then use "$base/lib/dlfuse/plugins"; else use "$keep"; fi
       echo "== round $r: $v"
       "$B/bin/dlfuse_cuda_host_cost" "$PLUGINS/libdlfuse_cuda.so" | tee "$J/host_cost_$v.$r.txt" || rc=1

@@ -68,9 +68,9 @@ int main(int argc, char** argv) {
   const int64_t M = 32, N = 32, K = 32;
   void *a, *b, *bias, *d;
   CK(cudaMalloc(&a, 4 * M * K) == cudaSuccess && cudaMalloc(&b, 4 * K * N) == cudaSuccess);
-  CK(cudaMalloc(&bias, 4 * N) == cudaSuccess && cudaMalloc(&d, 4 * M * N) == cudaSuccess);
+  CK(cudaMalloc(&bias, 4 * 64) == cudaSuccess && cudaMalloc(&d, 4 * M * N) == cudaSuccess);
   CK(cudaMemset(a, 0, 4 * M * K) == cudaSuccess && cudaMemset(b, 0, 4 * K * N) == cudaSuccess);
-  CK(cudaMemset(bias, 0, 4 * N) == cudaSuccess);
+  CK(cudaMemset(bias, 0, 4 * 64) == cudaSuccess);  // [N] for the GEMM, [64] for add_mul
 
   // The descriptor and four layouts a GEMM needs (what the plugin made on every call).
   struct Objs {

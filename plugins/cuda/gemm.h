@@ -53,8 +53,9 @@ struct Gemm {
 
 // Enqueues g on s; when cuBLASLt refuses the layouts, gathers X and Y into compact
 // temporaries first (D must be expressible: callers give a compact temporary otherwise).
-// Returns false, having enqueued nothing, when g.relu and no NaN-keeping RELU epilogue
-// exists for the problem. Throws Error when cuBLASLt has no algorithm at all.
+// Returns false, having enqueued no GEMM (gathers may be enqueued), when g.relu and the
+// RELU epilogue cannot be used: no candidate keeps NaN, or the stream is being captured
+// before the problem's algorithm was chosen. Throws Error when cuBLASLt has no algorithm.
 bool gemm(Gemm g, DeviceState& ds, cudaStream_t s);
 
 }  // namespace dlfuse_cuda

@@ -27,8 +27,8 @@ struct TensorView {
   uint64_t lo, hi;
 };
 
-// A tensor's checks come in two parts so that a call repeating the last call's layout
-// (op_validators.cpp) reruns only the second: check_layout reads everything but `data`
+// A tensor's checks come in two parts so that a call repeating a remembered layout
+// (layout_cache.hpp) reruns only the second: check_layout reads everything but `data`
 // and `byte_offset`, check_placement reads only those two (and what the first stored).
 
 // Validates the layout of `t` as argument `arg` of `op`: non-NULL, 0 <= ndim <= kMaxNdim,

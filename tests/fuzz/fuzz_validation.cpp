@@ -13,8 +13,8 @@
 // ASan checks the kernels' memory accesses on fuzzed-but-valid layouts.
 //
 // Every non-OK status must be a dlfuse_status_t and come with a non-empty
-// dlfuse_last_error(). Each thread's registry calls remember the layout of the last valid
-// call of each op (registry/src/op_validators.cpp); an outcome must not depend on that
+// dlfuse_last_error(). Each thread's registry calls remember the layouts of the last 8 valid
+// calls of each op (registry/src/layout_cache.hpp); an outcome must not depend on that
 // history: every call of the oracle runs again at once (a repeat of its own layout), then
 // with its tensors moved (same layouts, other data and byte_offset), and each outcome,
 // status and message, must equal that of a thread which never called before. Paths of the plugins come from the environment

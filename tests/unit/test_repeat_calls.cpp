@@ -1,6 +1,6 @@
 // Repeated layouts: each thread keeps the layouts of its last valid calls of each known op
 // (8 per op), and a call repeating one reruns only the checks that read data and
-// byte_offset (registry/src/op_validators.cpp). These tests hold that a repeat is judged exactly as a
+// byte_offset (registry/src/layout_cache.hpp). These tests hold that a repeat is judged exactly as a
 // first call is: every refusal, status and message equals what a thread with no history
 // gets, and a change to anything in the same structs (shape or stride arrays written in
 // place, dtype, device, optional outputs, attributes) is seen.
