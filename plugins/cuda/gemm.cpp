@@ -260,9 +260,13 @@ class PlanLease {
   }
   ~PlanLease() {
     if (!plan) return;
-    std::lock_guard<std::mutex> lk(ds_.gemm_mu);
-    auto& idle = ds_.gemms[key_].idle;
-    if (idle.size() < DeviceState::kIdlePlans) idle.push_back(std::move(plan));
+    try {
+      std::lock_guard<std::mutex> lk(ds_.gemm_mu);
+      auto& idle = ds_.gemms[key_].idle;
+      if (idle.size() < DeviceState::kIdlePlans) idle.push_back(std::move(plan));
+    } catch (...) {
+      // Out of memory: the plan is destroyed instead of kept (a destructor must not throw).
+    }
   }
   PlanLease(const PlanLease&) = delete;
   PlanLease& operator=(const PlanLease&) = delete;
