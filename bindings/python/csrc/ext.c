@@ -636,6 +636,18 @@ static void release_all(View* vs, int n) {
 
 /* ---- the four ops ------------------------------------------------------------------------- */
 
+/* The end of a forward call: the status raised (then the views released), or the views
+ * released and `out` marked written and returned. Takes the reference to out. */
+static PyObject* finish_out(int st, View* v, int nv, PyObject* out, void* s) {
+  if (st) raise_status(st, NULL);
+  release_all(v, nv);
+  if (st || mark_written(out, s) < 0) {
+    Py_DECREF(out);
+    return NULL;
+  }
+  return out;
+}
+
 static PyObject* py_matmul_add_relu(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwn) {
   (void)self;
   static const char* const names[] = {"a", "b", "bias", "out", "stream", "allow_tf32", "registry"};
@@ -678,16 +690,7 @@ static PyObject* py_matmul_add_relu(PyObject* self, PyObject* const* args, Py_ss
   Py_BEGIN_ALLOW_THREADS
   st = S.mar((dlfuse_registry_t)h, v[0].t, v[1].t, v[2].t, v[3].t, tf32, s);
   Py_END_ALLOW_THREADS
-  if (st) {
-    raise_status(st, NULL);
-    goto fail;
-  }
-  release_all(v, 4);
-  if (mark_written(out, s) < 0) {
-    Py_DECREF(out);
-    return NULL;
-  }
-  return out;
+  return finish_out(st, v, 4, out, s);
 fail:
   release_all(v, 4);
   Py_XDECREF(out);
@@ -740,16 +743,7 @@ static PyObject* py_add_mul_activation(PyObject* self, PyObject* const* args, Py
   Py_BEGIN_ALLOW_THREADS
   st = S.amc((dlfuse_registry_t)h, v[0].t, v[1].t, v[2].t, m, (dlfuse_activation_t)act, to, s);
   Py_END_ALLOW_THREADS
-  if (st) {
-    raise_status(st, NULL);
-    goto fail;
-  }
-  release_all(v, 4);
-  if (mark_written(out, s) < 0) {
-    Py_DECREF(out);
-    return NULL;
-  }
-  return out;
+  return finish_out(st, v, 4, out, s);
 fail:
   release_all(v, 4);
   Py_XDECREF(out);
