@@ -15,6 +15,12 @@ if os.environ.get("DLFUSE_TEST_INSTALLED") != "1" and SRC not in sys.path:
 import dlfuse  # noqa: E402
 
 POISON = 1234.5  # finite, so an unwritten element cannot pass as a NaN result
+# On the GPU machine: CUDA cases fail instead of skipping when no GPU or CUDA plugin is there.
+REQUIRE_CUDA = os.environ.get("DLFUSE_REQUIRE_CUDA") == "1"
+
+
+def cuda_plugin_available():
+    return any(p.available and p.device == "cuda" for p in dlfuse.plugins())
 
 
 def cpu_plugin_for(dtype):

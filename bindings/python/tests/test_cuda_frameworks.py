@@ -1,17 +1,11 @@
 """CuPy and JAX on CUDA (run on the GPU machine; skipped where they or a GPU are absent, or
 failing instead when DLFUSE_REQUIRE_CUDA=1)."""
-import os
 
 import numpy as np
 import pytest
 
 import dlfuse
-
-REQUIRE_CUDA = os.environ.get("DLFUSE_REQUIRE_CUDA") == "1"
-
-
-def _cuda_plugin():
-    return any(p.available and p.device == "cuda" for p in dlfuse.plugins())
+from conftest import REQUIRE_CUDA, cuda_plugin_available as _cuda_plugin
 
 
 def _need(modname):

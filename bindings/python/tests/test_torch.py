@@ -12,13 +12,13 @@ torch = pytest.importorskip("torch")
 import dlfuse  # noqa: E402
 import dlfuse.torch as dft  # noqa: E402
 
+from conftest import REQUIRE_CUDA, cuda_plugin_available  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-REQUIRE_CUDA = os.environ.get("DLFUSE_REQUIRE_CUDA") == "1"
 
 
 def _cuda_ok():
-    return (torch.cuda.is_available()
-            and any(p.available and p.device == "cuda" for p in dlfuse.plugins()))
+    return torch.cuda.is_available() and cuda_plugin_available()
 
 
 def _cpu_ok():
