@@ -191,6 +191,26 @@ unsafe impl Sync for TensorView<'_> {}
 unsafe impl Send for TensorViewMut<'_> {}
 unsafe impl Sync for TensorViewMut<'_> {}
 
+// What both views read of their layout.
+macro_rules! layout_accessors {
+    () => {
+        pub fn shape(&self) -> &[i64] {
+            &self.layout.shape
+        }
+        pub fn dtype(&self) -> DataType {
+            self.layout.dtype
+        }
+        pub fn device(&self) -> Device {
+            self.layout.device
+        }
+        /// The C view, for calls the safe API does not wrap. Its pointers are valid only
+        /// while this view is alive and unmoved; using it is `unsafe` on the C side.
+        pub fn raw(&self) -> sys::DLTensor {
+            self.layout.dl()
+        }
+    };
+}
+
 impl<'a> TensorView<'a> {
     /// A compact row-major view of a host slice.
     pub fn new<T: Element>(data: &'a [T], shape: &[i64]) -> Result<Self> {
@@ -232,20 +252,7 @@ impl<'a> TensorView<'a> {
         TensorView { layout, _data: PhantomData }
     }
 
-    pub fn shape(&self) -> &[i64] {
-        &self.layout.shape
-    }
-    pub fn dtype(&self) -> DataType {
-        self.layout.dtype
-    }
-    pub fn device(&self) -> Device {
-        self.layout.device
-    }
-    /// The C view, for calls the safe API does not wrap. Its pointers are valid only
-    /// while this view is alive and unmoved; using it is `unsafe` on the C side.
-    pub fn raw(&self) -> sys::DLTensor {
-        self.layout.dl()
-    }
+    layout_accessors!();
 }
 
 impl<'a> TensorViewMut<'a> {
@@ -290,18 +297,5 @@ impl<'a> TensorViewMut<'a> {
         TensorViewMut { layout, _data: PhantomData }
     }
 
-    pub fn shape(&self) -> &[i64] {
-        &self.layout.shape
-    }
-    pub fn dtype(&self) -> DataType {
-        self.layout.dtype
-    }
-    pub fn device(&self) -> Device {
-        self.layout.device
-    }
-    /// The C view, for calls the safe API does not wrap. Its pointers are valid only
-    /// while this view is alive and unmoved; using it is `unsafe` on the C side.
-    pub fn raw(&self) -> sys::DLTensor {
-        self.layout.dl()
-    }
+    layout_accessors!();
 }
