@@ -49,17 +49,7 @@ add_executable(dlfuse_opencl_threads tests/threads.cpp)
 target_link_libraries(dlfuse_opencl_threads PRIVATE dlfuse::dlfuse OpenCL::OpenCL)
 target_compile_options(dlfuse_opencl_threads PRIVATE -Wall -Wextra)
 add_test(NAME opencl.threads COMMAND dlfuse_opencl_threads ${_plugin} 6 10)
-set_tests_properties(opencl.threads PROPERTIES ENVIRONMENT "${_env}" LABELS conformance TIMEOUT 300
-                     FIXTURES_REQUIRED opencl_pocl_cache)
-# PoCL 3.1 aborts now and then (an assertion in pocl_release_dlhandle_cache) when several
-# threads first launch kernels that it is still compiling for its on-disk cache: measured
-# 3 aborts in 43 cold runs of the test above, 0 in 30 runs over a warm cache, and no
-# lock on our side (clEnqueueNDRangeKernel serialized) avoided it, since PoCL compiles on
-# its own worker threads. So the threaded test runs over a cache that one single-threaded
-# run filled; our own first-use race (the per-device program build) is still exercised.
-add_test(NAME opencl.threads_warm_pocl_cache COMMAND dlfuse_opencl_threads ${_plugin} 1 1)
-set_tests_properties(opencl.threads_warm_pocl_cache PROPERTIES ENVIRONMENT "${_env}" LABELS conformance
-                     TIMEOUT 300 FIXTURES_SETUP opencl_pocl_cache)
+set_tests_properties(opencl.threads PROPERTIES ENVIRONMENT "${_env}" LABELS conformance TIMEOUT 300)
 
 # Sub-buffers of one cl_mem: disjoint ones work, an output overlapping an input through
 # them is refused (the registry cannot see it: the handles differ).
