@@ -5,6 +5,7 @@
 
 #include "error.hpp"
 #include "format.hpp"
+#include "layout_cache.hpp"
 #include "op_validators.hpp"
 #include "registry.hpp"
 
@@ -29,6 +30,9 @@ OpTable build_table(const dlfuse_registry* r, const std::string& op) {
   for (const auto& p : r->plugins) {
     if (!p->available) continue;
     const int pref = preference_rank(r, op, p->name);
+    // An op added after the plugin's ABI minor is not the plugin's, whatever it named so.
+    const OpSpec* spec = find_known_op(op.c_str());
+    if (spec && op_since_minor(spec) > p->api.abi_minor) continue;
     for (const Kernel& k : p->kernels)
       if (k.op == op) ranked.push_back({{p.get(), &k}, pref});
   }
@@ -96,6 +100,13 @@ void publish_snapshot_locked(dlfuse_registry* r) {
 dlfuse_status_t call_op(dlfuse_op* op, const DLTensor* const* inputs, int32_t num_inputs,
                         DLTensor* const* outputs, int32_t num_outputs, const dlfuse_attr_t* attrs,
                         int32_t num_attrs, void* stream) {
+  // A caller of an older ABI minor passes only the inputs its minor had; the rest are absent.
+  const DLTensor* widened[kLayoutInputs] = {};
+  if (op->spec && num_inputs == op_min_inputs(op->spec) && num_inputs < op_num_inputs(op->spec)) {
+    for (int32_t i = 0; i < num_inputs; ++i) widened[i] = inputs ? inputs[i] : nullptr;
+    inputs = widened;
+    num_inputs = op_num_inputs(op->spec);
+  }
   CallPlan plan;
   if (auto s = validate_call(op->spec, op->name.c_str(), inputs, num_inputs, outputs, num_outputs, attrs, num_attrs,
                              &plan))
@@ -109,6 +120,17 @@ dlfuse_status_t call_op(dlfuse_op* op, const DLTensor* const* inputs, int32_t nu
                 op->name.c_str(), device_name(plan.device).c_str(), c->plugin->device_count - 1,
                 c->plugin->name.c_str(), c->plugin->device_count);
   if (plan.skip) return DLFUSE_STATUS_OK;
+  if (op->spec && num_inputs > op_min_inputs(op->spec) && !(c->kernel->flags & DLFUSE_KERNEL_TAKES_V1_1_INPUTS)) {
+    // The kernel reads the op's 1.0 inputs only, so the inputs appended since must be absent.
+    for (int32_t i = op_min_inputs(op->spec); i < num_inputs; ++i)
+      if (inputs[i])
+        return fail(DLFUSE_STATUS_UNSUPPORTED,
+                    "%s: plugin '%s' takes the op's %d ABI 1.0 inputs only (its kernel does not declare "
+                    "DLFUSE_KERNEL_TAKES_V1_1_INPUTS); input '%s' (ABI 1.1) is given: pass the 1.0 inputs, or prefer "
+                    "a plugin that takes it",
+                    op->name.c_str(), c->plugin->name.c_str(), op_min_inputs(op->spec), op_input_name(op->spec, i));
+    num_inputs = op_min_inputs(op->spec);
+  }
 
   char err[1024];
   err[0] = '\0';

@@ -152,7 +152,7 @@ void key_from_view(const TensorView& v, TensorKey* k) {
 
 bool rememberable(const TensorView* in, int32_t n_in, const TensorView* out, int32_t n_out, int32_t num_attrs) {
   for (int32_t i = 0; i < n_in; ++i)
-    if (in[i].t->ndim > kRememberedNdim) return false;
+    if (in[i].t && in[i].t->ndim > kRememberedNdim) return false;
   for (int32_t i = 0; i < n_out; ++i)
     if (out[i].t && out[i].t->ndim > kRememberedNdim) return false;
   return num_attrs <= kMaxAttrs;  // always true of a valid call: each attribute at most once

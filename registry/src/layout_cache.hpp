@@ -17,9 +17,9 @@
 
 namespace dlfuse {
 
-constexpr int32_t kKnownOps = 4;        // the ops the registry validates fully
-constexpr int32_t kLayoutInputs = 4;    // the most inputs of any known op
-constexpr int32_t kLayoutOutputs = 3;   // the most outputs of any known op
+constexpr int32_t kKnownOps = 8;        // the ops the registry validates fully
+constexpr int32_t kLayoutInputs = 5;    // the most inputs of any known op
+constexpr int32_t kLayoutOutputs = 4;   // the most outputs of any known op
 
 // One call of known op number `op_index` (its place in the registry's op table).
 struct LayoutCall {

@@ -23,18 +23,25 @@ struct AttrSpec {
 };
 
 using ShapeCheck = dlfuse_status_t (*)(const char* op, const TensorView* in, const TensorView* out);
+// Rules that tie which optional inputs are present to the attributes (after both passed).
+using FormCheck = dlfuse_status_t (*)(const char* op, const TensorView* in, const dlfuse_attr_t* canonical);
 
 }  // namespace
 
 struct OpSpec {
   const char* name;
+  uint32_t since_minor;   // the ABI minor that added the op
   int32_t num_inputs;
+  int32_t min_inputs;     // a caller of an older minor may pass only the first min_inputs
   int32_t num_outputs;
-  const char* input_names[4];
-  const char* output_names[3];
-  bool outputs_optional;
-  bool in_place_out_x;  // outputs[0] may be exactly inputs[0]
+  const char* input_names[kLayoutInputs];
+  const char* output_names[kLayoutOutputs];
+  uint32_t optional_inputs;  // bit i: inputs[i] may be NULL (check_shapes says when)
+  bool outputs_optional;     // any output may be NULL
+  uint32_t required_outputs; // bit i: outputs[i] may not be NULL even so
+  int32_t in_place_input;    // outputs[0] may be exactly this input; -1: none
   ShapeCheck check_shapes;
+  FormCheck check_form;      // may be NULL
   int32_t num_attrs;
   AttrSpec attrs[kMaxAttrs];
 };
@@ -135,18 +142,134 @@ dlfuse_status_t check_add_mul(const char* op, const TensorView* in, const Tensor
   return expect_shape(op, "out", out[0], shape, n, "broadcast(x, y, bias)");
 }
 
+bool present(const TensorView& v) { return v.t != nullptr; }
+
+dlfuse_status_t expect_absent(const char* op, const char* arg, const TensorView& v, const char* why) {
+  if (!present(v)) return DLFUSE_STATUS_OK;
+  return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s' is given; expected NULL (%s)", op, arg, why);
+}
+
+dlfuse_status_t expect_present(const char* op, const char* arg, const TensorView& v, const char* why) {
+  if (present(v)) return DLFUSE_STATUS_OK;
+  return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s' is NULL; expected a DLTensor (%s)", op, arg, why);
+}
+
+// Outputs whose shape names the forward input they reduce to: broadcastable to `shape`.
+dlfuse_status_t expect_reductions(const char* op, const TensorView* out, const char* const* names, int32_t n,
+                                  const int64_t* shape, int32_t nshape) {
+  for (int32_t i = 0; i < n; ++i)
+    if (present(out[i]))
+      if (auto s = expect_broadcastable(op, names[i], out[i], shape, nshape)) return s;
+  return DLFUSE_STATUS_OK;
+}
+
 dlfuse_status_t check_add_mul_backward(const char* op, const TensorView* in, const TensorView* out) {
+  const char* names[3] = {"grad_x", "grad_y", "grad_bias"};
+  const char* inputs[3] = {"x", "y", "bias"};
   int64_t shape[kMaxNdim];
   int32_t n;
+  if (in[4].t) {  // ABI 1.1: d_pre from out; the outputs' shapes name x's, y's and bias's
+    for (int i = 0; i < 3; ++i)
+      if (auto s = expect_absent(op, inputs[i], in[1 + i], "pass either x, y and bias, or out")) return s;
+    n = in[4].t->ndim;
+    for (int32_t d = 0; d < n; ++d) shape[d] = in[4].t->shape[d];
+    if (auto s = expect_shape(op, "grad_out", in[0], shape, n, "out's shape")) return s;
+    return expect_reductions(op, out, names, 3, shape, n);
+  }
+  for (int i = 0; i < 3; ++i)
+    if (auto s = expect_present(op, inputs[i], in[1 + i], "the forward's input, or pass out instead")) return s;
   if (auto s = pointwise_shape(op, in + 1, shape, &n)) return s;
   if (auto s = expect_shape(op, "grad_out", in[0], shape, n, "broadcast(x, y, bias)")) return s;
-  const char* names[3] = {"grad_x", "grad_y", "grad_bias"};
   const char* whose[3] = {"x's shape", "y's shape", "bias's shape"};
   for (int i = 0; i < 3; ++i) {
     if (!out[i].t) continue;
     if (auto s = expect_shape(op, names[i], out[i], in[1 + i].t->shape, in[1 + i].t->ndim, whose[i])) return s;
   }
   return DLFUSE_STATUS_OK;
+}
+
+
+// matmul_add_activation: out, and pre when given, have out's shape.
+dlfuse_status_t check_matmul_activation(const char* op, const TensorView* in, const TensorView* out) {
+  int64_t shape[kMaxNdim];
+  int32_t n;
+  if (auto s = matmul_out_shape(op, in[0], in[1], shape, &n)) return s;
+  if (auto s = expect_broadcastable(op, "bias", in[2], shape, n)) return s;
+  if (auto s = expect_shape(op, "out", out[0], shape, n, "batch(a, b) + [M, N]")) return s;
+  if (present(out[1])) return expect_shape(op, "pre", out[1], shape, n, "out's shape");
+  return DLFUSE_STATUS_OK;
+}
+
+// matmul_add_activation_backward: grad_out, a, b, out, pre (exactly one of out and pre).
+dlfuse_status_t check_matmul_activation_backward(const char* op, const TensorView* in, const TensorView* out) {
+  int64_t shape[kMaxNdim];
+  int32_t n;
+  if (auto s = matmul_out_shape(op, in[1], in[2], shape, &n)) return s;
+  if (auto s = expect_shape(op, "grad_out", in[0], shape, n, "the forward's out shape")) return s;
+  if (!present(in[3]) && !present(in[4]))
+    return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: arguments 'out' and 'pre' are both NULL; expected exactly one of them",
+                op);
+  if (present(in[3]) && present(in[4]))
+    return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: arguments 'out' and 'pre' are both given; expected exactly one of them",
+                op);
+  const int which = present(in[3]) ? 3 : 4;
+  if (auto s = expect_shape(op, which == 3 ? "out" : "pre", in[which], shape, n, "batch(a, b) + [M, N]")) return s;
+  if (present(out[0]))
+    if (auto s = expect_shape(op, "grad_a", out[0], in[1].t->shape, in[1].t->ndim, "a's shape")) return s;
+  if (present(out[1]))
+    if (auto s = expect_shape(op, "grad_b", out[1], in[2].t->shape, in[2].t->ndim, "b's shape")) return s;
+  const char* names[1] = {"grad_bias"};
+  return expect_reductions(op, out + 2, names, 1, shape, n);
+}
+
+// The derivative of these activations is a function of their output (docs/ops.md).
+bool invertible_from_out(int64_t act) {
+  return act == DLFUSE_ACT_IDENTITY || act == DLFUSE_ACT_RELU || act == DLFUSE_ACT_SIGMOID || act == DLFUSE_ACT_TANH;
+}
+
+const char* const kActivationNames[DLFUSE_ACT_COUNT] = {"IDENTITY", "RELU", "SIGMOID", "TANH",
+                                                        "GELU_ERF", "GELU_TANH", "SILU"};
+
+dlfuse_status_t out_form_needs_invertible(const char* op, int64_t act, const char* instead) {
+  if (invertible_from_out(act)) return DLFUSE_STATUS_OK;
+  return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
+              "%s: argument 'out' is given with ACTIVATION %s; expected IDENTITY, RELU, SIGMOID or TANH with 'out' "
+              "(the derivative of %s is not a function of its output: pass %s)",
+              op, kActivationNames[act], kActivationNames[act], instead);
+}
+
+dlfuse_status_t form_matmul_activation_backward(const char* op, const TensorView* in, const dlfuse_attr_t* attrs) {
+  if (!present(in[3])) return DLFUSE_STATUS_OK;
+  return out_form_needs_invertible(op, attrs[0].value.i64, "'pre', which the forward writes");
+}
+
+dlfuse_status_t form_add_mul_backward(const char* op, const TensorView* in, const dlfuse_attr_t* attrs) {
+  if (!present(in[4])) return DLFUSE_STATUS_OK;
+  return out_form_needs_invertible(op, attrs[0].value.i64, "x, y and bias instead");
+}
+
+// matmul_add_residual: a, b, bias, residual.
+dlfuse_status_t check_matmul_residual(const char* op, const TensorView* in, const TensorView* out) {
+  int64_t shape[kMaxNdim];
+  int32_t n;
+  if (auto s = matmul_out_shape(op, in[0], in[1], shape, &n)) return s;
+  if (auto s = expect_broadcastable(op, "bias", in[2], shape, n)) return s;
+  if (auto s = expect_broadcastable(op, "residual", in[3], shape, n)) return s;
+  return expect_shape(op, "out", out[0], shape, n, "batch(a, b) + [M, N]");
+}
+
+// matmul_add_residual_backward: grad_out, a, b -> grad_a, grad_b, grad_bias, grad_residual.
+dlfuse_status_t check_matmul_residual_backward(const char* op, const TensorView* in, const TensorView* out) {
+  int64_t shape[kMaxNdim];
+  int32_t n;
+  if (auto s = matmul_out_shape(op, in[1], in[2], shape, &n)) return s;
+  if (auto s = expect_shape(op, "grad_out", in[0], shape, n, "the forward's out shape")) return s;
+  if (present(out[0]))
+    if (auto s = expect_shape(op, "grad_a", out[0], in[1].t->shape, in[1].t->ndim, "a's shape")) return s;
+  if (present(out[1]))
+    if (auto s = expect_shape(op, "grad_b", out[1], in[2].t->shape, in[2].t->ndim, "b's shape")) return s;
+  const char* names[2] = {"grad_bias", "grad_residual"};
+  return expect_reductions(op, out + 2, names, 2, shape, n);
 }
 
 const AttrSpec kTf32 = {DLFUSE_ATTR_ALLOW_TF32, "ALLOW_TF32", DLFUSE_ATTR_INT64, false,
@@ -156,13 +279,31 @@ const AttrSpec kAct = {DLFUSE_ATTR_ACTIVATION, "ACTIVATION", DLFUSE_ATTR_INT64, 
 const AttrSpec kMul = {DLFUSE_ATTR_MULTIPLIER, "MULTIPLIER", DLFUSE_ATTR_FLOAT64, false,
                        float_attr(DLFUSE_ATTR_MULTIPLIER, 1.0)};
 
+// Positional: {name, since_minor, num_inputs, min_inputs, num_outputs, input_names,
+// output_names, optional_inputs, outputs_optional, required_outputs, in_place_input,
+// check_shapes, check_form, num_attrs, attrs}.
 const OpSpec kOps[] = {
-    {DLFUSE_OP_MATMUL_ADD_RELU, 3, 1, {"a", "b", "bias"}, {"out"}, false, false, check_matmul, 1, {kTf32}},
-    {DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD, 4, 3, {"grad_out", "a", "b", "out"}, {"grad_a", "grad_b", "grad_bias"},
-     true, false, check_matmul_backward, 1, {kTf32}},
-    {DLFUSE_OP_ADD_MUL_ACTIVATION, 3, 1, {"x", "y", "bias"}, {"out"}, false, true, check_add_mul, 2, {kAct, kMul}},
-    {DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, 4, 3, {"grad_out", "x", "y", "bias"}, {"grad_x", "grad_y", "grad_bias"},
-     true, false, check_add_mul_backward, 2, {kAct, kMul}},
+    {/* .name = */ DLFUSE_OP_MATMUL_ADD_RELU, /* .since_minor = */ 0, 3, 3, 1, {"a", "b", "bias"}, {"out"},
+     /* .optional_inputs = */ 0, /* .outputs_optional = */ false, 0, /* .in_place_input = */ -1, check_matmul,
+     nullptr, 1, {kTf32}},
+    {DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD, 0, 4, 4, 3, {"grad_out", "a", "b", "out"}, {"grad_a", "grad_b", "grad_bias"},
+     0, true, 0, -1, check_matmul_backward, nullptr, 1, {kTf32}},
+    {DLFUSE_OP_ADD_MUL_ACTIVATION, 0, 3, 3, 1, {"x", "y", "bias"}, {"out"}, 0, false, 0, /* out is x */ 0,
+     check_add_mul, nullptr, 2, {kAct, kMul}},
+    // ABI 1.1 appended `out` (input 4); a 1.0 caller passes 4 inputs, x, y and bias.
+    {DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, 0, 5, 4, 3, {"grad_out", "x", "y", "bias", "out"},
+     {"grad_x", "grad_y", "grad_bias"}, /* x, y, bias, out */ 0x1e, true, 0, -1, check_add_mul_backward,
+     form_add_mul_backward, 2, {kAct, kMul}},
+    {DLFUSE_OP_MATMUL_ADD_ACTIVATION, 1, 3, 3, 2, {"a", "b", "bias"}, {"out", "pre"}, 0, true, /* out */ 0x1, -1,
+     check_matmul_activation, nullptr, 2, {kAct, kTf32}},
+    {DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD, 1, 5, 5, 3, {"grad_out", "a", "b", "out", "pre"},
+     {"grad_a", "grad_b", "grad_bias"}, /* out, pre */ 0x18, true, 0, -1, check_matmul_activation_backward,
+     form_matmul_activation_backward, 2, {kAct, kTf32}},
+    {DLFUSE_OP_MATMUL_ADD_RESIDUAL, 1, 4, 4, 1, {"a", "b", "bias", "residual"}, {"out"}, 0, false, 0,
+     /* out is residual */ 3, check_matmul_residual, nullptr, 1, {kTf32}},
+    {DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD, 1, 3, 3, 4, {"grad_out", "a", "b"},
+     {"grad_a", "grad_b", "grad_bias", "grad_residual"}, 0, true, 0, -1, check_matmul_residual_backward, nullptr, 1,
+     {kTf32}},
 };
 static_assert(sizeof(kOps) / sizeof(kOps[0]) == kKnownOps, "layout_cache.hpp sizes its table by kKnownOps");
 
@@ -261,6 +402,11 @@ __attribute__((always_inline)) inline dlfuse_status_t check_tensors(const OpSpec
   const char* first_name = "";
   for (int32_t i = 0; i < num_inputs; ++i) {
     const char* name = arg_name(spec, false, i);
+    if (!inputs[i] && spec && (spec->optional_inputs >> i & 1u)) {
+      in[i].t = nullptr;  // absent: the op's shape check says whether that is allowed here
+      in[i].numel = 0;
+      continue;
+    }
     if (auto s = check_tensor(op, name, inputs[i], false, &in[i])) return s;
     if (auto s = check_common(op, in[i], name, &first, &first_name)) return s;
   }
@@ -270,7 +416,7 @@ __attribute__((always_inline)) inline dlfuse_status_t check_tensors(const OpSpec
     if (!outputs[i]) {
       out[i].t = nullptr;
       out[i].numel = 0;
-      if (spec && !spec->outputs_optional)
+      if (spec && (!spec->outputs_optional || (spec->required_outputs >> i & 1u)))
         return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s' is NULL; expected a DLTensor (it is required)", op,
                     name);
       continue;
@@ -297,11 +443,11 @@ dlfuse_status_t check_overlaps(const OpSpec* spec, const char* op, const TensorV
                     op, arg_name(spec, true, i), arg_name(spec, true, j));
     for (int32_t j = 0; j < num_inputs; ++j) {
       if (!views_overlap(out[i], in[j])) continue;
-      if (spec && spec->in_place_out_x && i == 0 && j == 0 && same_view(out[0], in[0])) continue;
+      const bool may_alias = spec && i == 0 && j == spec->in_place_input;
+      if (may_alias && same_view(out[0], in[j])) continue;
       return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s' overlaps input '%s' in memory; expected no overlap%s", op,
                   arg_name(spec, true, i), arg_name(spec, false, j),
-                  spec && spec->in_place_out_x && i == 0 && j == 0
-                      ? " other than exactly the same view (in place)" : "");
+                  may_alias ? " other than exactly the same view (in place)" : "");
     }
   }
   return DLFUSE_STATUS_OK;
@@ -318,7 +464,8 @@ dlfuse_status_t validate_known(const OpSpec& spec, const char* op, const DLTenso
   const LayoutCall call{op_index, inputs, n_in, outputs, n_out, attrs, num_attrs, spec.num_attrs};
   if (repeat_layout(call, in, out, plan)) {
     for (int32_t i = 0; i < n_in; ++i)
-      if (auto s = check_placement(op, spec.input_names[i], &in[i])) return s;
+      if (inputs[i])
+        if (auto s = check_placement(op, spec.input_names[i], &in[i])) return s;
     for (int32_t i = 0; i < n_out; ++i)
       if (outputs[i])
         if (auto s = check_placement(op, spec.output_names[i], &out[i])) return s;
@@ -329,6 +476,8 @@ dlfuse_status_t validate_known(const OpSpec& spec, const char* op, const DLTenso
     // num_outputs == spec.num_outputs, so the shape checks read only views set above.
     if (auto s = spec.check_shapes(op, in, out)) return s;
     if (auto s = canonical_attrs(spec, attrs, num_attrs, plan->canonical)) return s;
+    if (spec.check_form)
+      if (auto s = spec.check_form(op, in, plan->canonical)) return s;
     remember_layout(call, in, out, *plan);
   }
   plan->attrs = plan->canonical;
@@ -337,6 +486,11 @@ dlfuse_status_t validate_known(const OpSpec& spec, const char* op, const DLTenso
 }
 
 }  // namespace
+
+int32_t op_num_inputs(const OpSpec* spec) { return spec->num_inputs; }
+int32_t op_min_inputs(const OpSpec* spec) { return spec->min_inputs; }
+uint32_t op_since_minor(const OpSpec* spec) { return spec->since_minor; }
+const char* op_input_name(const OpSpec* spec, int32_t i) { return spec->input_names[i]; }
 
 const OpSpec* find_known_op(const char* name) {
   if (!name) return nullptr;
@@ -348,9 +502,13 @@ const OpSpec* find_known_op(const char* name) {
 dlfuse_status_t validate_call(const OpSpec* spec, const char* op, const DLTensor* const* inputs,
                               int32_t num_inputs, DLTensor* const* outputs, int32_t num_outputs,
                               const dlfuse_attr_t* attrs, int32_t num_attrs, CallPlan* plan) {
+  // call_op has already widened an older minor's min_inputs to num_inputs.
   if (spec ? num_inputs != spec->num_inputs : (num_inputs < 0 || num_inputs > kMaxArgs))
     return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: num_inputs is %d; expected %s", op, num_inputs,
-                spec ? std::to_string(spec->num_inputs).c_str() : "0..16");
+                !spec ? "0..16"
+                : spec->min_inputs == spec->num_inputs
+                    ? std::to_string(spec->num_inputs).c_str()
+                    : (std::to_string(spec->min_inputs) + " or " + std::to_string(spec->num_inputs)).c_str());
   if (spec ? num_outputs != spec->num_outputs : (num_outputs < 1 || num_outputs > kMaxArgs))
     return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: num_outputs is %d; expected %s", op, num_outputs,
                 spec ? std::to_string(spec->num_outputs).c_str() : "1..16");

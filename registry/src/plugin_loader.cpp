@@ -146,6 +146,7 @@ dlfuse_status_t copy_kernels(Plugin* p, const dlfuse_kernel_t* table, int32_t n)
     c.priority = k.priority;
     c.fn = k.fn;
     c.kernel_data = k.kernel_data;
+    c.flags = DLFUSE_HAS_FIELD(&k, dlfuse_kernel_t, flags) ? k.flags : 0;
     p->kernels.push_back(std::move(c));
   }
   return DLFUSE_STATUS_OK;

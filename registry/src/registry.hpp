@@ -23,6 +23,7 @@ struct Kernel {
   int32_t priority = 0;
   dlfuse_kernel_fn_t fn = nullptr;
   void* kernel_data = nullptr;
+  uint32_t flags = 0;  // DLFUSE_KERNEL_* (0 from a 1.0 table)
   bool accepts(int32_t dev, DLDataType dt) const {
     if (dev != device_type) return false;
     for (const DLDataType& d : dtypes)
@@ -78,7 +79,7 @@ struct dlfuse_registry {
   std::vector<std::pair<std::string, std::string>> preferences;
   std::vector<std::unique_ptr<const dlfuse::Snapshot>> snapshots;
   std::atomic<const dlfuse::Snapshot*> current{nullptr};
-  dlfuse_op* builtin[4] = {};  // the typed functions' handles, by known-op order
+  dlfuse_op* builtin[8] = {};  // the typed functions' handles, by known-op order
 };
 
 namespace dlfuse {

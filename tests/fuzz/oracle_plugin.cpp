@@ -292,7 +292,7 @@ dlfuse_status_t kernel(void*, void* kernel_data, const dlfuse_kernel_args_t* a) 
 
 dlfuse_kernel_t make(const char* op, int id) {
   return dlfuse_kernel_t{sizeof(dlfuse_kernel_t), op, kDLCPU, kNumDtypes, kDtypes, 1000, kernel,
-                         reinterpret_cast<void*>(static_cast<intptr_t>(id))};
+                         reinterpret_cast<void*>(static_cast<intptr_t>(id)), 0};
 }
 
 const dlfuse_kernel_t kKernels[] = {

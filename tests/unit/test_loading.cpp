@@ -43,7 +43,7 @@ TEST(Loading, GoodPluginLoadsAndIsDescribed) {
   EXPECT_EQ(p.device_type, kDLCPU);
   EXPECT_EQ(p.device_count, 1);
   EXPECT_EQ(p.abi_major, 1u);
-  EXPECT_EQ(p.abi_minor, 0u);
+  EXPECT_EQ(p.abi_minor, uint32_t(DLFUSE_ABI_MINOR));
   EXPECT_EQ(p.num_kernels, UNIT_NUM_KERNELS);
 
   const char* ops[] = {DLFUSE_OP_ADD_MUL_ACTIVATION, DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD,

@@ -94,6 +94,7 @@ typedef struct dlfuse_kernel_info_t {
   int32_t num_dtypes;
   const DLDataType* dtypes;
   int32_t priority;
+  uint32_t flags;           /* ABI 1.1: the kernel's DLFUSE_KERNEL_* bits (dlfuse/plugin.h) */
 } dlfuse_kernel_info_t;
 
 DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_kernel_info(dlfuse_registry_t registry,
@@ -129,7 +130,7 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_op_call(dlfuse_op_t op, const DLTensor* con
 DLFUSE_EXPORT dlfuse_status_t dlfuse_op_resolve(dlfuse_op_t op, int32_t device_type,
                                                 DLDataType dtype, int32_t* plugin);
 
-/* ---- the four kernels of ABI 1 (docs/ops.md) --------------------------------------- */
+/* ---- the typed kernels (docs/ops.md) ------------------------------------------------- */
 
 /* out = relu(a @ b + bias). a [..., M, K], b [..., K, N], bias broadcastable to out
  * [batch..., M, N]. allow_tf32 = 0 is exact fp32. */
@@ -158,6 +159,46 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation_backward(
     dlfuse_registry_t registry, const DLTensor* grad_out, const DLTensor* x, const DLTensor* y,
     const DLTensor* bias, double multiplier, dlfuse_activation_t activation, DLTensor* grad_x,
     DLTensor* grad_y, DLTensor* grad_bias, void* stream);
+
+/* ---- added in ABI 1.1 (a 1.0 plugin serves none of these; docs/abi.md) -------------- */
+
+/* out = act(a @ b + bias), shapes as matmul_add_relu. pre (may be NULL) receives
+ * a @ b + bias, which the backward of GELU and SiLU needs. */
+DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_activation(
+    dlfuse_registry_t registry, const DLTensor* a, const DLTensor* b, const DLTensor* bias,
+    dlfuse_activation_t activation, DLTensor* out, DLTensor* pre, int32_t allow_tf32,
+    void* stream);
+
+/* Gradients of matmul_add_activation from grad_out, a, b and exactly one of out and pre
+ * (the other NULL; out only for IDENTITY, RELU, SIGMOID, TANH). Any of grad_a, grad_b,
+ * grad_bias may be NULL; grad_bias's shape is the forward's bias shape. */
+DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_activation_backward(
+    dlfuse_registry_t registry, const DLTensor* grad_out, const DLTensor* a, const DLTensor* b,
+    const DLTensor* out, const DLTensor* pre, dlfuse_activation_t activation, DLTensor* grad_a,
+    DLTensor* grad_b, DLTensor* grad_bias, int32_t allow_tf32, void* stream);
+
+/* out = a @ b + bias + residual; bias and residual broadcast to out; out may be exactly
+ * residual (in place). */
+DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_residual(dlfuse_registry_t registry,
+                                                         const DLTensor* a, const DLTensor* b,
+                                                         const DLTensor* bias,
+                                                         const DLTensor* residual, DLTensor* out,
+                                                         int32_t allow_tf32, void* stream);
+
+/* Gradients of matmul_add_residual. Any output may be NULL; grad_bias's and
+ * grad_residual's shapes are the forward's bias and residual shapes. */
+DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_residual_backward(
+    dlfuse_registry_t registry, const DLTensor* grad_out, const DLTensor* a, const DLTensor* b,
+    DLTensor* grad_a, DLTensor* grad_b, DLTensor* grad_bias, DLTensor* grad_residual,
+    int32_t allow_tf32, void* stream);
+
+/* Gradients of add_mul_activation from grad_out and the forward's out, for IDENTITY,
+ * RELU, SIGMOID and TANH: x, y and bias are not needed. grad_x, grad_y, grad_bias
+ * (each may be NULL) have the forward's x, y and bias shapes. */
+DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation_backward_from_out(
+    dlfuse_registry_t registry, const DLTensor* grad_out, const DLTensor* out, double multiplier,
+    dlfuse_activation_t activation, DLTensor* grad_x, DLTensor* grad_y, DLTensor* grad_bias,
+    void* stream);
 
 /* ---- device services (served by the first available plugin for the device type) ---- */
 

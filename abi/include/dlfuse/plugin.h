@@ -9,7 +9,7 @@
  *  - No C++ exception, longjmp or abort crosses this boundary: catch everything.
  *  - On failure a function returns a status and writes a NUL-terminated message of at
  *    most `err_size` bytes (truncated if longer) into `err`.
- *  - The registry validates every kernel call for the four ops of ABI 1 before the
+ *  - The registry validates every kernel call for the ops named in types.h before the
  *    plugin sees it (docs/abi.md lists what is checked); a plugin checks what only it
  *    can know (alignment it needs, device limits, its own resources).
  *  - Kernels enqueue on `stream` (NULL: the plugin's default stream) and return; they
@@ -43,7 +43,9 @@ typedef struct dlfuse_host_info_t {
 typedef struct dlfuse_kernel_args_t {
   size_t struct_size;
   const char* op;                 /* the op's name, e.g. DLFUSE_OP_MATMUL_ADD_RELU */
-  const DLTensor* const* inputs;  /* num_inputs views, in the op's documented order */
+  const DLTensor* const* inputs;  /* num_inputs views, in the op's documented order; an
+                                     entry is NULL where the op says an input may be absent
+                                     (only in calls to plugins of ABI >= 1.1) */
   int32_t num_inputs;
   DLTensor* const* outputs;       /* num_outputs views; an entry is NULL when not wanted */
   int32_t num_outputs;
@@ -70,7 +72,14 @@ typedef struct dlfuse_kernel_t {
   int32_t priority;         /* higher wins; first-party plugins use 100, tests use < 0 */
   dlfuse_kernel_fn_t fn;
   void* kernel_data;        /* passed back to fn */
+  /* ABI 1.1 */
+  uint32_t flags;           /* DLFUSE_KERNEL_* bits; 0 for none */
 } dlfuse_kernel_t;
+
+/* The kernel takes the inputs that ABI 1.1 appended to an op of ABI 1.0 (today only
+ * add_mul_activation_backward's `out`): it gets every input, NULL where absent. Without
+ * the flag it gets the op's 1.0 inputs, and a call giving a newer one is refused. */
+#define DLFUSE_KERNEL_TAKES_V1_1_INPUTS 1u
 
 /* The descriptor returned by dlfuse_plugin_v1(). All function pointers are required
  * unless marked optional. Device services serve `device_type` only. */

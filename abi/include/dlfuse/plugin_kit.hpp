@@ -256,16 +256,17 @@ class KernelTable {
     const char* op;
     dlfuse_kernel_fn_t fn;
     void* kernel_data = nullptr;
+    uint32_t flags = 0;  // DLFUSE_KERNEL_* bits
   };
   KernelTable(int32_t device_type, std::vector<DLDataType> dtypes, int32_t priority, std::vector<Entry> ops = {})
       : device_type_(device_type), dtypes_(std::move(dtypes)), priority_(priority) {
-    for (const Entry& e : ops) add(e.op, e.fn, e.kernel_data);
+    for (const Entry& e : ops) add(e.op, e.fn, e.kernel_data, nullptr, e.flags);
   }
   KernelTable(const KernelTable&) = delete;  // entries point into dtypes_
   KernelTable& operator=(const KernelTable&) = delete;
   /* Adds an op served by fn for every dtype of the table (or `dtypes` when given). */
   KernelTable& add(const char* op, dlfuse_kernel_fn_t fn, void* kernel_data = nullptr,
-                   const std::vector<DLDataType>* dtypes = nullptr) {
+                   const std::vector<DLDataType>* dtypes = nullptr, uint32_t flags = 0) {
     const std::vector<DLDataType>& d = dtypes ? *dtypes : dtypes_;
     entries_.push_back(dlfuse_kernel_t{/* .struct_size = */ sizeof(dlfuse_kernel_t),
                                        /* .op = */ op,
@@ -274,7 +275,8 @@ class KernelTable {
                                        /* .dtypes = */ d.data(),
                                        /* .priority = */ priority_,
                                        /* .fn = */ fn,
-                                       /* .kernel_data = */ kernel_data});
+                                       /* .kernel_data = */ kernel_data,
+                                       /* .flags = */ flags});
     return *this;
   }
   const dlfuse_kernel_t* data() const { return entries_.data(); }

@@ -23,7 +23,7 @@ extern "C" {
 /* ABI version. Major: incompatible change, refused at load. Minor: fields or
  * enum values appended; older plugins keep loading. */
 #define DLFUSE_ABI_MAJOR 1
-#define DLFUSE_ABI_MINOR 0
+#define DLFUSE_ABI_MINOR 1
 
 /* Exported from libdlfuse and from plugins with default visibility. */
 #if defined(_WIN32)
@@ -50,7 +50,8 @@ typedef enum dlfuse_status_t {
   DLFUSE_STATUS_INTERNAL = 9          /* a bug: a plugin threw, broke a rule, ... */
 } dlfuse_status_t;
 
-/* The activations of add_mul_activation (docs/ops.md gives the formulas). */
+/* The activations of add_mul_activation and matmul_add_activation (docs/ops.md gives the
+ * formulas). IDENTITY, RELU, SIGMOID and TANH have a derivative that `out` alone gives. */
 typedef enum dlfuse_activation_t {
   DLFUSE_ACT_IDENTITY = 0,
   DLFUSE_ACT_RELU = 1,
@@ -86,11 +87,16 @@ typedef struct dlfuse_attr_t {
 } dlfuse_attr_t;
 
 /* The ops of ABI 1, by name. Ops are named by strings so that a plugin can add an op
- * without an ABI change; the registry knows these four and validates them fully. */
+ * without an ABI change; the registry knows these and validates them fully. */
 #define DLFUSE_OP_MATMUL_ADD_RELU "matmul_add_relu"
 #define DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD "matmul_add_relu_backward"
 #define DLFUSE_OP_ADD_MUL_ACTIVATION "add_mul_activation"
 #define DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD "add_mul_activation_backward"
+/* Added in ABI 1.1 (docs/ops.md; docs/abi.md says what a 1.0 plugin sees). */
+#define DLFUSE_OP_MATMUL_ADD_ACTIVATION "matmul_add_activation"
+#define DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD "matmul_add_activation_backward"
+#define DLFUSE_OP_MATMUL_ADD_RESIDUAL "matmul_add_residual"
+#define DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD "matmul_add_residual_backward"
 
 /* Direction of a device-service copy. */
 typedef enum dlfuse_copy_kind_t {

@@ -59,6 +59,8 @@ pub struct dlfuse_kernel_info_t {
     pub num_dtypes: i32,
     pub dtypes: *const DLDataType,
     pub priority: i32,
+    /// ABI 1.1: the kernel's `DLFUSE_KERNEL_*` bits.
+    pub flags: u32,
 }
 
 extern "C" {

@@ -50,6 +50,8 @@ pub struct dlfuse_kernel_t {
     pub priority: i32,
     pub fn_: dlfuse_kernel_fn_t,
     pub kernel_data: *mut c_void,
+    /// ABI 1.1: `DLFUSE_KERNEL_*` bits.
+    pub flags: u32,
 }
 
 #[repr(C)]

@@ -1,7 +1,7 @@
 //! dlfuse/types.h: what the host API and the plugin API share.
 
 pub const DLFUSE_ABI_MAJOR: u32 = 1;
-pub const DLFUSE_ABI_MINOR: u32 = 0;
+pub const DLFUSE_ABI_MINOR: u32 = 1;
 
 /// `dlfuse_status_t` (a C enum). Kept as an integer: a newer library may return values
 /// this crate does not know.
@@ -57,6 +57,12 @@ pub const DLFUSE_OP_MATMUL_ADD_RELU: &[u8] = b"matmul_add_relu\0";
 pub const DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD: &[u8] = b"matmul_add_relu_backward\0";
 pub const DLFUSE_OP_ADD_MUL_ACTIVATION: &[u8] = b"add_mul_activation\0";
 pub const DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD: &[u8] = b"add_mul_activation_backward\0";
+// ABI 1.1
+pub const DLFUSE_OP_MATMUL_ADD_ACTIVATION: &[u8] = b"matmul_add_activation\0";
+pub const DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD: &[u8] = b"matmul_add_activation_backward\0";
+pub const DLFUSE_OP_MATMUL_ADD_RESIDUAL: &[u8] = b"matmul_add_residual\0";
+pub const DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD: &[u8] = b"matmul_add_residual_backward\0";
+pub const DLFUSE_KERNEL_TAKES_V1_1_INPUTS: u32 = 1;
 
 pub type dlfuse_copy_kind_t = i32;
 pub const DLFUSE_COPY_HOST_TO_DEVICE: dlfuse_copy_kind_t = 1;

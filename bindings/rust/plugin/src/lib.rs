@@ -51,6 +51,7 @@ macro_rules! kernel {
             priority: PRIORITY,
             fn_: Some($f as KernelFn),
             kernel_data: ptr::null_mut(),
+            flags: 0,
         }
     };
 }
