@@ -31,6 +31,9 @@
 #ifndef UNIT_MODE
 #define UNIT_MODE UNIT_MODE_GOOD
 #endif
+#ifndef UNIT_ABI_MINOR
+#define UNIT_ABI_MINOR DLFUSE_ABI_MINOR  // the minor the descriptor declares
+#endif
 
 namespace {
 
@@ -244,16 +247,37 @@ dlfuse_kernel_t make_kernel(const char* op, dlfuse_kernel_fn_t fn) {
   return k;
 }
 
-const dlfuse_kernel_t g_kernels[UNIT_NUM_KERNELS] = {
+dlfuse_kernel_t with_flags(dlfuse_kernel_t k, uint32_t flags) {
+  k.flags = flags;
+  return k;
+}
+
+// UNIT_V1_1_OPS adds the four ops of ABI 1.1 (zero-filling, as k_backward) and the flag
+// that lets add_mul_activation_backward take its ABI 1.1 input, `out`.
+#ifdef UNIT_V1_1_OPS
+#define UNIT_KERNEL_COUNT (UNIT_NUM_KERNELS + 4)
+#define UNIT_AMA_BACKWARD_FLAGS DLFUSE_KERNEL_TAKES_V1_1_INPUTS
+#else
+#define UNIT_KERNEL_COUNT UNIT_NUM_KERNELS
+#define UNIT_AMA_BACKWARD_FLAGS 0u
+#endif
+
+const dlfuse_kernel_t g_kernels[UNIT_KERNEL_COUNT] = {
     make_kernel(DLFUSE_OP_ADD_MUL_ACTIVATION, k_add_mul_activation),
 #if UNIT_MODE == UNIT_MODE_DUP_OP
     make_kernel(DLFUSE_OP_ADD_MUL_ACTIVATION, k_add_mul_activation),
 #else
-    make_kernel(DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, k_backward),
+    with_flags(make_kernel(DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, k_backward), UNIT_AMA_BACKWARD_FLAGS),
 #endif
     make_kernel(DLFUSE_OP_MATMUL_ADD_RELU, k_matmul_add_relu),
     make_kernel(DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD, k_backward),
     make_kernel(UNIT_OP_SCALE, k_scale),
+#ifdef UNIT_V1_1_OPS
+    make_kernel(DLFUSE_OP_MATMUL_ADD_ACTIVATION, k_backward),
+    make_kernel(DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD, k_backward),
+    make_kernel(DLFUSE_OP_MATMUL_ADD_RESIDUAL, k_backward),
+    make_kernel(DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD, k_backward),
+#endif
 };
 
 int g_state_token = 0;  // open() hands out its address as the state
@@ -356,7 +380,7 @@ dlfuse_status_t p_get_kernels(void* state, const dlfuse_kernel_t** kernels,
   (void)err;
   (void)err_size;
   *kernels = g_kernels;
-  *num_kernels = UNIT_NUM_KERNELS;
+  *num_kernels = UNIT_KERNEL_COUNT;
   return DLFUSE_STATUS_OK;
 #endif
 }
@@ -416,7 +440,7 @@ extended_plugin_t make_descriptor() {
   dlfuse_plugin_t& p = e.base;
   p.struct_size = sizeof(dlfuse_plugin_t);
   p.abi_major = DLFUSE_ABI_MAJOR;
-  p.abi_minor = DLFUSE_ABI_MINOR;
+  p.abi_minor = UNIT_ABI_MINOR;
   p.name = UNIT_PLUGIN_NAME;
   p.version = "1.2.3-unit";
   p.device_type = kDLCPU;
