@@ -326,10 +326,13 @@ static dlfuse_status_t synchronize(void* state, int32_t device_id, void* stream,
 
 static const DLDataType kFloat32[] = {{kDLFloat, 32, 1}};
 
+/* Designated initializers: a field that a later ABI minor appends (1.1 added `flags`) is
+ * then zero, which always means "nothing new", and the source keeps compiling warning-free. */
 static const dlfuse_kernel_t kKernels[] = {
-    {sizeof(dlfuse_kernel_t), DLFUSE_OP_ADD_MUL_ACTIVATION, kDLCPU, 1, kFloat32, 10, add_mul_activation, NULL},
-    {sizeof(dlfuse_kernel_t), DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, kDLCPU, 1, kFloat32, 10,
-     add_mul_activation_backward, NULL},
+    {.struct_size = sizeof(dlfuse_kernel_t), .op = DLFUSE_OP_ADD_MUL_ACTIVATION, .device_type = kDLCPU,
+     .num_dtypes = 1, .dtypes = kFloat32, .priority = 10, .fn = add_mul_activation},
+    {.struct_size = sizeof(dlfuse_kernel_t), .op = DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, .device_type = kDLCPU,
+     .num_dtypes = 1, .dtypes = kFloat32, .priority = 10, .fn = add_mul_activation_backward},
 };
 
 static dlfuse_status_t get_kernels(void* state, const dlfuse_kernel_t** kernels, int32_t* num, char* err,

@@ -114,13 +114,30 @@ static dlfuse_status_t sync(void* st, int32_t d, void* stream, char* e, size_t n
 }
 
 static const DLDataType kF64[] = {{kDLFloat, 64, 1}};
+#if defined(COMPAT_V1_0_SIZE)
+/* The kernel table as a 1.0 build lays it out: entries end at kernel_data (ABI 1.1
+ * appended `flags`), so the host must step by the entries' own struct_size. */
+typedef struct {
+  size_t struct_size;
+  const char* op;
+  int32_t device_type;
+  int32_t num_dtypes;
+  const DLDataType* dtypes;
+  int32_t priority;
+  dlfuse_kernel_fn_t fn;
+  void* kernel_data;
+} kernel_v1_0_t;
+static const kernel_v1_0_t kKernels[] = {
+    {sizeof(kernel_v1_0_t), DLFUSE_OP_ADD_MUL_ACTIVATION, kDLCPU, 1, kF64, 5, add_mul_identity_relu, NULL}};
+#else
 static const dlfuse_kernel_t kKernels[] = {
-    {sizeof(dlfuse_kernel_t), DLFUSE_OP_ADD_MUL_ACTIVATION, kDLCPU, 1, kF64, 5, add_mul_identity_relu, NULL}};
+    {sizeof(dlfuse_kernel_t), DLFUSE_OP_ADD_MUL_ACTIVATION, kDLCPU, 1, kF64, 5, add_mul_identity_relu, NULL, 0}};
+#endif
 static dlfuse_status_t get_kernels(void* st, const dlfuse_kernel_t** k, int32_t* num, char* e, size_t n) {
   (void)st;
   (void)e;
   (void)n;
-  *k = kKernels;
+  *k = (const dlfuse_kernel_t*)(const void*)kKernels;
   *num = 1;
   return DLFUSE_STATUS_OK;
 }

@@ -42,6 +42,7 @@ LAYOUT(dlfuse_kernel_t, dtypes, 24, 8);
 LAYOUT(dlfuse_kernel_t, priority, 32, 4);
 LAYOUT(dlfuse_kernel_t, fn, 40, 8);
 LAYOUT(dlfuse_kernel_t, kernel_data, 48, 8);
+LAYOUT(dlfuse_kernel_t, flags, 56, 4); /* appended in ABI 1.1 */
 SIZE(dlfuse_plugin_t, 104);
 LAYOUT(dlfuse_plugin_t, abi_major, 8, 4);
 LAYOUT(dlfuse_plugin_t, abi_minor, 12, 4);
@@ -80,6 +81,7 @@ LAYOUT(dlfuse_kernel_info_t, device_type, 16, 4);
 LAYOUT(dlfuse_kernel_info_t, num_dtypes, 20, 4);
 LAYOUT(dlfuse_kernel_info_t, dtypes, 24, 8);
 LAYOUT(dlfuse_kernel_info_t, priority, 32, 4);
+LAYOUT(dlfuse_kernel_info_t, flags, 36, 4); /* appended in ABI 1.1, in 1.0's tail padding */
 LAYOUT(dlfuse_host_info_t, struct_size, 0, 8);
 LAYOUT(dlfuse_kernel_args_t, struct_size, 0, 8);
 LAYOUT(dlfuse_kernel_t, struct_size, 0, 8);
