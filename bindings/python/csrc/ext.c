@@ -37,6 +37,12 @@ static struct {
   __typeof__(&dlfuse_matmul_add_relu_backward) mar_bwd;
   __typeof__(&dlfuse_add_mul_activation) amc;
   __typeof__(&dlfuse_add_mul_activation_backward) amc_bwd;
+  /* ABI 1.1; NULL with a libdlfuse of ABI 1.0 (the ops then say so) */
+  __typeof__(&dlfuse_matmul_add_activation) maa;
+  __typeof__(&dlfuse_matmul_add_activation_backward) maa_bwd;
+  __typeof__(&dlfuse_matmul_add_residual) mres;
+  __typeof__(&dlfuse_matmul_add_residual_backward) mres_bwd;
+  __typeof__(&dlfuse_add_mul_activation_backward_from_out) amc_bwd_out;
   __typeof__(&dlfuse_last_error) last_error;
   PyObject* errors[16];     /* status -> exception class; [0] is dlfuse.Error */
   PyObject* tensor_type;    /* dlfuse.Tensor */
@@ -476,17 +482,18 @@ static int parse_activation(PyObject* o, int* act) {
   return 0;
 }
 
-static int parse_needs(PyObject* o, int needs[3]) {
-  needs[0] = needs[1] = needs[2] = 1;
+static int parse_needs_n(PyObject* o, int* needs, int n) {
+  for (int i = 0; i < n; ++i) needs[i] = 1;
   if (is_none(o)) return 0;
-  PyObject* f = PySequence_Fast(o, "dlfuse: needs must be a sequence of 3 booleans");
+  PyObject* f = PySequence_Fast(o, "dlfuse: needs must be a sequence of booleans, one per gradient");
   if (!f) return -1;
-  if (PySequence_Fast_GET_SIZE(f) != 3) {
+  if (PySequence_Fast_GET_SIZE(f) != n) {
+    PyErr_Format(PyExc_ValueError, "dlfuse: needs must be a sequence of %d booleans, got %zd", n,
+                 PySequence_Fast_GET_SIZE(f));
     Py_DECREF(f);
-    PyErr_SetString(PyExc_ValueError, "dlfuse: needs must be a sequence of 3 booleans");
     return -1;
   }
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < n; ++i) {
     int t = PyObject_IsTrue(PySequence_Fast_GET_ITEM(f, i));
     if (t < 0) {
       Py_DECREF(f);
@@ -497,6 +504,8 @@ static int parse_needs(PyObject* o, int needs[3]) {
   Py_DECREF(f);
   return 0;
 }
+
+static int parse_needs(PyObject* o, int needs[3]) { return parse_needs_n(o, needs, 3); }
 
 static int truthy(PyObject* o) { return is_none(o) ? 0 : PyObject_IsTrue(o); }
 
@@ -634,7 +643,34 @@ static void release_all(View* vs, int n) {
   for (int i = 0; i < n; ++i) view_release(&vs[i]);
 }
 
-/* ---- the four ops ------------------------------------------------------------------------- */
+/* ---- the ops ------------------------------------------------------------------------------ */
+
+/* The shape of a @ b: broadcast batch dims + [M, N]. Operands the registry will refuse
+ * (1-D, too many dims) give some shape; the call then fails with the registry's message. */
+static void matmul_out_shape(const DLTensor* a, const DLTensor* b, Shape* sh) {
+  if (a->ndim >= 2 && b->ndim >= 2 && a->ndim <= MAX_NDIM && b->ndim <= MAX_NDIM) {
+    const int64_t* dims[2] = {a->shape, b->shape};
+    int nds[2] = {a->ndim - 2, b->ndim - 2};
+    if (!broadcast(sh, 2, dims, nds)) {
+      sh->ndim = a->ndim - 2;
+      memcpy(sh->d, a->shape, sizeof(int64_t) * (size_t)sh->ndim);
+    }
+    if (sh->ndim + 2 > MAX_NDIM) sh->ndim = MAX_NDIM - 2;
+    sh->d[sh->ndim++] = a->shape[a->ndim - 2];
+    sh->d[sh->ndim++] = b->shape[b->ndim - 1];
+  } else {
+    sh->ndim = 1; /* the registry refuses 1-D operands and says so */
+    sh->d[0] = 0;
+  }
+}
+
+/* An ABI 1.1 function of libdlfuse, or a raised NotImplementedError naming it. */
+static int need_v11(const void* fn, const char* name) {
+  if (fn) return 0;
+  PyErr_Format(PyExc_NotImplementedError,
+               "dlfuse: %s needs libdlfuse of ABI >= 1.1; the loaded library is older", name);
+  return -1;
+}
 
 /* The end of a forward call: the status raised (then the views released), or the views
  * released and `out` marked written and returned. Takes the reference to out. */
@@ -666,21 +702,7 @@ static PyObject* py_matmul_add_relu(PyObject* self, PyObject* const* args, Py_ss
     goto fail;
   if (is_none(p[3])) {
     Shape sh;
-    const DLTensor *a = v[0].t, *b = v[1].t;
-    if (a->ndim >= 2 && b->ndim >= 2 && a->ndim <= MAX_NDIM && b->ndim <= MAX_NDIM) {
-      const int64_t* dims[2] = {a->shape, b->shape};
-      int nds[2] = {a->ndim - 2, b->ndim - 2};
-      if (!broadcast(&sh, 2, dims, nds)) {
-        sh.ndim = a->ndim - 2;
-        memcpy(sh.d, a->shape, sizeof(int64_t) * (size_t)sh.ndim);
-      }
-      if (sh.ndim + 2 > MAX_NDIM) sh.ndim = MAX_NDIM - 2;
-      sh.d[sh.ndim++] = a->shape[a->ndim - 2];
-      sh.d[sh.ndim++] = b->shape[b->ndim - 1];
-    } else {
-      sh.ndim = 1; /* the registry refuses 1-D operands and says so */
-      sh.d[0] = 0;
-    }
+    matmul_out_shape(v[0].t, v[1].t, &sh);
     out = alloc_like(p[0], &v[0], &sh, p[6]);
   } else {
     out = Py_NewRef(p[3]);
@@ -751,10 +773,10 @@ fail:
 }
 
 /* Backward: the three gradients, given or allocated like grad_out where needed. */
-static PyObject* finish_grads(PyObject* res[3], void* s) {
-  PyObject* t = PyTuple_New(3);
+static PyObject* finish_grads_n(PyObject** res, int n, void* s) {
+  PyObject* t = PyTuple_New(n);
   if (!t) return NULL;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < n; ++i) {
     PyObject* r = res[i] ? res[i] : Py_NewRef(Py_None);
     res[i] = NULL;
     if (mark_written(r, s) < 0) {
@@ -767,13 +789,15 @@ static PyObject* finish_grads(PyObject* res[3], void* s) {
   return t;
 }
 
-static int parse_bias_shape(PyObject* o, Shape* sh) {
-  PyObject* f = PySequence_Fast(o, "dlfuse: bias_shape must be a sequence of ints");
+static PyObject* finish_grads(PyObject* res[3], void* s) { return finish_grads_n(res, 3, s); }
+
+static int parse_shape(PyObject* o, const char* what, Shape* sh) {
+  PyObject* f = PySequence_Fast(o, what);
   if (!f) return -1;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(f);
   if (n > MAX_NDIM) {
     Py_DECREF(f);
-    PyErr_Format(PyExc_ValueError, "dlfuse: bias_shape has %zd dims (at most %d)", n, MAX_NDIM);
+    PyErr_Format(PyExc_ValueError, "dlfuse: a shape argument has %zd dims (at most %d)", n, MAX_NDIM);
     return -1;
   }
   sh->ndim = (int)n;
@@ -820,7 +844,7 @@ static PyObject* py_matmul_add_relu_backward(PyObject* self, PyObject* const* ar
       if (i < 2) {
         shape_of(v[1 + i].t, &sh);
       } else if (!is_none(p[4])) {
-        if (parse_bias_shape(p[4], &sh) < 0) goto fail;
+        if (parse_shape(p[4], "dlfuse: bias_shape must be a sequence of ints", &sh) < 0) goto fail;
       } else if (v[3].t->ndim > 0) {
         sh.ndim = 1;
         sh.d[0] = v[3].t->shape[v[3].t->ndim - 1];
@@ -848,16 +872,59 @@ fail:
   return NULL;
 }
 
+/* A gradient output: the given tensor, or one allocated like `like` with shape `sh` when
+ * needed, or none. Imported as an output view when present. */
+static int take_grad(PyObject* given, int need, const Shape* sh, PyObject* like, const View* lv, PyObject* reg,
+                     const char* name, void* s, PyObject** res, View* v) {
+  if (!is_none(given)) {
+    *res = Py_NewRef(given);
+  } else if (need) {
+    *res = alloc_like(like, lv, sh, reg);
+    if (!*res) return -1;
+  }
+  if (*res && view_import_out(*res, name, s, v) < 0) return -1;
+  return 0;
+}
+
+/* A shape argument, or when it is None the last dim of `t` ([N], a row bias), or all of t. */
+static int shape_or_default(PyObject* o, const char* what, const DLTensor* t, int row, Shape* sh) {
+  if (!is_none(o)) return parse_shape(o, what, sh);
+  if (row && t->ndim > 0) {
+    sh->ndim = 1;
+    sh->d[0] = t->shape[t->ndim - 1];
+  } else {
+    shape_of(t, sh);
+  }
+  return 0;
+}
+
+/* add_mul_activation_backward(grad_out, x, y, bias, multiplier, activation, needs=None, grad_x=None,
+ * grad_y=None, grad_bias=None, stream=None, registry=None, out=None, x_shape=None, y_shape=None,
+ * bias_shape=None): from x, y and bias, or (ABI 1.1) from out with x, y, bias None, the
+ * gradients' shapes then given by the *_shape arguments (default: out's shape, [N] for bias). */
 static PyObject* py_add_mul_activation_backward(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
                                                 PyObject* kwn) {
   (void)self;
   static const char* const names[] = {"grad_out", "x", "y", "bias", "multiplier", "activation", "needs",
-                                      "grad_x", "grad_y", "grad_bias", "stream", "registry"};
+                                      "grad_x", "grad_y", "grad_bias", "stream", "registry", "out", "x_shape",
+                                      "y_shape", "bias_shape"};
   static const char* const gnames[] = {"grad_x", "grad_y", "grad_bias"};
-  PyObject* p[12];
+  PyObject* p[16];
   if (need_loaded() < 0 ||
-      parse_args("add_mul_activation_backward", names, 12, 6, 4, args, nargs, kwn, p) < 0)
+      parse_args("add_mul_activation_backward", names, 16, 6, 1, args, nargs, kwn, p) < 0)
     return NULL;
+  const int from_out = !is_none(p[12]);
+  if (from_out && (!is_none(p[1]) || !is_none(p[2]) || !is_none(p[3]))) {
+    PyErr_SetString(PyExc_ValueError,
+                    "dlfuse: add_mul_activation_backward: pass either x, y and bias, or out (then x, y, bias None)");
+    return NULL;
+  }
+  if (from_out && need_v11((const void*)S.amc_bwd_out, "add_mul_activation_backward(out=...)") < 0) return NULL;
+  for (int i = 1; i <= 3 && !from_out; ++i)
+    if (!p[i]) {
+      PyErr_Format(PyExc_TypeError, "add_mul_activation_backward() missing required argument '%s'", names[i]);
+      return NULL;
+    }
   void* h;
   void* s;
   int given, act, needs[3];
@@ -872,26 +939,27 @@ static PyObject* py_add_mul_activation_backward(PyObject* self, PyObject* const*
   View v[7];
   memset(v, 0, sizeof v);
   PyObject* res[3] = {NULL, NULL, NULL};
-  if (view_import(p[0], "grad_out", s, &v[0]) < 0 || pick_stream(&v[0], given, &s) < 0 ||
-      view_import(p[1], "x", s, &v[1]) < 0 || view_import(p[2], "y", s, &v[2]) < 0 ||
-      view_import(p[3], "bias", s, &v[3]) < 0)
+  if (view_import(p[0], "grad_out", s, &v[0]) < 0 || pick_stream(&v[0], given, &s) < 0) goto fail;
+  if (from_out ? view_import(p[12], "out", s, &v[1]) < 0
+               : (view_import(p[1], "x", s, &v[1]) < 0 || view_import(p[2], "y", s, &v[2]) < 0 ||
+                  view_import(p[3], "bias", s, &v[3]) < 0))
     goto fail;
   for (int i = 0; i < 3; ++i) {
-    PyObject* g = p[7 + i];
-    if (!is_none(g)) {
-      res[i] = Py_NewRef(g);
-    } else if (needs[i]) {
-      Shape sh;
-      shape_of(v[1 + i].t, &sh);
-      res[i] = alloc_like(p[0], &v[0], &sh, p[11]);
-      if (!res[i]) goto fail;
-    }
-    if (res[i] && view_import_out(res[i], gnames[i], s, &v[4 + i]) < 0) goto fail;
+    Shape sh;
+    if (!from_out) shape_of(v[1 + i].t, &sh);
+    else if (shape_or_default(p[13 + i], "dlfuse: x_shape, y_shape and bias_shape must be sequences of ints",
+                              v[1].t, i == 2, &sh) < 0)
+      goto fail;
+    if (take_grad(p[7 + i], needs[i], &sh, p[0], &v[0], p[11], gnames[i], s, &res[i], &v[4 + i]) < 0) goto fail;
   }
   int st;
   Py_BEGIN_ALLOW_THREADS
-  st = S.amc_bwd((dlfuse_registry_t)h, v[0].t, v[1].t, v[2].t, v[3].t, m, (dlfuse_activation_t)act, v[4].t,
-                 v[5].t, v[6].t, s);
+  if (from_out)
+    st = S.amc_bwd_out((dlfuse_registry_t)h, v[0].t, v[1].t, m, (dlfuse_activation_t)act, v[4].t, v[5].t, v[6].t,
+                       s);
+  else
+    st = S.amc_bwd((dlfuse_registry_t)h, v[0].t, v[1].t, v[2].t, v[3].t, m, (dlfuse_activation_t)act, v[4].t,
+                   v[5].t, v[6].t, s);
   Py_END_ALLOW_THREADS
   if (st) {
     raise_status(st, NULL);
@@ -902,6 +970,203 @@ static PyObject* py_add_mul_activation_backward(PyObject* self, PyObject* const*
 fail:
   release_all(v, 7);
   for (int i = 0; i < 3; ++i) Py_XDECREF(res[i]);
+  return NULL;
+}
+
+/* ---- the ops of ABI 1.1 ------------------------------------------------------------------------ */
+
+/* matmul_add_activation(a, b, bias, activation, out=None, pre=None, stream=None, allow_tf32=False,
+ * registry=None): out, or (out, pre) when pre is True or a tensor. */
+static PyObject* py_matmul_add_activation(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwn) {
+  (void)self;
+  static const char* const names[] = {"a", "b", "bias", "activation", "out", "pre", "stream", "allow_tf32",
+                                      "registry"};
+  PyObject* p[9];
+  if (need_loaded() < 0 || need_v11((const void*)S.maa, "matmul_add_activation") < 0 ||
+      parse_args("matmul_add_activation", names, 9, 6, 4, args, nargs, kwn, p) < 0)
+    return NULL;
+  void* h;
+  void* s;
+  int given, act;
+  int tf32 = truthy(p[7]);
+  const int want_pre = p[5] == Py_True;
+  if (tf32 < 0 || parse_activation(p[3], &act) < 0 || parse_registry(p[8], &h) < 0 ||
+      parse_stream(p[6], &s, &given) < 0)
+    return NULL;
+  View v[5];
+  memset(v, 0, sizeof v);
+  PyObject *out = NULL, *pre = NULL;
+  if (view_import(p[0], "a", s, &v[0]) < 0 || pick_stream(&v[0], given, &s) < 0 ||
+      view_import(p[1], "b", s, &v[1]) < 0 || view_import(p[2], "bias", s, &v[2]) < 0)
+    goto fail;
+  Shape sh;
+  matmul_out_shape(v[0].t, v[1].t, &sh);
+  if (take_grad(p[4], 1, &sh, p[0], &v[0], p[8], "out", s, &out, &v[3]) < 0 ||
+      take_grad(want_pre || p[5] == Py_False ? Py_None : p[5], want_pre, &sh, p[0], &v[0], p[8], "pre", s, &pre,
+                &v[4]) < 0)
+    goto fail;
+  int st;
+  Py_BEGIN_ALLOW_THREADS
+  st = S.maa((dlfuse_registry_t)h, v[0].t, v[1].t, v[2].t, (dlfuse_activation_t)act, v[3].t, v[4].t, tf32, s);
+  Py_END_ALLOW_THREADS
+  if (!pre) return finish_out(st, v, 5, out, s);
+  if (st) {
+    raise_status(st, NULL);
+    goto fail;
+  }
+  release_all(v, 5);
+  PyObject* res[2] = {out, pre};
+  return finish_grads_n(res, 2, s);
+fail:
+  release_all(v, 5);
+  Py_XDECREF(out);
+  Py_XDECREF(pre);
+  return NULL;
+}
+
+/* matmul_add_activation_backward(grad_out, a, b, activation, out=None, pre=None, bias_shape=None,
+ * needs=None, grad_a=None, grad_b=None, grad_bias=None, stream=None, allow_tf32=False, registry=None) */
+static PyObject* py_matmul_add_activation_backward(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                                                   PyObject* kwn) {
+  (void)self;
+  static const char* const names[] = {"grad_out", "a", "b", "activation", "out", "pre", "bias_shape", "needs",
+                                      "grad_a", "grad_b", "grad_bias", "stream", "allow_tf32", "registry"};
+  static const char* const gnames[] = {"grad_a", "grad_b", "grad_bias"};
+  PyObject* p[14];
+  if (need_loaded() < 0 || need_v11((const void*)S.maa_bwd, "matmul_add_activation_backward") < 0 ||
+      parse_args("matmul_add_activation_backward", names, 14, 6, 4, args, nargs, kwn, p) < 0)
+    return NULL;
+  void* h;
+  void* s;
+  int given, act, needs[3];
+  int tf32 = truthy(p[12]);
+  if (tf32 < 0 || parse_activation(p[3], &act) < 0 || parse_needs(p[7], needs) < 0 ||
+      parse_registry(p[13], &h) < 0 || parse_stream(p[11], &s, &given) < 0)
+    return NULL;
+  View v[8];
+  memset(v, 0, sizeof v);
+  PyObject* res[3] = {NULL, NULL, NULL};
+  if (view_import(p[0], "grad_out", s, &v[0]) < 0 || pick_stream(&v[0], given, &s) < 0 ||
+      view_import(p[1], "a", s, &v[1]) < 0 || view_import(p[2], "b", s, &v[2]) < 0 ||
+      (!is_none(p[4]) && view_import(p[4], "out", s, &v[3]) < 0) ||
+      (!is_none(p[5]) && view_import(p[5], "pre", s, &v[4]) < 0))
+    goto fail;
+  for (int i = 0; i < 3; ++i) {
+    Shape sh;
+    if (i < 2) shape_of(v[1 + i].t, &sh);
+    else if (shape_or_default(p[6], "dlfuse: bias_shape must be a sequence of ints", v[0].t, 1, &sh) < 0) goto fail;
+    if (take_grad(p[8 + i], needs[i], &sh, p[0], &v[0], p[13], gnames[i], s, &res[i], &v[5 + i]) < 0) goto fail;
+  }
+  int st;
+  Py_BEGIN_ALLOW_THREADS
+  st = S.maa_bwd((dlfuse_registry_t)h, v[0].t, v[1].t, v[2].t, v[3].t, v[4].t, (dlfuse_activation_t)act, v[5].t,
+                 v[6].t, v[7].t, tf32, s);
+  Py_END_ALLOW_THREADS
+  if (st) {
+    raise_status(st, NULL);
+    goto fail;
+  }
+  release_all(v, 8);
+  return finish_grads(res, s);
+fail:
+  release_all(v, 8);
+  for (int i = 0; i < 3; ++i) Py_XDECREF(res[i]);
+  return NULL;
+}
+
+/* matmul_add_residual(a, b, bias, residual, out=None, stream=None, allow_tf32=False, registry=None);
+ * out may be residual itself (in place). */
+static PyObject* py_matmul_add_residual(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwn) {
+  (void)self;
+  static const char* const names[] = {"a", "b", "bias", "residual", "out", "stream", "allow_tf32", "registry"};
+  PyObject* p[8];
+  if (need_loaded() < 0 || need_v11((const void*)S.mres, "matmul_add_residual") < 0 ||
+      parse_args("matmul_add_residual", names, 8, 5, 4, args, nargs, kwn, p) < 0)
+    return NULL;
+  void* h;
+  void* s;
+  int given;
+  int tf32 = truthy(p[6]);
+  if (tf32 < 0 || parse_registry(p[7], &h) < 0 || parse_stream(p[5], &s, &given) < 0) return NULL;
+  View v[5];
+  memset(v, 0, sizeof v);
+  PyObject* out = NULL;
+  DLTensor* to = NULL;
+  if (view_import(p[0], "a", s, &v[0]) < 0 || pick_stream(&v[0], given, &s) < 0 ||
+      view_import(p[1], "b", s, &v[1]) < 0 || view_import(p[2], "bias", s, &v[2]) < 0 ||
+      view_import(p[3], "residual", s, &v[3]) < 0)
+    goto fail;
+  if (!is_none(p[4]) && p[4] == p[3]) { /* in place: one view, which must be writable */
+    out = Py_NewRef(p[4]);
+    if (v[3].read_only) {
+      raise_status(1, "out: expected a writable tensor, got one the producer exported as read-only");
+      goto fail;
+    }
+    to = v[3].t;
+  } else {
+    Shape sh;
+    matmul_out_shape(v[0].t, v[1].t, &sh);
+    if (take_grad(p[4], 1, &sh, p[0], &v[0], p[7], "out", s, &out, &v[4]) < 0) goto fail;
+    to = v[4].t;
+  }
+  int st;
+  Py_BEGIN_ALLOW_THREADS
+  st = S.mres((dlfuse_registry_t)h, v[0].t, v[1].t, v[2].t, v[3].t, to, tf32, s);
+  Py_END_ALLOW_THREADS
+  return finish_out(st, v, 5, out, s);
+fail:
+  release_all(v, 5);
+  Py_XDECREF(out);
+  return NULL;
+}
+
+/* matmul_add_residual_backward(grad_out, a, b, bias_shape=None, residual_shape=None, needs=None,
+ * grad_a=None, grad_b=None, grad_bias=None, grad_residual=None, stream=None, allow_tf32=False,
+ * registry=None) -> (grad_a, grad_b, grad_bias, grad_residual) */
+static PyObject* py_matmul_add_residual_backward(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                                                 PyObject* kwn) {
+  (void)self;
+  static const char* const names[] = {"grad_out", "a", "b", "bias_shape", "residual_shape", "needs", "grad_a",
+                                      "grad_b", "grad_bias", "grad_residual", "stream", "allow_tf32", "registry"};
+  static const char* const gnames[] = {"grad_a", "grad_b", "grad_bias", "grad_residual"};
+  PyObject* p[13];
+  if (need_loaded() < 0 || need_v11((const void*)S.mres_bwd, "matmul_add_residual_backward") < 0 ||
+      parse_args("matmul_add_residual_backward", names, 13, 5, 3, args, nargs, kwn, p) < 0)
+    return NULL;
+  void* h;
+  void* s;
+  int given, needs[4];
+  int tf32 = truthy(p[11]);
+  if (tf32 < 0 || parse_needs_n(p[5], needs, 4) < 0 || parse_registry(p[12], &h) < 0 ||
+      parse_stream(p[10], &s, &given) < 0)
+    return NULL;
+  View v[7];
+  memset(v, 0, sizeof v);
+  PyObject* res[4] = {NULL, NULL, NULL, NULL};
+  if (view_import(p[0], "grad_out", s, &v[0]) < 0 || pick_stream(&v[0], given, &s) < 0 ||
+      view_import(p[1], "a", s, &v[1]) < 0 || view_import(p[2], "b", s, &v[2]) < 0)
+    goto fail;
+  for (int i = 0; i < 4; ++i) {
+    Shape sh;
+    if (i < 2) shape_of(v[1 + i].t, &sh);
+    else if (shape_or_default(p[i + 1], "dlfuse: bias_shape and residual_shape must be sequences of ints",
+                              v[0].t, i == 2, &sh) < 0)
+      goto fail;
+    if (take_grad(p[6 + i], needs[i], &sh, p[0], &v[0], p[12], gnames[i], s, &res[i], &v[3 + i]) < 0) goto fail;
+  }
+  int st;
+  Py_BEGIN_ALLOW_THREADS
+  st = S.mres_bwd((dlfuse_registry_t)h, v[0].t, v[1].t, v[2].t, v[3].t, v[4].t, v[5].t, v[6].t, tf32, s);
+  Py_END_ALLOW_THREADS
+  if (st) {
+    raise_status(st, NULL);
+    goto fail;
+  }
+  release_all(v, 7);
+  return finish_grads_n(res, 4, s);
+fail:
+  release_all(v, 7);
+  for (int i = 0; i < 4; ++i) Py_XDECREF(res[i]);
   return NULL;
 }
 
@@ -941,6 +1206,15 @@ static PyObject* py_load(PyObject* self, PyObject* args) {
   memcpy(&S.amc, &f[2], sizeof f[2]);
   memcpy(&S.amc_bwd, &f[3], sizeof f[3]);
   memcpy(&S.last_error, &f[4], sizeof f[4]);
+  /* ABI 1.1: optional, so that a 1.0 libdlfuse still serves the 1.0 ops */
+  void* g[5] = {dlsym(lib, "dlfuse_matmul_add_activation"), dlsym(lib, "dlfuse_matmul_add_activation_backward"),
+                dlsym(lib, "dlfuse_matmul_add_residual"), dlsym(lib, "dlfuse_matmul_add_residual_backward"),
+                dlsym(lib, "dlfuse_add_mul_activation_backward_from_out")};
+  memcpy(&S.maa, &g[0], sizeof g[0]);
+  memcpy(&S.maa_bwd, &g[1], sizeof g[1]);
+  memcpy(&S.mres, &g[2], sizeof g[2]);
+  memcpy(&S.mres_bwd, &g[3], sizeof g[3]);
+  memcpy(&S.amc_bwd_out, &g[4], sizeof g[4]);
   for (int i = 0; i < 16; ++i) {
     Py_CLEAR(S.errors[i]);
     if (i < PyTuple_GET_SIZE(errors)) S.errors[i] = Py_NewRef(PyTuple_GET_ITEM(errors, i));
@@ -999,10 +1273,28 @@ static PyMethodDef methods[] = {
      "Returns `out` (allocated like `x` when not given)."},
     {"add_mul_activation_backward", (PyCFunction)(void (*)(void))py_add_mul_activation_backward,
      METH_FASTCALL | METH_KEYWORDS,
-     "add_mul_activation_backward(grad_out, x, y, bias, multiplier=1.0, activation='relu', *, "
-     "needs=(True, True, True), grad_x=None, grad_y=None, grad_bias=None, stream=None, registry=None)\n--\n\n"
+     "add_mul_activation_backward(grad_out, x=None, y=None, bias=None, multiplier=1.0, activation='relu', *, "
+     "needs=(True, True, True), grad_x=None, grad_y=None, grad_bias=None, stream=None, registry=None, out=None, "
+     "x_shape=None, y_shape=None, bias_shape=None)\n--\n\n"
      "(grad_x, grad_y, grad_bias) of add_mul_activation from grad_out and the forward's\n"
-     "inputs (the pre-activation is recomputed)."},
+     "inputs (the pre-activation is recomputed), or (ABI 1.1, identity/relu/sigmoid/tanh) from\n"
+     "its out, with x, y, bias None and the gradients' shapes in x_shape, y_shape, bias_shape."},
+    {"matmul_add_activation", (PyCFunction)(void (*)(void))py_matmul_add_activation, METH_FASTCALL | METH_KEYWORDS,
+     "matmul_add_activation(a, b, bias, activation, out=None, pre=None, stream=None, allow_tf32=False, "
+     "registry=None)\n--\n\nact(a @ b + bias); returns out, or (out, pre) when pre is True or a tensor (ABI 1.1)."},
+    {"matmul_add_activation_backward", (PyCFunction)(void (*)(void))py_matmul_add_activation_backward,
+     METH_FASTCALL | METH_KEYWORDS,
+     "matmul_add_activation_backward(grad_out, a, b, activation, out=None, pre=None, bias_shape=None, needs=None, "
+     "grad_a=None, grad_b=None, grad_bias=None, stream=None, allow_tf32=False, registry=None)\n--\n\n"
+     "(grad_a, grad_b, grad_bias) from exactly one of out and pre (ABI 1.1)."},
+    {"matmul_add_residual", (PyCFunction)(void (*)(void))py_matmul_add_residual, METH_FASTCALL | METH_KEYWORDS,
+     "matmul_add_residual(a, b, bias, residual, out=None, stream=None, allow_tf32=False, registry=None)\n--\n\n"
+     "a @ b + bias + residual; out may be residual itself (ABI 1.1)."},
+    {"matmul_add_residual_backward", (PyCFunction)(void (*)(void))py_matmul_add_residual_backward,
+     METH_FASTCALL | METH_KEYWORDS,
+     "matmul_add_residual_backward(grad_out, a, b, bias_shape=None, residual_shape=None, needs=None, grad_a=None, "
+     "grad_b=None, grad_bias=None, grad_residual=None, stream=None, allow_tf32=False, registry=None)\n--\n\n"
+     "(grad_a, grad_b, grad_bias, grad_residual) (ABI 1.1)."},
     {"set_loader", py_set_loader, METH_O, "The callable the first op call runs to load libdlfuse."},
     {"exchange_api", py_exchange_api, METH_O,
      "The (major, minor) DLPack exchange API a type (or an object's type) offers, or None."},

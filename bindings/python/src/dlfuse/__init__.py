@@ -26,7 +26,9 @@ from ._core import (AbiMismatchError, DeviceError, Error, InternalError, Invalid
                     LoadFailedError, NotFoundError, OutOfMemoryError, PluginInfo, Registry,
                     Tensor, UnavailableError, UnsupportedError, abi_version,
                     add_mul_activation, add_mul_activation_backward, last_error, load_plugin,
-                    matmul_add_relu, matmul_add_relu_backward, plugins, registry, to_device)
+                    matmul_add_activation, matmul_add_activation_backward, matmul_add_relu,
+                    matmul_add_relu_backward, matmul_add_residual, matmul_add_residual_backward,
+                    plugins, registry, to_device)
 
 __version__ = "0.1.0"
 
@@ -34,5 +36,6 @@ __all__ = ["AbiMismatchError", "DeviceError", "Error", "InternalError", "Invalid
            "LibraryNotFound", "LoadFailedError", "NotFoundError", "OutOfMemoryError",
            "PluginInfo", "Registry", "Tensor", "UnavailableError", "UnsupportedError",
            "abi_version", "add_mul_activation", "add_mul_activation_backward", "last_error",
-           "library_path", "load_plugin", "matmul_add_relu", "matmul_add_relu_backward",
-           "plugins", "registry", "to_device"]
+           "library_path", "load_plugin", "matmul_add_activation",
+           "matmul_add_activation_backward", "matmul_add_relu", "matmul_add_relu_backward",
+           "matmul_add_residual", "matmul_add_residual_backward", "plugins", "registry", "to_device"]

@@ -494,3 +494,8 @@ matmul_add_relu = _ext.matmul_add_relu
 matmul_add_relu_backward = _ext.matmul_add_relu_backward
 add_mul_activation = _ext.add_mul_activation
 add_mul_activation_backward = _ext.add_mul_activation_backward
+# ABI 1.1
+matmul_add_activation = _ext.matmul_add_activation
+matmul_add_activation_backward = _ext.matmul_add_activation_backward
+matmul_add_residual = _ext.matmul_add_residual
+matmul_add_residual_backward = _ext.matmul_add_residual_backward
