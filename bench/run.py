@@ -17,7 +17,10 @@ bandwidth, GEMM peak) and the no-op dispatch overhead, measured in one run.
 Selection (comma-separated lists; default: everything):
 --plugins      plugin names as `dlfuse list` shows them (onednn, opencl, cuda, ...)
 --peers        onednn_raw, cublaslt, numpy, torch
---ops          matmul_add_relu, add_mul_activation
+--ops          matmul_add_relu, add_mul_activation, and (ABI 1.1, only when listed)
+               matmul_add_activation (GELU-tanh epilogue: fwd, fwd_pre, bwd from pre) and
+               matmul_add_residual (fwd); add_mul rows gain bwd_from_out where the plugin
+               reads `out`
 --shapes       MxKxN (matmul) and MxN (add_mul) shapes instead of the anchors, e.g.
                4096x1024x1024,16384x8192
 --dtypes       float32, bfloat16 (float64 for plugins that have it)
@@ -219,11 +222,11 @@ ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
 
 def work(r):
     dims = [int(v) for v in r["shape"].split("x")]
-    if r["op"] == "matmul_add_relu":
+    if r["op"].startswith("matmul_add_"):
         M, K, N = dims
         return "flops", 2.0 * M * N * K * (1 if r["dir"].startswith("fwd") else 2)
     M, N = dims
-    streams = {"fwd": (3, 1), "bwd": (5, 2), "bwd_no_grad_y": (4, 2)}[r["dir"]]
+    streams = {"fwd": (3, 1), "bwd": (5, 2), "bwd_no_grad_y": (4, 2), "bwd_from_out": (4, 2)}[r["dir"]]
     return "bytes", float((streams[0] * M * N + streams[1] * N) * ITEMSIZE[r["dtype"]])
 
 
@@ -246,7 +249,8 @@ def main():
     ap.add_argument("--opencl-gemm", type=lst, default=[])
     args = ap.parse_args()
     for opt, given, known in (("--peers", args.peers, ("onednn_raw", "cublaslt", "numpy", "torch")),
-                              ("--ops", args.ops or [], ("matmul_add_relu", "add_mul_activation")),
+                              ("--ops", args.ops or [], ("matmul_add_relu", "add_mul_activation",
+                                                         "matmul_add_activation", "matmul_add_residual")),
                               ("--activations", args.activations, ("relu", "sigmoid"))):
         if set(given) - set(known):
             ap.error(f"{opt}: unknown {sorted(set(given) - set(known))}; expected {', '.join(known)}")

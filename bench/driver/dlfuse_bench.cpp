@@ -156,6 +156,7 @@ struct Ctx {
   DLDevice dev;
   std::string impl, device;
   dlfuse_op_t mf, mb, af, ab;
+  dlfuse_op_t ma = nullptr, mab = nullptr, mr = nullptr;  // ABI 1.1 ops, when wanted and offered
   std::function<void()> sync;
   bool check = true;
 };
@@ -329,6 +330,103 @@ void bench_add_mul(Ctx& c, const Dtype& dt, int64_t M, int64_t N, const std::str
         c.sync, &batch);
     row(op, grad_y ? "bwd" : "bwd_no_grad_y", dt.name, shape, c.impl, c.device, s, batch, extra);
   }
+  // ABI 1.1: the same gradients from out (4 arrays moved instead of 5), where the kernel takes it.
+  auto from_out = [&](int i) {
+    const int k = i % sets;
+    const DLTensor* in[5] = {&G[k]->t, nullptr, nullptr, nullptr, &O[k]->t};
+    DLTensor* out[3] = {&GX[k]->t, &GY[k]->t, &GB[k]->t};
+    return dlfuse_op_call(c.ab, in, 5, out, 3, attrs, 2, nullptr);
+  };
+  if (from_out(0) == DLFUSE_STATUS_UNSUPPORTED) return;
+  s = time_calls([&](int i) { ck(from_out(i), "add_mul_activation_backward(out)"); }, c.sync, &batch);
+  row(op, "bwd_from_out", dt.name, shape, c.impl, c.device, s, batch, extra);
+}
+
+double gelu_tanh(double p) {
+  const double u = std::sqrt(2.0 / M_PI) * (p + 0.044715 * p * p * p);
+  return 0.5 * p * (1.0 + std::tanh(u));
+}
+
+// ABI 1.1 epilogues on one GEMM shape: matmul_add_activation with GELU (tanh), without and
+// with the pre-activation written, its backward from pre; matmul_add_residual.
+void bench_matmul_epilogue(Ctx& c, const Dtype& dt, int64_t M, int64_t K, int64_t N, bool residual) {
+  const std::string shape = dims_str({M, K, N});
+  const size_t set_bytes = size_t(M * K + K * N + 3 * M * N + N) * size_t(dt.size);
+  const int sets = sets_for(set_bytes);
+  const std::string extra = ", \"sets\": " + std::to_string(sets);
+  std::vector<std::unique_ptr<DevTensor>> A, B, Bi, O, P, G;
+  for (int s = 0; s < sets; ++s) {
+    A.emplace_back(new DevTensor(c.reg, c.dev, dt, {M, K}, 2100 + s));
+    B.emplace_back(new DevTensor(c.reg, c.dev, dt, {K, N}, 2200 + s));
+    Bi.emplace_back(new DevTensor(c.reg, c.dev, dt, {N}, 2300 + s));
+    O.emplace_back(new DevTensor(c.reg, c.dev, dt, {M, N}, 2400 + s));
+    P.emplace_back(new DevTensor(c.reg, c.dev, dt, {M, N}, 2500 + s));  // pre, or the residual
+    G.emplace_back(new DevTensor(c.reg, c.dev, dt, {M, N}, 2600 + s));
+  }
+  dlfuse_attr_t act{};
+  act.key = DLFUSE_ATTR_ACTIVATION;
+  act.type = DLFUSE_ATTR_INT64;
+  act.value.i64 = DLFUSE_ACT_GELU_TANH;
+  const std::string op = residual ? "matmul_add_residual" : "matmul_add_activation[gelu_tanh]";
+  auto fwd = [&](int i, bool with_pre) {
+    const int k = i % sets;
+    if (residual) {
+      const DLTensor* in[4] = {&A[k]->t, &B[k]->t, &Bi[k]->t, &P[k]->t};
+      DLTensor* out[1] = {&O[k]->t};
+      ck(dlfuse_op_call(c.mr, in, 4, out, 1, nullptr, 0, nullptr), "matmul_add_residual");
+      return;
+    }
+    const DLTensor* in[3] = {&A[k]->t, &B[k]->t, &Bi[k]->t};
+    DLTensor* out[2] = {&O[k]->t, with_pre ? &P[k]->t : nullptr};
+    ck(dlfuse_op_call(c.ma, in, 3, out, 2, &act, 1, nullptr), "matmul_add_activation");
+  };
+  int batch = 0;
+  Stats s = time_calls([&](int i) { fwd(i, false); }, c.sync, &batch);
+  std::string chk;
+  if (c.check) {
+    fwd(0, false);
+    c.sync();
+    const auto a = A[0]->download(), b = B[0]->download(), bi = Bi[0]->download(), r = P[0]->download();
+    const size_t e = size_t(dt.size);
+    chk = check_outputs(c, dt, op + " " + shape, size_t(M * N), [&](size_t i, double* mag) {
+      const int64_t m = int64_t(i) / N, n = int64_t(i) % N;
+      double acc = to_double(&bi[size_t(n) * e], dt);
+      *mag = std::fabs(acc);
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = to_double(&a[size_t(m * K + k) * e], dt) * to_double(&b[size_t(k * N + n) * e], dt);
+        acc += p;
+        *mag += std::fabs(p);
+      }
+      if (residual) {
+        const double rv = to_double(&r[i * e], dt);
+        *mag += std::fabs(rv);
+        return acc + rv;
+      }
+      return gelu_tanh(acc);  // |gelu'| <= 1.13: the sum's magnitude bounds its error
+    }, *O[0]);
+  }
+  row(op, "fwd", dt.name, shape, c.impl, c.device, s, batch, extra + chk);
+  if (residual) return;
+  s = time_calls([&](int i) { fwd(i, true); }, c.sync, &batch);
+  row(op, "fwd_pre", dt.name, shape, c.impl, c.device, s, batch, extra);
+  std::vector<std::unique_ptr<DevTensor>> GA, GB, GBi;
+  const int bsets = std::max(1, sets / 2);
+  for (int i = 0; i < bsets; ++i) {
+    GA.emplace_back(new DevTensor(c.reg, c.dev, dt, {M, K}, 2700 + i));
+    GB.emplace_back(new DevTensor(c.reg, c.dev, dt, {K, N}, 2800 + i));
+    GBi.emplace_back(new DevTensor(c.reg, c.dev, dt, {N}, 2900 + i));
+  }
+  for (int i = 0; i < sets; ++i) fwd(i, true);
+  c.sync();
+  s = time_calls(
+      [&](int i) {
+        const int si = i % sets, so = i % bsets;
+        const DLTensor* in[5] = {&G[si]->t, &A[si]->t, &B[si]->t, nullptr, &P[si]->t};
+        DLTensor* out[3] = {&GA[so]->t, &GB[so]->t, &GBi[so]->t};
+        ck(dlfuse_op_call(c.mab, in, 5, out, 3, &act, 1, nullptr), "matmul_add_activation_backward");
+      },
+      c.sync, &batch);
+  row(op, "bwd", dt.name, shape, c.impl, c.device, s, batch, extra);
 }
 
 bool has_kernel(dlfuse_op_t op, int32_t device_type, const Dtype& dt) {
@@ -379,16 +477,25 @@ int cmd_ops(const std::string& path, const OpsArgs& a) {
   ck(dlfuse_op_get(reg, DLFUSE_OP_ADD_MUL_ACTIVATION, &c.af), "op_get");
   ck(dlfuse_op_get(reg, DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, &c.ab), "op_get");
   c.sync = [&c] { ck(dlfuse_device_synchronize(c.reg, c.dev, nullptr), "device_synchronize"); };
+  const auto want = [&](const char* op) { return std::find(a.ops.begin(), a.ops.end(), op) != a.ops.end(); };
+  // ABI 1.1 ops: only when asked for (a plugin may not offer them: NOT_FOUND).
+  if (want(DLFUSE_OP_MATMUL_ADD_ACTIVATION) &&
+      (dlfuse_op_get(reg, DLFUSE_OP_MATMUL_ADD_ACTIVATION, &c.ma) != DLFUSE_STATUS_OK ||
+       dlfuse_op_get(reg, DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD, &c.mab) != DLFUSE_STATUS_OK))
+    c.ma = c.mab = nullptr;
+  if (want(DLFUSE_OP_MATMUL_ADD_RESIDUAL) && dlfuse_op_get(reg, DLFUSE_OP_MATMUL_ADD_RESIDUAL, &c.mr) != DLFUSE_STATUS_OK)
+    c.mr = nullptr;
 
   std::vector<std::vector<int64_t>> shapes;
   if (!a.shapes.empty()) shapes = parse_shapes(a.shapes);
   else if (g_mode == Mode::smoke) shapes = {{64, 32, 16}, {64, 32}};
   else shapes = {{2048, 512, 256}, {4096, 1024, 1024}, {2048, 512}, {16384, 8192}};
   if (a.shapes.empty() && a.large && g_mode != Mode::smoke) shapes.insert(shapes.begin() + 2, std::vector<int64_t>{8192, 4096, 4096});
-  const auto want = [&](const char* op) { return std::find(a.ops.begin(), a.ops.end(), op) != a.ops.end(); };
   for (const std::string& o : a.ops)
-    if (o != "matmul_add_relu" && o != "add_mul_activation")
-      die("unknown op '" + o + "' (expected matmul_add_relu or add_mul_activation)");
+    if (o != "matmul_add_relu" && o != "add_mul_activation" && o != DLFUSE_OP_MATMUL_ADD_ACTIVATION &&
+        o != DLFUSE_OP_MATMUL_ADD_RESIDUAL)
+      die("unknown op '" + o + "' (expected matmul_add_relu, add_mul_activation, matmul_add_activation or "
+          "matmul_add_residual)");
   for (const std::string& act : a.activations)
     if (act != "relu" && act != "sigmoid") die("unknown activation '" + act + "' (expected relu or sigmoid)");
   for (auto& s : shapes)
@@ -402,6 +509,10 @@ int cmd_ops(const std::string& path, const OpsArgs& a) {
     }
     for (auto& s : shapes) {
       if (s.size() == 3 && want("matmul_add_relu")) bench_matmul(c, dt, s[0], s[1], s[2]);
+      if (s.size() == 3 && c.ma && has_kernel(c.ma, info.device_type, dt) && has_kernel(c.mab, info.device_type, dt))
+        bench_matmul_epilogue(c, dt, s[0], s[1], s[2], false);
+      if (s.size() == 3 && c.mr && has_kernel(c.mr, info.device_type, dt))
+        bench_matmul_epilogue(c, dt, s[0], s[1], s[2], true);
       if (s.size() == 2 && want("add_mul_activation"))
         for (const std::string& act : a.activations) bench_add_mul(c, dt, s[0], s[1], act, a.no_grad_y);
     }
