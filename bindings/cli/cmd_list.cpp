@@ -2,6 +2,8 @@
 #include <cstdio>
 #include <iostream>
 
+#include <dlfuse/plugin.h>
+
 #include "cli.h"
 #include "dtypes.h"
 
@@ -44,7 +46,8 @@ int cmd_list(const Args& args) {
       std::string dtypes;
       for (int32_t d = 0; d < ki.num_dtypes; ++d)
         dtypes += (d ? ", " : "") + dlfuse_conformance::dtype_name(ki.dtypes[d]);
-      std::snprintf(line, sizeof line, "    %-28s [%s]  priority %d", ki.op, dtypes.c_str(), ki.priority);
+      std::snprintf(line, sizeof line, "    %-30s [%s]  priority %d%s", ki.op, dtypes.c_str(), ki.priority,
+                    ki.flags & DLFUSE_KERNEL_TAKES_V1_1_INPUTS ? "  (takes ABI 1.1 inputs)" : "");
       std::cout << line << "\n";
     }
   }
