@@ -70,7 +70,7 @@ void print_row(const std::string& plugin, const std::string& dev, const std::str
                const std::string& shape, const std::string& time, const std::string& err,
                const std::string& ratio, const std::string& result) {
   char line[512];
-  std::snprintf(line, sizeof line, "%-14s %-8s %-28s %-9s %-18s %11s %10s %9s %s", plugin.c_str(), dev.c_str(),
+  std::snprintf(line, sizeof line, "%-14s %-8s %-30s %-9s %-18s %11s %10s %9s %s", plugin.c_str(), dev.c_str(),
                 op.c_str(), dt.c_str(), shape.c_str(), time.c_str(), err.c_str(), ratio.c_str(), result.c_str());
   std::cout << line << "\n";
 }
