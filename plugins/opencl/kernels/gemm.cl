@@ -22,7 +22,7 @@
       int flags, int act, int M, int N, int K, int R, __global const long *table
 
 /* Table row header (offC, offBias, offRes, offP); then (offA, offB) of product r at
- * TAB_A(r), TAB_B(r). Must match kTableHeader in src/ops_common.cpp. */
+ * TAB_A(r), TAB_B(r). Must match kTableHeader in src/ops.h. */
 #define TAB_HDR 4
 #define TAB_A(r) (TAB_HDR + 2 * (r))
 #define TAB_B(r) (TAB_HDR + 1 + 2 * (r))
