@@ -113,3 +113,22 @@ inline float d_pre(float g, float p, int act) {
   if (act == 1) return (p > 0.0f || isnan(p)) ? g : 0.0f;
   return g * act_grad(p, act);
 }
+
+/* grad_out * act'(pre) written in out = act(pre), for the activations whose derivative is
+ * a function of their output (the registry refuses the others with out): identity 1,
+ * relu the same select as d_pre (out > 0 exactly where pre > 0, NaN where pre is NaN),
+ * sigmoid out (1 - out), tanh 1 - out^2. */
+inline float d_out(float g, float o, int act) {
+  switch (act) {
+    case 0: return g;
+    case 1: return (o > 0.0f || isnan(o)) ? g : 0.0f;
+    case 2: return g * (o * (1.0f - o));
+    case 3: return g * (1.0f - o * o);
+  }
+  return NAN;
+}
+
+/* d_pre from the forward's pre (from_out 0) or from its out (from_out 1). */
+inline float d_act(float g, float v, int act, int from_out) {
+  return from_out ? d_out(g, v, act) : d_pre(g, v, act);
+}

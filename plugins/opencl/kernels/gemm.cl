@@ -2,35 +2,51 @@
  *
  * Operands are strided views (any row/column stride, so transposed operands are just
  * swapped strides): A(m, k) = A[offA + m*sam + k*sak], B(k, n) = B[offB + k*sbk + n*sbn],
- * C(m, n) = C[offC + m*scm + n*scn]. The epilogue adds bias(m, n) = bias[offBias + m*sbm +
- * n*sbn2] when flags & 1 and applies relu (NaN passes) when flags & 2, then rounds once.
+ * C(m, n) = C[offC + m*scm + n*scn]. The epilogue, in float: v = sum + bias(m, n) (flags
+ * & 1; bias[offBias + m*sbm + n*sbn2]) + residual(m, n) (flags & 2; res[offRes + m*srm +
+ * n*srn]); v is stored to P (when not NULL, P[offP + m*spm + n*spn]) and act_fwd(v, act)
+ * to C, each rounded once. The residual is read before C is written by the same
+ * work-item, so C may be the residual itself (in place).
  * flags & 4 / 8: every A / B row the kernel loads starts 16-byte aligned (see LD4G).
  *
  * Batches: group z of the grid is one C matrix. Without a table (NULL) there is one batch
- * and R = 1. With a table, row z is [offC, offBias, (offA, offB) x R] (added to the base
- * offsets): the R products are summed into one C, which is how the backward reduces a
- * broadcast operand's gradient over batch dims without atomics or a second pass.
+ * and R = 1. With a table, row z is [offC, offBias, offRes, offP, (offA, offB) x R] (added
+ * to the base offsets): the R products are summed into one C, which is how the backward
+ * reduces a broadcast operand's gradient over batch dims without atomics or a second pass.
  */
 #define GEMM_ARGS                                                                       \
   __global const T *A, long offA, long sam, long sak, __global const T *B, long offB,   \
       long sbk, long sbn, __global T *C, long offC, long scm, long scn,                 \
-      __global const T *bias, long offBias, long sbm, long sbn2, int flags, int M, int N, \
-      int K, int R, __global const long *table
+      __global const T *bias, long offBias, long sbm, long sbn2, __global const T *res, \
+      long offRes, long srm, long srn, __global T *P, long offP, long spm, long spn,    \
+      int flags, int act, int M, int N, int K, int R, __global const long *table
 
-#define GEMM_BATCH_SETUP                                            \
-  const long bz = get_group_id(2);                                  \
-  __global const long* trow = table ? table + bz * (2 + 2 * (long)R) : 0; \
-  if (trow) {                                                       \
-    offC += trow[0];                                                \
-    offBias += trow[1];                                             \
+/* Table row header (offC, offBias, offRes, offP); then (offA, offB) of product r at
+ * TAB_A(r), TAB_B(r). Must match kTableHeader in src/ops.h. */
+#define TAB_HDR 4
+#define TAB_A(r) (TAB_HDR + 2 * (r))
+#define TAB_B(r) (TAB_HDR + 1 + 2 * (r))
+
+#define GEMM_BATCH_SETUP                                                  \
+  const long bz = get_group_id(2);                                        \
+  __global const long* trow = table ? table + bz * (TAB_HDR + 2 * (long)R) : 0; \
+  if (trow) {                                                             \
+    offC += trow[0];                                                      \
+    offBias += trow[1];                                                   \
+    offRes += trow[2];                                                    \
+    offP += trow[3];                                                      \
   }
 
-inline float gemm_epilogue(float v, int m, int n, __global const T* bias, long offBias, long sbm,
-                           long sbn2, int flags) {
-  if (flags & 1) v += LD(bias, offBias + m * sbm + n * sbn2);
-  if (flags & 2) v = relu_nan(v);
-  return v;
-}
+/* Stores element (m, n) of the product sum v through the epilogue (see above). A macro:
+ * it reads a dozen of the kernel's arguments. */
+#define GEMM_EPILOGUE(v, m, n)                                             \
+  {                                                                        \
+    float e_ = (v);                                                        \
+    if (flags & 1) e_ += LD(bias, offBias + (m) * sbm + (n) * sbn2);       \
+    if (flags & 2) e_ += LD(res, offRes + (m) * srm + (n) * srn);          \
+    if (P) ST(P, offP + (m) * spm + (n) * spn, e_);                        \
+    ST(C, offC + (m) * scm + (n) * scn, act_fwd(e_, act));                 \
+  }
 
 #if DLF_CPU
 /* CPU: each work-item owns a 6x16 block of C in twelve float8 accumulators (the AVX2
@@ -49,8 +65,8 @@ __kernel void gemm(GEMM_ARGS) {
   const bool packed = (flags & 16) != 0;
   const bool full = m0 + MR <= M && n0 + NR <= N && (sbn == 1 || packed);
   for (int r = 0; r < R; ++r) {
-    const long pa = offA + (trow ? trow[2 + 2 * r] : 0) + m0 * sam;
-    const long pb = packed ? (long)(n0 / NR) * K * NR : offB + (trow ? trow[3 + 2 * r] : 0) + n0 * sbn;
+    const long pa = offA + (trow ? trow[TAB_A(r)] : 0) + m0 * sam;
+    const long pb = packed ? (long)(n0 / NR) * K * NR : offB + (trow ? trow[TAB_B(r)] : 0) + n0 * sbn;
     const long bstep = packed ? NR : sbk;
     if (full) {
       __global const T* bp = B + pb;
@@ -85,8 +101,7 @@ __kernel void gemm(GEMM_ARGS) {
     vstore8(c[i][0], 0, v);
     vstore8(c[i][1], 1, v);
     const int m = m0 + i;
-    for (int j = 0; j < NR && n0 + j < N; ++j)
-      ST(C, offC + m * scm + (n0 + j) * scn, gemm_epilogue(v[j], m, n0 + j, bias, offBias, sbm, sbn2, flags));
+    for (int j = 0; j < NR && n0 + j < N; ++j) GEMM_EPILOGUE(v[j], m, n0 + j)
   }
 }
 

@@ -46,8 +46,8 @@ __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void KNAME(GEMM_ARGS) 
 #define GEMM_LOAD(it)                                                                     \
   {                                                                                       \
     const int r_ = (it) / ktiles, k_ = ((it) - r_ * ktiles) * BK;                         \
-    const long pa = offA + (trow ? trow[2 + 2 * r_] : 0);                                 \
-    const long pb = offB + (trow ? trow[3 + 2 * r_] : 0);                                 \
+    const long pa = offA + (trow ? trow[TAB_A(r_)] : 0);                                  \
+    const long pb = offB + (trow ? trow[TAB_B(r_)] : 0);                                  \
     for (int q = 0; q < QA; ++q) {                                                        \
       const int lin = tid + 256 * q;                                                      \
       const int gm = m0 + lin / (BK / 4), gk = k_ + (lin % (BK / 4)) * 4;                 \
@@ -112,8 +112,7 @@ __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void KNAME(GEMM_ARGS) 
 #pragma unroll
     for (int j = 0; j < 4 * RG; ++j) {
       const int n = n0 + (j / 4) * 64 + tx * 4 + j % 4;
-      if (n < N)
-        ST(C, offC + m * scm + n * scn, gemm_epilogue(acc[i][j], m, n, bias, offBias, sbm, sbn2, flags));
+      if (n < N) GEMM_EPILOGUE(acc[i][j], m, n)
     }
   }
 }

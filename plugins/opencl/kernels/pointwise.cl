@@ -1,4 +1,4 @@
-/* add_mul_activation forward/backward, relu's backward select, and reductions.
+/* add_mul_activation forward/backward, the matmul backwards' dz, and reductions.
  * Every pointwise kernel runs on a 3-D grid over the (collapsed) output shape
  * [n0, n1, n2]: global id 0 walks n2 (innermost), id 1 n1, id 2 n0. The host rounds the
  * grid up to the work-group size, hence the bounds test. */
@@ -17,7 +17,14 @@ __kernel void amx_fwd(__global const T* x, view_t vx, __global const T* y, view_
   ST(o, AT(vo), act_fwd(p, act));
 }
 
-/* d_pre = grad_out * act'(x + bias + multiplier * y), one pass over the inputs. Each
+/* d_pre of add_mul's backward at one element (AT picks the indexing): from
+ * x + bias + multiplier * y, or, with from_out, from the forward's out, which the host
+ * passes in x's place (y and bias are NULL then and never read). */
+#define AMX_D(AT)                                                                       \
+  (from_out ? d_out(LD(g, AT(vg)), LD(x, AT(vx)), act)                                  \
+            : d_pre(LD(g, AT(vg)), LD(x, AT(vx)) + LD(b, AT(vb)) + mult * LD(y, AT(vy)), act))
+
+/* d_pre (AMX_D) at every element, one pass over the inputs. Each
  * gradient is written here when it has the output's shape (flag bit set in `direct`:
  * 1 grad_x, 2 grad_y, 4 grad_bias); a gradient that needs a reduction reads d_pre from
  * `tmp` (float, written when `tmp` is not NULL) in reduce_f. */
@@ -25,22 +32,21 @@ __kernel void amx_bwd(__global const T* g, view_t vg, __global const T* x, view_
                       __global const T* y, view_t vy, __global const T* b, view_t vb,
                       __global T* gx, view_t vgx, __global T* gy, view_t vgy, __global T* gb,
                       view_t vgb, __global float* tmp, view_t vt, int direct, long n0, long n1,
-                      long n2, float mult, int act) {
+                      long n2, float mult, int act, int from_out) {
   PW_INDEX
-  const float p = LD(x, AT(vx)) + LD(b, AT(vb)) + mult * LD(y, AT(vy));
-  const float d = d_pre(LD(g, AT(vg)), p, act);
+  const float d = AMX_D(AT);
   if (direct & 1) ST(gx, AT(vgx), d);
   if (direct & 2) ST(gy, AT(vgy), mult * d);
   if (direct & 4) ST(gb, AT(vgb), d);
   if (tmp) tmp[AT(vt)] = d;
 }
 
-/* relu's backward select for matmul: dz = (out > 0 or NaN) ? grad_out : 0. */
-__kernel void relu_select(__global const T* g, view_t vg, __global const T* out, view_t vout,
-                          __global T* dz, view_t vdz, long n0, long n1, long n2) {
+/* The matmul backwards' dz = grad_out * act'(pre), from pre or (from_out) from out: `s`
+ * is whichever the caller gave. relu is a select either way. */
+__kernel void act_dz(__global const T* g, view_t vg, __global const T* s, view_t vs, __global T* dz,
+                     view_t vdz, long n0, long n1, long n2, int act, int from_out) {
   PW_INDEX
-  const float o = LD(out, AT(vout));
-  ST(dz, AT(vdz), (o > 0.0f || isnan(o)) ? LD(g, AT(vg)) : 0.0f);
+  ST(dz, AT(vdz), d_act(LD(g, AT(vg)), LD(s, AT(vs)), act, from_out));
 }
 
 /* dst[kept] = scale * sum over the reduced dims of src. The kept dims (up to three,
@@ -90,7 +96,7 @@ __kernel void amx_bwd_rows(__global const T* g, view_t vg, __global const T* x, 
                            __global const T* y, view_t vy, __global const T* b, view_t vb,
                            __global T* gx, view_t vgx, __global T* gy, view_t vgy,
                            __global T* gb, view_t vgb, __global float* part, int direct, long n1,
-                           long n2, long rpi, float mult, int act) {
+                           long n2, long rpi, float mult, int act, int from_out) {
   const long c = get_global_id(0), chunk = get_global_id(1);
   if (c >= n2) return;
   /* A chunk past the last row still writes its (zero) partial sum: the reduction reads
@@ -99,8 +105,7 @@ __kernel void amx_bwd_rows(__global const T* g, view_t vg, __global const T* x, 
   float sum = 0.0f;
   for (long r = chunk * rpi; r < r1; ++r) {
 #define AT2(v) ((v).off + r * (v).s1 + c * (v).s2)
-    const float p = LD(x, AT2(vx)) + LD(b, AT2(vb)) + mult * LD(y, AT2(vy));
-    const float d = d_pre(LD(g, AT2(vg)), p, act);
+    const float d = AMX_D(AT2);
     if (direct & 1) ST(gx, AT2(vgx), d);
     if (direct & 2) ST(gy, AT2(vgy), mult * d);
     if (direct & 4) ST(gb, AT2(vgb), d);

@@ -1,7 +1,9 @@
 // add_mul_activation forward (one pass, in place allowed) and backward: one pass over the
 // inputs that writes the gradients of the output's shape and, when every broadcast gradient
 // is a sum over rows (bias [N]), also their per-chunk column sums (a tiny second kernel
-// adds the chunks); other broadcasts are reduced from a float scratch of d_pre.
+// adds the chunks); other broadcasts are reduced from a float scratch of d_pre. The
+// backward reads d_pre from x, y and bias (ABI 1.0) or from the forward's out (ABI 1.1,
+// the fifth input): the same kernels, out passed in x's place.
 #include <algorithm>
 
 #include "ops.h"
@@ -10,11 +12,30 @@ namespace dlfuse_opencl {
 namespace {
 
 const char* const kFwdNames[] = {"x", "y", "bias", "out"};
-const char* const kBwdNames[] = {"grad_out", "x", "y", "bias", "grad_x", "grad_y", "grad_bias"};
+const char* const kBwdNames[] = {"grad_out", "x", "y", "bias", "out", "grad_x", "grad_y", "grad_bias"};
+const char* const kBwdNames10[] = {"grad_out", "x", "y", "bias", "grad_x", "grad_y", "grad_bias"};
 
 void read_attrs(const dlfuse_kernel_args_t* args, cl_int* act, cl_float* mult) {
   *act = cl_int(kit::activation(args));
   *mult = cl_float(kit::multiplier(args));
+}
+
+// The backward's two forms (docs/ops.md): x, y and bias, or out alone, whose derivative
+// exists for identity, relu, sigmoid and tanh only. The registry checks this first; the
+// kernels would read NULL (or give NaN) otherwise.
+void check_form(const DLTensor* x, const DLTensor* y, const DLTensor* b, const DLTensor* out, int act) {
+  const auto bad = [](const std::string& m) { throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, m); };
+  if (out) {
+    if (x || y || b) bad("arguments 'x', 'y', 'bias' and 'out' are all given; expected x, y and bias, or out");
+    if (act > DLFUSE_ACT_TANH)
+      bad("argument 'out' is given with ACTIVATION " + std::to_string(act) +
+          "; expected IDENTITY, RELU, SIGMOID or TANH with 'out' (pass x, y and bias)");
+    return;
+  }
+  const char* names[3] = {"x", "y", "bias"};
+  const DLTensor* t[3] = {x, y, b};
+  for (int i = 0; i < 3; ++i)
+    if (!t[i]) bad(std::string("argument '") + names[i] + "' is NULL; expected the forward's input, or pass out instead");
 }
 
 }  // namespace
@@ -46,12 +67,20 @@ dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_
 
 dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, 4, 3, kBwdNames);
+    // The kernel declares DLFUSE_KERNEL_TAKES_V1_1_INPUTS, so the registry passes five
+    // inputs; four (the 1.0 form, out absent) are taken too, for a caller of the table.
+    const bool five = !args || args->num_inputs != 4;
+    Call c = prepare_call(static_cast<State*>(state), args, five ? 5 : 4, 3, five ? kBwdNames : kBwdNames10,
+                          /* x, y, bias, out */ 0x1e);
     const DLTensor *g = args->inputs[0], *x = args->inputs[1], *y = args->inputs[2], *b = args->inputs[3];
+    const DLTensor* out = five ? args->inputs[4] : nullptr;
     const DLTensor* grads[3] = {args->outputs[0], args->outputs[1], args->outputs[2]};
     cl_int act;
     cl_float mult;
     read_attrs(args, &act, &mult);
+    check_form(x, y, b, out, act);
+    const cl_int from_out = out ? 1 : 0;
+    if (out) x = out;  // the kernels read d_pre's source through x (y and bias unused)
     const Dims oshape = shape_of(g);
     const int rank = int(oshape.size());
     const int64_t n = numel(oshape);
@@ -68,9 +97,11 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
     const bool need_tmp = reduce[0] || reduce[1] || reduce[2];
     if (!direct && !need_tmp) return DLFUSE_STATUS_OK;
 
-    std::vector<Dims> strides = {strides_of(g), aligned_strides(x, rank), aligned_strides(y, rank),
-                                 aligned_strides(b, rank)};
-    std::vector<int64_t> offs = {elem_offset(g), elem_offset(x), elem_offset(y), elem_offset(b)};
+    const Dims none(size_t(rank), 0);  // y and bias in the out form: never read
+    std::vector<Dims> strides = {strides_of(g), aligned_strides(x, rank), y ? aligned_strides(y, rank) : none,
+                                 b ? aligned_strides(b, rank) : none};
+    std::vector<int64_t> offs = {elem_offset(g), elem_offset(x), y ? elem_offset(y) : 0, b ? elem_offset(b) : 0};
+    cl_mem ym = y ? mem_of(y) : nullptr, bm = b ? mem_of(b) : nullptr;
     cl_mem gm[3] = {nullptr, nullptr, nullptr};
     for (int i = 0; i < 3; ++i) {
       const bool present = grads[i] && numel(shape_of(grads[i])) > 0;
@@ -103,8 +134,8 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
       MemRef part;
       if (need_tmp) part.m = scratch(*c.dev, size_t(chunks * bn2) * sizeof(float));
       KernelRef k(c.dev->kernel(c.prec, "amx_bwd_rows"));
-      set_args(k.k, mem_of(g), v2[0], mem_of(x), v2[1], mem_of(y), v2[2], mem_of(b), v2[3], gm[0], v2[4], gm[1], v2[5],
-               gm[2], v2[6], part.m, direct, cl_long(bn1), cl_long(bn2), cl_long(rpi), mult, act);
+      set_args(k.k, mem_of(g), v2[0], mem_of(x), v2[1], ym, v2[2], bm, v2[3], gm[0], v2[4], gm[1], v2[5], gm[2], v2[6],
+               part.m, direct, cl_long(bn1), cl_long(bn2), cl_long(rpi), mult, act, from_out);
       size_t global[3] = {size_t(bn2), size_t(chunks), 1}, local[3];
       pointwise_local(*c.dev, bn2, chunks, local);
       enqueue(c.queue, k.k, global, local, "amx_bwd_rows");
@@ -136,8 +167,8 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
       offs.push_back(0);
       KernelRef k(c.dev->kernel(c.prec, "amx_bwd"));
       for_each_block(oshape, strides, offs, [&](const std::vector<ClView>& v, int64_t n0, int64_t n1, int64_t n2) {
-        set_args(k.k, mem_of(g), v[0], mem_of(x), v[1], mem_of(y), v[2], mem_of(b), v[3], gm[0], v[4], gm[1], v[5],
-                 gm[2], v[6], tmp.m, v[7], direct, cl_long(n0), cl_long(n1), cl_long(n2), mult, act);
+        set_args(k.k, mem_of(g), v[0], mem_of(x), v[1], ym, v[2], bm, v[3], gm[0], v[4], gm[1], v[5], gm[2], v[6],
+                 tmp.m, v[7], direct, cl_long(n0), cl_long(n1), cl_long(n2), mult, act, from_out);
         size_t global[3] = {size_t(n2), size_t(n1), size_t(n0)}, local[3];
         pointwise_local(*c.dev, n2, n1, local);
         enqueue(c.queue, k.k, global, local, "amx_bwd");

@@ -18,13 +18,33 @@ struct Call {
 // `names` gives each input then each output a name for messages. Checks that all tensors
 // are on one OpenCL device of this plugin, their cl_mem belongs to its context and holds
 // the view (byte_offset + extent within CL_MEM_SIZE), and the stream is a queue of it.
+// Input i may be NULL where bit i of `optional_inputs` is set (never input 0); outputs
+// may always be NULL (the caller checks the ones it needs).
 Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs,
-                  const char* const* names);
+                  const char* const* names, uint32_t optional_inputs = 0);
 
-void gemm(Call& c, cl_mem A, int64_t offA, int64_t sam, int64_t sak, cl_mem B, int64_t offB, int64_t sbk,
-          int64_t sbn, cl_mem C, int64_t offC, int64_t scm, int64_t scn, cl_mem bias, int64_t offBias, int64_t sbm,
-          int64_t sbn2, int flags, int64_t M, int64_t N, int64_t K, int64_t nbatch, int64_t R,
-          const std::vector<int64_t>& table);
+// A matrix of one GEMM batch: element (r, c) is mem[off + r * rs + c * cs].
+struct MatRef {
+  cl_mem mem = nullptr;
+  int64_t off = 0, rs = 0, cs = 0;
+};
+
+// What the GEMM adds to the product before it stores (kernels/gemm.cl): bias and
+// residual when their mem is set, pre = the sum so far when its mem is set, then
+// out = act(pre) (act a dlfuse_activation_t; identity for a plain product).
+struct Epilogue {
+  MatRef bias, residual, pre;
+  int act = DLFUSE_ACT_IDENTITY;
+};
+
+// Batch table rows: [offC, offBias, offRes, offPre, (offA, offB) x R], the offsets added
+// to the base views for batch z (kernels/gemm.cl, TAB_HDR).
+constexpr size_t kTableHeader = 4;
+
+// C = epilogue(sum over r < R of A_r @ B_r) for nbatch batches of [M, K] @ [K, N]; the
+// table (empty when nbatch = R = 1) gives each batch's offsets.
+void gemm(Call& c, MatRef A, MatRef B, const MatRef& C, const Epilogue& ep, int64_t M, int64_t N, int64_t K,
+          int64_t nbatch, int64_t R, const std::vector<int64_t>& table);
 
 // dst = scale * reduce_to(src) where src has `shape` (strides src_strides) and dst is a
 // tensor that broadcasts to `shape`. `src_is_float`: src is a float scratch buffer.
@@ -35,6 +55,10 @@ dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* 
 dlfuse_status_t matmul_add_relu_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
 dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
 dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
+dlfuse_status_t matmul_add_activation(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
+dlfuse_status_t matmul_add_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
+dlfuse_status_t matmul_add_residual(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
+dlfuse_status_t matmul_add_residual_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
 
 inline cl_mem mem_of(const DLTensor* t) { return static_cast<cl_mem>(t->data); }
 

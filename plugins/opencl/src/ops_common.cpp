@@ -10,7 +10,7 @@ bool is_dtype(DLDataType d, uint8_t code, uint8_t bits) { return d.code == code 
 }  // namespace
 
 Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs,
-                  const char* const* names) {
+                  const char* const* names, uint32_t optional_inputs) {
   const auto bad = [&](const std::string& m) { throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, m); };
   if (!args || args->num_inputs != num_inputs || args->num_outputs != num_outputs || !args->inputs || !args->outputs)
     bad("expected " + std::to_string(num_inputs) + " inputs and " + std::to_string(num_outputs) + " outputs");
@@ -39,7 +39,7 @@ Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, in
     const DLTensor* t = i < num_inputs ? args->inputs[i] : args->outputs[i - num_inputs];
     const std::string arg = std::string("argument '") + names[i] + "'";
     if (!t) {
-      if (i < num_inputs) bad(arg + " is NULL");
+      if (i < num_inputs && (i == 0 || !((optional_inputs >> i) & 1u))) bad(arg + " is NULL");
       continue;
     }
     if (t->device.device_type != kDLOpenCL || t->device.device_id != first->device.device_id)
@@ -109,11 +109,11 @@ Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, in
   return c;
 }
 
-void gemm(Call& c, cl_mem A, int64_t offA, int64_t sam, int64_t sak, cl_mem B, int64_t offB, int64_t sbk,
-          int64_t sbn, cl_mem C, int64_t offC, int64_t scm, int64_t scn, cl_mem bias, int64_t offBias, int64_t sbm,
-          int64_t sbn2, int flags, int64_t M, int64_t N, int64_t K, int64_t nbatch, int64_t R,
-          const std::vector<int64_t>& table) {
+void gemm(Call& c, MatRef A, MatRef B, const MatRef& C, const Epilogue& ep, int64_t M, int64_t N, int64_t K,
+          int64_t nbatch, int64_t R, const std::vector<int64_t>& table) {
   if (M == 0 || N == 0 || nbatch == 0) return;
+  int flags = (ep.bias.mem ? 1 : 0) | (ep.residual.mem ? 2 : 0);
+  const int64_t offA = A.off, sam = A.rs, sak = A.cs, offB = B.off, sbk = B.rs, sbn = B.cs;
   if (R > INT_MAX / (K / 16 + 1))  // the kernels count k-steps of all R products in an int
     throw Error(DLFUSE_STATUS_UNSUPPORTED, "a gradient summing " + std::to_string(R) + " batch products of K = " +
                                                std::to_string(K) + " exceeds this plugin's 2^31 k-steps");
@@ -121,9 +121,9 @@ void gemm(Call& c, cl_mem A, int64_t offA, int64_t sam, int64_t sak, cl_mem B, i
   // floats (batch offsets from the table included).
   if (c.prec == Prec::kF32) {
     bool a_al = sak == 1 && offA % 4 == 0 && sam % 4 == 0, b_al = sbn == 1 && offB % 4 == 0 && sbk % 4 == 0;
-    const size_t row = size_t(2 + 2 * R);
+    const size_t row = kTableHeader + size_t(2 * R);
     for (size_t i = 0; i + row <= table.size(); i += row)
-      for (size_t j = 2; j < row; j += 2) {
+      for (size_t j = kTableHeader; j < row; j += 2) {
         a_al = a_al && table[i + j] % 4 == 0;
         b_al = b_al && table[i + j + 1] % 4 == 0;
       }
@@ -138,10 +138,10 @@ void gemm(Call& c, cl_mem A, int64_t offA, int64_t sam, int64_t sak, cl_mem B, i
     const int64_t np = (N + 15) / 16 * 16;
     packed.m = scratch(*c.dev, size_t(np * K * c.esize));
     KernelRef pk(c.dev->kernel(c.prec, "pack_b"));
-    set_args(pk.k, B, cl_long(offB), cl_long(sbk), cl_long(sbn), packed.m, cl_int(N), cl_int(K));
+    set_args(pk.k, B.mem, cl_long(offB), cl_long(sbk), cl_long(sbn), packed.m, cl_int(N), cl_int(K));
     const size_t pg[3] = {size_t(np), 1, 1}, pl[3] = {16, 1, 1};
     enqueue(c.queue, pk.k, pg, pl, "pack_b");
-    B = packed.m;
+    B.mem = packed.m;
     flags |= 16;
   }
   // The 64-tile kernel when 128-tiles would not give every compute unit a work-group.
@@ -152,9 +152,12 @@ void gemm(Call& c, cl_mem A, int64_t offA, int64_t sam, int64_t sak, cl_mem B, i
   }
   const char* kname = c.dev->cpu_kernels || tile == 128 ? "gemm" : "gemm64";
   KernelRef k(c.dev->kernel(c.prec, kname));
-  const cl_long a[] = {offA, sam, sak, offB, sbk, sbn, offC, scm, scn, offBias, sbm, sbn2};
-  set_args(k.k, A, a[0], a[1], a[2], B, a[3], a[4], a[5], C, a[6], a[7], a[8], bias, a[9], a[10], a[11], cl_int(flags),
-           cl_int(M), cl_int(N), cl_int(K), cl_int(R), tab.m);
+  const MatRef &bias = ep.bias, &res = ep.residual, &pre = ep.pre;
+  set_args(k.k, A.mem, cl_long(offA), cl_long(sam), cl_long(sak), B.mem, cl_long(offB), cl_long(sbk), cl_long(sbn),
+           C.mem, cl_long(C.off), cl_long(C.rs), cl_long(C.cs), bias.mem, cl_long(bias.off), cl_long(bias.rs),
+           cl_long(bias.cs), res.mem, cl_long(res.off), cl_long(res.rs), cl_long(res.cs), pre.mem, cl_long(pre.off),
+           cl_long(pre.rs), cl_long(pre.cs), cl_int(flags), cl_int(ep.act), cl_int(M), cl_int(N), cl_int(K), cl_int(R),
+           tab.m);
   size_t global[3], local[3];
   if (c.dev->cpu_kernels) {
     global[0] = size_t((N + 15) / 16);
