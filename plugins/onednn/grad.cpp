@@ -10,7 +10,28 @@
 namespace dlfuse_onednn {
 namespace {
 
-enum KeyKind : int64_t { kReduction = 2 };  // matmul.cpp uses 1, add_mul.cpp 10 and 11
+enum KeyKind : int64_t { kReduction = 2, kEltwiseBwd = 3 };  // matmul.cpp uses 1, add_mul.cpp 10 and 11
+
+// dz = grad_out * act'(pre) for a transcendental activation with oneDNN's eltwise_backward
+// (vectorized exp/erf/tanh) over the whole compact tensor in one call; false where the
+// layout or the activation is not one it takes (the scalar row pass runs instead).
+bool dz_eltwise(State& st, const View& g, const View* src, const DzRule& rule, const View& dz) {
+  dnnl::algorithm alg;
+  float alpha;
+  if (rule.from_out || !src || !eltwise_alg(rule.act, &alg, &alpha)) return false;
+  if (!is_compact(g) || !is_compact(*src)) return false;
+  const int64_t len = dz.numel();
+  const dnnl::memory::desc md({len}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a);
+  auto p = st.get<dnnl::eltwise_backward>(Key{kEltwiseBwd, int64_t(alg), len}, [&] {
+    dnnl::eltwise_forward::primitive_desc hint(
+        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, alg, md, alpha, 0.f), st.engine);
+    return dnnl::eltwise_backward::primitive_desc(dnnl::eltwise_backward::desc(alg, md, md, alpha, 0.f), base_attr(),
+                                                  st.engine, hint);
+  });
+  execute(st, *p, {{DNNL_ARG_SRC, mem(st, md, src->data)}, {DNNL_ARG_DIFF_DST, mem(st, md, g.data)},
+                   {DNNL_ARG_DIFF_SRC, mem(st, md, dz.data)}});
+  return true;
+}
 
 // One row of dZ: zp[0, n) from grad_out (stride gs) and src (stride ss).
 void dz_row(const DzRule& rule, float* zp, const float* gp, int64_t gs, const float* sp, int64_t ss, int64_t n) {
@@ -132,7 +153,11 @@ View dz_and_reductions(State& st, const View& g, const View* src, DzRule rule, c
   const int64_t n = g.shape[r - 1];
   std::vector<double> sums(colsum ? size_t(n) : 0);
   const bool empty = dz.numel() == 0;
-  if (!empty && (write || colsum)) dz_pass(g, src, rule, dz, write, colsum ? sums.data() : nullptr);
+  if (!empty && write && dz_eltwise(st, g, src, rule, dz)) {
+    if (colsum) dz_pass(dz, nullptr, DzRule{}, dz, false, sums.data());  // the sums alone
+  } else if (!empty && (write || colsum)) {
+    dz_pass(g, src, rule, dz, write, colsum ? sums.data() : nullptr);
+  }
   for (size_t k = 0; k < reductions.size(); ++k) {
     const View& t = targets[k];
     const double scale = reductions[k].scale;
