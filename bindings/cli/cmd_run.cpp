@@ -38,7 +38,7 @@ CaseSpec make_spec(OpKind op, const RunConfig& c) {
   s.act = c.act;
   s.multiplier = c.multiplier;
   const std::vector<int64_t> batch = c.batch > 0 ? std::vector<int64_t>{c.batch} : std::vector<int64_t>{};
-  if (op == OpKind::kMatmul || op == OpKind::kMatmulBackward) {
+  if (is_matmul_op(op)) {
     std::vector<long long> mkn = c.shape.empty() ? std::vector<long long>{128, 128, 128} : c.shape;
     if (mkn.size() != 3) throw UsageError("matmul ops take --shape M,K,N");
     s.M = mkn[0];
@@ -46,6 +46,7 @@ CaseSpec make_spec(OpKind op, const RunConfig& c) {
     s.N = mkn[2];
     s.a_batch = s.b_batch = batch;
     s.bias_shape = {s.N};
+    s.residual_shape = {s.M, s.N};  // matmul_add_residual(_backward): broadcast over any batch
   } else {
     std::vector<long long> mn = c.shape.empty() ? std::vector<long long>{512, 512} : c.shape;
     if (mn.size() == 3) mn = {mn[0], mn[2]};  // `run all --shape M,K,N`: the M x N output

@@ -12,7 +12,7 @@ namespace dlfuse_conformance {
 namespace {
 
 constexpr size_t kBufferBytes = 4096;
-constexpr int kBuffers = 8;
+constexpr int kBuffers = 10;
 
 struct BadTensor {
   std::vector<int64_t> shape, strides;  // strides empty: NULL
@@ -27,8 +27,11 @@ struct BadTensor {
 struct BadCall {
   std::vector<BadTensor> ins, outs;
   std::vector<dlfuse_attr_t> attrs;
-  bool typed = false;        // through the typed add_mul function, with this activation
+  bool typed = false;        // through the op's typed function, with this activation
   int typed_activation = 0;
+  // Expected status when not only "refused": UNSUPPORTED for a valid call that a kernel
+  // without ABI 1.1's inputs cannot take. DLFUSE_STATUS_OK: any refusal.
+  dlfuse_status_t expect = DLFUSE_STATUS_OK;
 };
 
 dlfuse_attr_t attr_i(int32_t key, int64_t v) {
@@ -72,10 +75,38 @@ BadCall base_call(OpKind op, DLDevice dev, DLDataType dt) {
       c.ins = {t({M, N}), t({M, N}), t({M, N}), t({N})};
       c.outs = {t({M, N}), t({M, N}), t({N})};
       break;
+    case OpKind::kMatmulAct:
+      c.ins = {t({M, K}), t({K, N}), t({N})};
+      c.outs = {t({M, N}), t({M, N})};
+      break;
+    case OpKind::kMatmulActBackward: {
+      c.ins = {t({M, N}), t({M, K}), t({K, N}), t({M, N}), t({M, N})};
+      c.ins[4].null = true;  // the out form; pre NULL
+      c.outs = {t({M, K}), t({K, N}), t({N})};
+      break;
+    }
+    case OpKind::kMatmulResidual:
+      c.ins = {t({M, K}), t({K, N}), t({N}), t({M, N})};
+      c.outs = {t({M, N})};
+      break;
+    case OpKind::kMatmulResidualBackward:
+      c.ins = {t({M, N}), t({M, K}), t({K, N})};
+      c.outs = {t({M, K}), t({K, N}), t({N}), t({M, N})};
+      break;
   }
   if (op == OpKind::kAddMul || op == OpKind::kAddMulBackward)
     c.attrs = {attr_i(DLFUSE_ATTR_ACTIVATION, DLFUSE_ACT_RELU), attr_f(DLFUSE_ATTR_MULTIPLIER, 0.5)};
+  if (op == OpKind::kMatmulAct || op == OpKind::kMatmulActBackward)
+    c.attrs = {attr_i(DLFUSE_ATTR_ACTIVATION, DLFUSE_ACT_RELU)};
   return c;
+}
+
+// add_mul_activation_backward's ABI 1.1 out form: grad_out, NULL, NULL, NULL, out.
+void to_out_form(BadCall& c) {
+  BadTensor out = c.ins[0];
+  out.buffer = kBuffers - 2;
+  c.ins.push_back(out);
+  for (int i = 1; i <= 3; ++i) c.ins[size_t(i)].null = true;
 }
 
 using Mutation = std::function<void(BadCall&)>;
@@ -89,9 +120,10 @@ void for_all(BadCall& c, const std::function<void(BadTensor&)>& f) {
   for (auto& t : c.outs) f(t);
 }
 
-std::vector<BadCase> bad_cases(OpKind op, DLDevice dev, DLDataType dt) {
-  const bool fwd = op == OpKind::kMatmul || op == OpKind::kAddMul;
-  const bool matmul = op == OpKind::kMatmul || op == OpKind::kMatmulBackward;
+std::vector<BadCase> bad_cases(OpKind op, DLDevice dev, DLDataType dt, bool v11_inputs) {
+  const bool fwd = !is_backward_op(op);
+  const bool matmul = is_matmul_op(op);
+  const bool takes_act = !matmul || op == OpKind::kMatmulAct || op == OpKind::kMatmulActBackward;
   const uint64_t es = dtype_size(dt);
   const int64_t huge = int64_t(1) << 62;
   std::vector<BadCase> v = {
@@ -119,23 +151,84 @@ std::vector<BadCase> bad_cases(OpKind op, DLDevice dev, DLDataType dt) {
          c.outs[0].buffer = c.ins[1].buffer;
          c.outs[0].byte_offset = es;
        }},
-      {"bias_not_broadcastable", [op](BadCall& c) {
-         // The backward of matmul learns the bias's shape from grad_bias alone.
-         if (op == OpKind::kMatmul || op == OpKind::kAddMul) c.ins[2].shape = {N + 1};
+      {"bias_not_broadcastable", [op, fwd](BadCall& c) {
+         // The backwards of matmul learn the bias's shape from grad_bias alone.
+         if (fwd) c.ins[2].shape = {N + 1};
          if (op == OpKind::kAddMulBackward) c.ins[3].shape = {N + 1};
-         if (!(op == OpKind::kMatmul || op == OpKind::kAddMul)) c.outs[2].shape = {N + 1};
+         if (!fwd) c.outs[2].shape = {N + 1};
        }},
   };
   if (fwd) v.push_back({"null_output", [](BadCall& c) { c.outs[0].null = true; }});
   else v.push_back({"outputs_overlap", [](BadCall& c) { c.outs[1].buffer = c.outs[0].buffer; }});
   if (matmul) {
-    v.push_back({"k_mismatch", [op](BadCall& c) { c.ins[op == OpKind::kMatmul ? 1 : 2].shape = {K + 1, N}; }});
-    v.push_back({"ndim1_operand", [op](BadCall& c) { c.ins[op == OpKind::kMatmul ? 0 : 1].shape = {K}; }});
-    if (!fwd) v.push_back({"saved_out_shape", [](BadCall& c) { c.ins[3].shape = {M, N + 1}; }});
-  } else {
+    v.push_back({"k_mismatch", [fwd](BadCall& c) { c.ins[fwd ? 1 : 2].shape = {K + 1, N}; }});
+    v.push_back({"ndim1_operand", [fwd](BadCall& c) { c.ins[fwd ? 0 : 1].shape = {K}; }});
+    if (op == OpKind::kMatmulBackward || op == OpKind::kMatmulActBackward)
+      v.push_back({"saved_out_shape", [](BadCall& c) { c.ins[3].shape = {M, N + 1}; }});
+  }
+  if (takes_act) {
     v.push_back({"unknown_activation_typed", [](BadCall& c) { c.typed = true; c.typed_activation = 99; }});
     v.push_back({"negative_activation", [](BadCall& c) { c.attrs[0].value.i64 = -1; }});
     v.push_back({"missing_activation", [](BadCall& c) { c.attrs.erase(c.attrs.begin()); }});
+  }
+  if (op == OpKind::kMatmulAct) {
+    v.push_back({"wrong_pre_shape", [](BadCall& c) { c.outs[1].shape = {M, N + 1}; }});
+    v.push_back({"pre_is_out", [](BadCall& c) { c.outs[1].buffer = c.outs[0].buffer; }});
+  }
+  if (op == OpKind::kMatmulActBackward) {
+    v.push_back({"out_and_pre_both_given", [](BadCall& c) { c.ins[4].null = false; }});
+    v.push_back({"out_and_pre_both_null", [](BadCall& c) { c.ins[3].null = true; }});
+    v.push_back({"out_with_gelu_erf", [](BadCall& c) { c.attrs[0].value.i64 = DLFUSE_ACT_GELU_ERF; }});
+    v.push_back({"out_with_silu_typed", [](BadCall& c) { c.typed = true; c.typed_activation = DLFUSE_ACT_SILU; }});
+    v.push_back({"wrong_pre_shape", [](BadCall& c) {
+      c.ins[3].null = true;
+      c.ins[4].null = false;
+      c.ins[4].shape = {M, N + 1};
+    }});
+  }
+  if (op == OpKind::kMatmulResidual) {
+    v.push_back({"residual_not_broadcastable", [](BadCall& c) { c.ins[3].shape = {N + 1}; }});
+    v.push_back({"residual_in_place_shifted", [es](BadCall& c) {
+      c.outs[0].buffer = c.ins[3].buffer;
+      c.outs[0].byte_offset = es;
+    }});
+    v.push_back({"out_is_bias", [](BadCall& c) {
+      c.ins[2].shape = {M, N};
+      c.outs[0].buffer = c.ins[2].buffer;
+    }});
+  }
+  if (op == OpKind::kMatmulResidualBackward)
+    v.push_back({"grad_residual_not_broadcastable", [](BadCall& c) { c.outs[3].shape = {M + 1, N}; }});
+  if (op == OpKind::kAddMulBackward) {
+    v.push_back({"out_and_x_given", [](BadCall& c) {
+      to_out_form(c);
+      c.ins[1].null = false;
+    }});
+    v.push_back({"out_form_with_gelu_erf", [](BadCall& c) {
+      to_out_form(c);
+      c.attrs[0].value.i64 = DLFUSE_ACT_GELU_ERF;
+    }});
+    v.push_back({"out_form_grad_out_shape", [](BadCall& c) {
+      to_out_form(c);
+      c.ins[0].shape = {M, N + 1};
+    }});
+    v.push_back({"out_form_grad_x_not_broadcastable", [](BadCall& c) {
+      to_out_form(c);
+      c.outs[0].shape = {M + 1, N};
+    }});
+    v.push_back({"neither_x_nor_out", [](BadCall& c) {
+      to_out_form(c);
+      c.ins[4].null = true;
+    }});
+    // A valid call of the out form: a kernel that does not take ABI 1.1's inputs must never
+    // see it (docs/ops.md, "What a plugin of ABI 1.0 sees"), so it is refused, UNSUPPORTED.
+    if (!v11_inputs)
+      v.push_back({"out_form_to_v10_kernel", [](BadCall& c) {
+        to_out_form(c);
+        c.expect = DLFUSE_STATUS_UNSUPPORTED;
+      }});
+  }
+  if (!matmul) {
     v.push_back({"multiplier_wrong_type", [](BadCall& c) { c.attrs[1] = attr_i(DLFUSE_ATTR_MULTIPLIER, 2); }});
     if (fwd) {
       v.push_back({"out_is_y", [](BadCall& c) { c.outs[0].buffer = c.ins[1].buffer; }});
@@ -155,6 +248,10 @@ std::vector<BadCase> bad_cases(OpKind op, DLDevice dev, DLDataType dt) {
       case OpKind::kMatmulBackward: rows = {&c.ins[0], &c.ins[1], &c.ins[3], &c.outs[0]}; break;
       case OpKind::kAddMul: rows = {&c.ins[0], &c.ins[1], &c.outs[0]}; break;
       case OpKind::kAddMulBackward: rows = {&c.ins[0], &c.ins[1], &c.ins[2], &c.outs[0], &c.outs[1]}; break;
+      case OpKind::kMatmulAct: rows = {&c.ins[0], &c.outs[0], &c.outs[1]}; break;
+      case OpKind::kMatmulActBackward: rows = {&c.ins[0], &c.ins[1], &c.ins[3], &c.ins[4], &c.outs[0]}; break;
+      case OpKind::kMatmulResidual: rows = {&c.ins[0], &c.ins[3], &c.outs[0]}; break;
+      case OpKind::kMatmulResidualBackward: rows = {&c.ins[0], &c.ins[1], &c.outs[0], &c.outs[3]}; break;
     }
     for (BadTensor* t : rows) t->shape[0] = huge;
   }});
@@ -183,9 +280,17 @@ dlfuse_status_t call(dlfuse_registry_t reg, OpKind op, BadCall& c, void* const* 
   for (auto& t : c.outs) outs.push_back(build(t));
   if (c.typed) {
     const auto act = dlfuse_activation_t(c.typed_activation);
-    if (op == OpKind::kAddMul) return dlfuse_add_mul_activation(reg, ins[0], ins[1], ins[2], 0.5, act, outs[0], nullptr);
-    return dlfuse_add_mul_activation_backward(reg, ins[0], ins[1], ins[2], ins[3], 0.5, act, outs[0], outs[1],
-                                              outs[2], nullptr);
+    switch (op) {
+      case OpKind::kAddMul: return dlfuse_add_mul_activation(reg, ins[0], ins[1], ins[2], 0.5, act, outs[0], nullptr);
+      case OpKind::kMatmulAct:
+        return dlfuse_matmul_add_activation(reg, ins[0], ins[1], ins[2], act, outs[0], outs[1], 0, nullptr);
+      case OpKind::kMatmulActBackward:
+        return dlfuse_matmul_add_activation_backward(reg, ins[0], ins[1], ins[2], ins[3], ins[4], act, outs[0],
+                                                     outs[1], outs[2], 0, nullptr);
+      default:
+        return dlfuse_add_mul_activation_backward(reg, ins[0], ins[1], ins[2], ins[3], 0.5, act, outs[0], outs[1],
+                                                  outs[2], nullptr);
+    }
   }
   dlfuse_op_t h = nullptr;
   const dlfuse_status_t st = dlfuse_op_get(reg, op_name(op), &h);
@@ -196,7 +301,8 @@ dlfuse_status_t call(dlfuse_registry_t reg, OpKind op, BadCall& c, void* const* 
 
 }  // namespace
 
-std::vector<BadOutcome> run_bad_inputs(dlfuse_registry_t reg, DLDevice dev, DLDataType dtype, OpKind op) {
+std::vector<BadOutcome> run_bad_inputs(dlfuse_registry_t reg, DLDevice dev, DLDataType dtype, OpKind op,
+                                       bool v11_inputs) {
   std::vector<BadOutcome> results;
   std::vector<DeviceBuffer> bufs(kBuffers);
   void* ptrs[kBuffers];
@@ -210,7 +316,7 @@ std::vector<BadOutcome> run_bad_inputs(dlfuse_registry_t reg, DLDevice dev, DLDa
     }
     ptrs[i] = bufs[size_t(i)].ptr();
   }
-  for (const BadCase& bc : bad_cases(op, dev, dtype)) {
+  for (const BadCase& bc : bad_cases(op, dev, dtype, v11_inputs)) {
     BadCall c = base_call(op, dev, dtype);
     bc.mutate(c);
     // A failing lookup leaves a message we recognise, so a refusal that sets no message of
@@ -224,6 +330,8 @@ std::vector<BadOutcome> run_bad_inputs(dlfuse_registry_t reg, DLDevice dev, DLDa
     BadOutcome o{"bad:" + bc.name, false, ""};
     if (st == DLFUSE_STATUS_OK) o.detail = "accepted (returned OK); it must be refused";
     else if (msg.empty() || msg == marker) o.detail = std::string(dlfuse_status_string(st)) + " but no message";
+    else if (c.expect != DLFUSE_STATUS_OK && st != c.expect)
+      o.detail = std::string(dlfuse_status_string(st)) + " (expected " + dlfuse_status_string(c.expect) + "): " + msg;
     else { o.pass = true; o.detail = std::string(dlfuse_status_string(st)) + ": " + msg; }
     results.push_back(o);
   }

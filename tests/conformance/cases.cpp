@@ -33,8 +33,13 @@ template <class F> CaseSpec with(CaseSpec s, F f) {
   return s;
 }
 
+// Every role a matmul case may lay out, ABI 1.0's first (byte_offset numbers them in order).
+const char* const kMatmulRoles[] = {"a", "b", "bias", "out", "grad_out", "grad_a", "grad_b", "grad_bias",
+                                    "pre", "residual", "grad_residual"};
+
+// The cases every matmul op shares: shapes, broadcasting, batches, zero sizes, layouts.
 std::vector<CaseSpec> matmul_cases(OpKind op) {
-  const bool bwd = op == OpKind::kMatmulBackward;
+  const bool bwd = is_backward_op(op);
   std::vector<CaseSpec> c = {
       mm("plain_2d", op, 5, 7, 3, {3}),
       mm("square_64", op, 64, 64, 64, {64}),
@@ -53,17 +58,17 @@ std::vector<CaseSpec> matmul_cases(OpKind op) {
       mm("zero_K", op, 4, 0, 3, {4, 3}),
       with(mm("zero_batch", op, 3, 2, 4, {4}), [](CaseSpec& s) { s.a_batch = {0}; }),
       with(mm("padded_rows", op, 9, 6, 7, {9, 7}), [&](CaseSpec& s) {
-        for (const char* r : {"a", "b", "bias", "out", "grad_out", "grad_a", "grad_b", "grad_bias"})
+        for (const char* r : kMatmulRoles)
           s.layout[r] = Layout::kPadded;
       }),
       with(mm("transposed_a", op, 8, 5, 6, {6}), [](CaseSpec& s) { s.layout["a"] = Layout::kTransposed; }),
       with(mm("transposed_b", op, 8, 5, 6, {6}), [](CaseSpec& s) { s.layout["b"] = Layout::kTransposed; }),
       with(mm("transposed_all", op, 8, 5, 6, {8, 6}), [&](CaseSpec& s) {
-        for (const char* r : {"a", "b", "bias", "out", "grad_out", "grad_a", "grad_b", "grad_bias"})
+        for (const char* r : kMatmulRoles)
           s.layout[r] = Layout::kTransposed;
       }),
       with(mm("explicit_strides", op, 5, 4, 3, {3}), [&](CaseSpec& s) {
-        for (const char* r : {"a", "b", "bias", "out", "grad_out", "grad_a", "grad_b", "grad_bias"})
+        for (const char* r : kMatmulRoles)
           s.layout[r] = Layout::kCompactExplicit;
       }),
       with(mm("zero_stride_inputs", op, 6, 4, 5, {6, 5}), [&](CaseSpec& s) {
@@ -72,7 +77,7 @@ std::vector<CaseSpec> matmul_cases(OpKind op) {
       }),
       with(mm("byte_offset", op, 5, 6, 4, {4}), [&](CaseSpec& s) {
         int64_t k = 1;
-        for (const char* r : {"a", "b", "bias", "out", "grad_out", "grad_a", "grad_b", "grad_bias"})
+        for (const char* r : kMatmulRoles)
           s.offset[r] = k += 2;
       }),
       with(mm("generic_call", op, 5, 7, 3, {3}), [](CaseSpec& s) { s.generic_call = true; }),
@@ -86,15 +91,158 @@ std::vector<CaseSpec> matmul_cases(OpKind op) {
     c.push_back(with(mm("out_transposed", op, 7, 3, 5, {5}), [](CaseSpec& s) { s.layout["out"] = Layout::kTransposed; }));
     return c;
   }
-  for (const char* g : {"grad_a", "grad_b", "grad_bias"})
-    c.push_back(with(mm(std::string("absent_") + g, op, 5, 4, 6, {6}), [&](CaseSpec& s) { s.absent = {g}; }));
-  c.push_back(with(mm("absent_all", op, 5, 4, 6, {6}), [](CaseSpec& s) { s.absent = {"grad_a", "grad_b", "grad_bias"}; }));
-  c.push_back(with(mm("only_grad_bias_batched", op, 4, 3, 5, {5}), [](CaseSpec& s) {
+  std::vector<std::string> grads = {"grad_a", "grad_b", "grad_bias"};
+  if (op == OpKind::kMatmulResidualBackward) grads.push_back("grad_residual");
+  for (const std::string& g : grads)
+    c.push_back(with(mm("absent_" + g, op, 5, 4, 6, {6}), [&](CaseSpec& s) { s.absent = {g}; }));
+  c.push_back(with(mm("absent_all", op, 5, 4, 6, {6}), [&](CaseSpec& s) { s.absent.insert(grads.begin(), grads.end()); }));
+  c.push_back(with(mm("only_grad_bias_batched", op, 4, 3, 5, {5}), [&](CaseSpec& s) {
     s.a_batch = {2};
     s.b_batch = {2};
-    s.absent = {"grad_a", "grad_b"};
+    s.absent.insert(grads.begin(), grads.end());
+    s.absent.erase("grad_bias");
   }));
-  c.push_back(with(mm("relu_select", op, 8, 5, 7, {7}), [](CaseSpec& s) { s.special = Special::kReluSelect; }));
+  if (op != OpKind::kMatmulResidualBackward)
+    c.push_back(with(mm("relu_select", op, 8, 5, 7, {7}), [](CaseSpec& s) { s.special = Special::kReluSelect; }));
+  return c;
+}
+
+std::vector<int64_t> out_shape_of(const CaseSpec& s) {
+  std::vector<int64_t> out;
+  broadcast_shapes(s.a_batch, s.b_batch, &out);
+  out.push_back(s.M);
+  out.push_back(s.N);
+  return out;
+}
+
+const char* const kFromOutActs[] = {"identity", "relu", "sigmoid", "tanh"};
+
+// matmul_add_activation: the shared cases with the activations in turn, then every
+// activation, NaN/Inf, pre absent or laid out its own way.
+std::vector<CaseSpec> matmul_activation_cases() {
+  const OpKind op = OpKind::kMatmulAct;
+  std::vector<CaseSpec> c = matmul_cases(op);
+  for (size_t i = 0; i < c.size(); ++i) c[i].act = int(i % DLFUSE_ACT_COUNT);
+  for (int act = 0; act < DLFUSE_ACT_COUNT; ++act) {
+    const std::string a = activation_name(act);
+    c.push_back(with(mm("act_" + a, op, 9, 11, 13, {13}), [&](CaseSpec& s) { s.act = act; }));
+    c.push_back(with(mm("no_pre_" + a, op, 6, 5, 7, {6, 1}), [&](CaseSpec& s) { s.act = act; s.absent = {"pre"}; }));
+    c.push_back(with(mm("nan_inf_" + a, op, 6, 5, 4, {4}), [&](CaseSpec& s) {
+      s.act = act;
+      s.special = Special::kNanInf;
+    }));
+  }
+  c.push_back(with(mm("pre_transposed", op, 7, 4, 5, {5}), [](CaseSpec& s) {
+    s.act = DLFUSE_ACT_TANH;
+    s.layout["pre"] = Layout::kTransposed;
+    s.offset["pre"] = 3;
+  }));
+  c.push_back(with(mm("generic_call_no_pre", op, 5, 7, 3, {3}), [](CaseSpec& s) {
+    s.act = DLFUSE_ACT_GELU_TANH;
+    s.generic_call = true;
+    s.absent = {"pre"};
+  }));
+  return c;
+}
+
+// matmul_add_activation_backward: pre form with the activations in turn on the shared
+// cases, then every activation from pre and the four from out, relu's select both ways.
+std::vector<CaseSpec> matmul_activation_backward_cases() {
+  const OpKind op = OpKind::kMatmulActBackward;
+  std::vector<CaseSpec> c = matmul_cases(op);
+  for (size_t i = 0; i < c.size(); ++i)
+    if (c[i].special == Special::kNone) c[i].act = int(i % DLFUSE_ACT_COUNT);
+  for (int act = 0; act < DLFUSE_ACT_COUNT; ++act)
+    c.push_back(with(mm(std::string("pre_") + activation_name(act), op, 9, 11, 13, {13}), [&](CaseSpec& s) { s.act = act; }));
+  for (int act = 0; act < DLFUSE_ACT_COUNT; ++act) {
+    if (!derivative_from_out(act)) continue;
+    c.push_back(with(mm(std::string("from_out_") + activation_name(act), op, 9, 11, 13, {13}), [&](CaseSpec& s) {
+      s.act = act;
+      s.from_out = true;
+    }));
+  }
+  auto out_form = [](int act) { return [act](CaseSpec& s) { s.act = act; s.from_out = true; }; };
+  c.push_back(with(mm("relu_select_from_out", op, 8, 5, 7, {7}), [](CaseSpec& s) {
+    s.special = Special::kReluSelect;
+    s.from_out = true;
+  }));
+  c.push_back(with(with(mm("from_out_batch_broadcast", op, 4, 6, 5, {3, 1, 5}), out_form(DLFUSE_ACT_TANH)),
+                   [](CaseSpec& s) { s.a_batch = {2, 1}; s.b_batch = {3}; }));
+  c.push_back(with(mm("from_out_bias_Mx1", op, 6, 5, 4, {6, 1}), out_form(DLFUSE_ACT_SIGMOID)));
+  c.push_back(with(with(mm("from_out_transposed", op, 8, 5, 6, {6}), out_form(DLFUSE_ACT_TANH)), [](CaseSpec& s) {
+    for (const char* r : {"out", "grad_out", "grad_a"}) s.layout[r] = Layout::kTransposed;
+  }));
+  c.push_back(with(with(mm("from_out_byte_offset", op, 5, 6, 4, {4}), out_form(DLFUSE_ACT_SIGMOID)), [](CaseSpec& s) {
+    int64_t k = 1;
+    for (const char* r : kMatmulRoles) s.offset[r] = k += 2;
+  }));
+  c.push_back(with(with(mm("from_out_generic_call", op, 5, 7, 3, {3}), out_form(DLFUSE_ACT_IDENTITY)),
+                   [](CaseSpec& s) { s.generic_call = true; }));
+  c.push_back(with(with(mm("from_out_absent_grad_a", op, 5, 4, 6, {6}), out_form(DLFUSE_ACT_TANH)),
+                   [](CaseSpec& s) { s.absent = {"grad_a"}; }));
+  c.push_back(with(mm("from_out_zero_K", op, 4, 0, 3, {4, 3}), out_form(DLFUSE_ACT_SIGMOID)));
+  return c;
+}
+
+// matmul_add_residual: the shared cases with a full residual, then broadcast residuals
+// and in place (out is the residual's very view).
+std::vector<CaseSpec> matmul_residual_cases() {
+  const OpKind op = OpKind::kMatmulResidual;
+  std::vector<CaseSpec> c = matmul_cases(op);
+  for (CaseSpec& s : c) s.residual_shape = out_shape_of(s);
+  auto res = [](std::vector<int64_t> shape) { return [shape](CaseSpec& s) { s.residual_shape = shape; }; };
+  c.push_back(with(mm("residual_N", op, 6, 5, 4, {6, 4}), res({4})));
+  c.push_back(with(mm("residual_Mx1", op, 6, 5, 4, {4}), res({6, 1})));
+  c.push_back(with(mm("residual_scalar_0d", op, 6, 5, 4, {4}), res({})));
+  c.push_back(with(with(mm("residual_batch_bcast", op, 4, 3, 5, {5}), res({3, 1, 5})), [](CaseSpec& s) { s.a_batch = {3}; }));
+  c.push_back(with(with(mm("residual_zero_stride", op, 6, 4, 5, {5}), res({6, 5})),
+                   [](CaseSpec& s) { s.layout["residual"] = Layout::kZeroStride; }));
+  c.push_back(with(with(mm("residual_transposed", op, 7, 3, 5, {5}), res({7, 5})),
+                   [](CaseSpec& s) { s.layout["residual"] = Layout::kTransposed; s.offset["residual"] = 2; }));
+  c.push_back(with(with(mm("in_place", op, 8, 6, 9, {9}), res({8, 9})), [](CaseSpec& s) { s.in_place = true; }));
+  c.push_back(with(with(mm("in_place_padded", op, 8, 6, 9, {8, 1}), res({8, 9})), [](CaseSpec& s) {
+    s.in_place = true;
+    s.layout["residual"] = Layout::kPadded;
+    s.offset["residual"] = 5;
+  }));
+  c.push_back(with(with(mm("in_place_batched", op, 4, 6, 5, {5}), res({2, 3, 4, 5})), [](CaseSpec& s) {
+    s.a_batch = {2, 1};
+    s.b_batch = {3};
+    s.in_place = true;
+  }));
+  c.push_back(with(with(mm("in_place_transposed", op, 7, 3, 5, {5}), res({7, 5})), [](CaseSpec& s) {
+    s.in_place = true;
+    s.layout["residual"] = Layout::kTransposed;
+  }));
+  c.push_back(with(with(mm("in_place_zero_K", op, 4, 0, 3, {3}), res({4, 3})), [](CaseSpec& s) { s.in_place = true; }));
+  return c;
+}
+
+// matmul_add_residual_backward: the shared cases (grad_residual full), then grad_residual
+// reduced over broadcast dims.
+std::vector<CaseSpec> matmul_residual_backward_cases() {
+  const OpKind op = OpKind::kMatmulResidualBackward;
+  std::vector<CaseSpec> c = matmul_cases(op);
+  for (CaseSpec& s : c) s.residual_shape = out_shape_of(s);
+  auto res = [](std::vector<int64_t> shape) { return [shape](CaseSpec& s) { s.residual_shape = shape; }; };
+  c.push_back(with(mm("grad_residual_N", op, 6, 5, 4, {6, 4}), res({4})));
+  c.push_back(with(mm("grad_residual_Mx1", op, 6, 5, 4, {4}), res({6, 1})));
+  c.push_back(with(mm("grad_residual_scalar_0d", op, 6, 5, 4, {4}), res({})));
+  c.push_back(with(with(mm("grad_residual_batch_bcast", op, 4, 3, 5, {5}), res({3, 1, 5})),
+                   [](CaseSpec& s) { s.a_batch = {3}; }));
+  c.push_back(with(with(mm("grad_residual_batch_dropped", op, 4, 6, 5, {1, 5}), res({4, 5})),
+                   [](CaseSpec& s) { s.a_batch = {2, 1}; s.b_batch = {3}; }));
+  c.push_back(with(with(mm("only_grad_residual", op, 6, 5, 4, {4}), res({6, 1})),
+                   [](CaseSpec& s) { s.absent = {"grad_a", "grad_b", "grad_bias"}; }));
+  c.push_back(with(with(mm("grad_residual_padded", op, 9, 6, 7, {7}), res({9, 7})), [](CaseSpec& s) {
+    s.layout["grad_residual"] = Layout::kPadded;
+    s.offset["grad_residual"] = 4;
+  }));
+  c.push_back(with(mm("accum_long_positive_residual", op, 4096, 2, 2, {2}), [](CaseSpec& s) {
+    s.residual_shape = {1, 2};
+    s.positive = true;
+    s.absent = {"grad_a", "grad_b", "grad_bias"};
+  }));
   return c;
 }
 
@@ -170,13 +318,54 @@ std::vector<CaseSpec> add_mul_cases(OpKind op) {
   c.push_back(am("rows_chunks_169x173_relu", op, {169, 173}, {1, 173}, {173}, DLFUSE_ACT_RELU, 0.5));
   c.push_back(am("rows_chunks_2x130x146_sigmoid", op, {2, 130, 146}, {146}, {146}, DLFUSE_ACT_SIGMOID, 0.5));
   c.push_back(am("rows_chunks_171x146_gelu", op, {171, 146}, {171, 146}, {146}, DLFUSE_ACT_GELU_ERF, 0.5));
+  // ABI 1.1 (only for a kernel that takes its inputs, DLFUSE_KERNEL_TAKES_V1_1_INPUTS): the out form.
+  auto out_form = [](CaseSpec& s) { s.from_out = true; };
+  for (int act = 0; act < DLFUSE_ACT_COUNT; ++act)
+    if (derivative_from_out(act))
+      c.push_back(with(am(std::string("from_out_") + activation_name(act), op, {9, 17}, {9, 17}, {17}, act), out_form));
+  c.push_back(with(am("from_out_bcast_col_row", op, {6, 1}, {1, 5}, {6, 5}, DLFUSE_ACT_TANH), out_form));
+  c.push_back(with(am("from_out_bcast_batch_3d", op, {2, 4, 5}, {4, 5}, {5}, DLFUSE_ACT_SIGMOID), out_form));
+  c.push_back(with(am("from_out_bias_scalar_0d", op, {4, 5}, {4, 5}, {}, DLFUSE_ACT_IDENTITY, -1.25), out_form));
+  c.push_back(with(am("from_out_relu_select", op, {8, 9}, {8, 9}, {9}, DLFUSE_ACT_RELU, 0.5), [](CaseSpec& s) {
+    s.from_out = true;
+    s.special = Special::kReluSelect;
+  }));
+  c.push_back(with(am("from_out_absent_grad_y", op, {6, 5}, {6, 5}, {5}, DLFUSE_ACT_SIGMOID, -1.5), [](CaseSpec& s) {
+    s.from_out = true;
+    s.absent = {"grad_y"};
+  }));
+  c.push_back(with(am("from_out_transposed", op, {7, 6}, {7, 6}, {6}, DLFUSE_ACT_TANH), [](CaseSpec& s) {
+    s.from_out = true;
+    for (const char* r : {"out", "grad_out", "grad_x"}) s.layout[r] = Layout::kTransposed;
+  }));
+  c.push_back(with(am("from_out_byte_offset", op, {5, 6}, {5, 6}, {6}, DLFUSE_ACT_SIGMOID), [](CaseSpec& s) {
+    s.from_out = true;
+    int64_t k = 0;
+    for (const char* r : {"out", "grad_out", "grad_x", "grad_y", "grad_bias"}) s.offset[r] = k += 3;
+  }));
+  c.push_back(with(am("from_out_zero_M", op, {0, 5}, {0, 5}, {5}, DLFUSE_ACT_TANH), out_form));
+  c.push_back(with(am("from_out_reduce_long_positive", op, {8192, 2}, {8192, 2}, {2}, DLFUSE_ACT_IDENTITY, 0.5),
+                   [](CaseSpec& s) { s.from_out = true; s.positive = true; }));
+  c.push_back(with(am("from_out_generic_call", op, {5, 6}, {5, 6}, {6}, DLFUSE_ACT_RELU, 1.0),
+                   [](CaseSpec& s) { s.from_out = true; s.generic_call = true; }));
+  // A caller of ABI 1.1 passing five inputs, out NULL: the 1.0 form through the kernel's 1.1 signature.
+  c.push_back(with(am("generic_call_v11_inputs", op, {5, 6}, {5, 6}, {6}, DLFUSE_ACT_GELU_ERF, -0.5),
+                   [](CaseSpec& s) { s.v11_inputs = true; s.generic_call = true; }));
   return c;
 }
 
 }  // namespace
 
 std::vector<CaseSpec> cases_for(OpKind op) {
-  return op == OpKind::kMatmul || op == OpKind::kMatmulBackward ? matmul_cases(op) : add_mul_cases(op);
+  switch (op) {
+    case OpKind::kMatmulAct: return matmul_activation_cases();
+    case OpKind::kMatmulActBackward: return matmul_activation_backward_cases();
+    case OpKind::kMatmulResidual: return matmul_residual_cases();
+    case OpKind::kMatmulResidualBackward: return matmul_residual_backward_cases();
+    case OpKind::kMatmul:
+    case OpKind::kMatmulBackward: return matmul_cases(op);
+    default: return add_mul_cases(op);
+  }
 }
 
 }  // namespace dlfuse_conformance

@@ -11,6 +11,8 @@
 
 namespace dlfuse_conformance {
 
+// add_mul_activation_backward's cases include the out form (from_out) and the five-input
+// call (v11_inputs): the runner drops them for a kernel without DLFUSE_KERNEL_TAKES_V1_1_INPUTS.
 std::vector<CaseSpec> cases_for(OpKind op);
 
 struct BadOutcome {
@@ -19,7 +21,10 @@ struct BadOutcome {
   std::string detail;  // the status and message, or what went wrong
 };
 // Runs every bad call of `op` on `dev` with tensors of `dtype`; each must be refused.
-std::vector<BadOutcome> run_bad_inputs(dlfuse_registry_t reg, DLDevice dev, DLDataType dtype, OpKind op);
+// `v11_inputs`: the kernel takes ABI 1.1's appended inputs (the bad calls that misuse them
+// are run for every kernel: the registry refuses them before choosing one).
+std::vector<BadOutcome> run_bad_inputs(dlfuse_registry_t reg, DLDevice dev, DLDataType dtype, OpKind op,
+                                       bool v11_inputs);
 
 }  // namespace dlfuse_conformance
 

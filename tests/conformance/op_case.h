@@ -17,10 +17,20 @@
 
 namespace dlfuse_conformance {
 
-enum class OpKind { kMatmul, kMatmulBackward, kAddMul, kAddMulBackward };
-constexpr OpKind kAllOps[] = {OpKind::kMatmul, OpKind::kMatmulBackward, OpKind::kAddMul,
-                              OpKind::kAddMulBackward};
+// ABI 1.1's ops come after 1.0's: the enumerators seed the sweep, so old values stay.
+enum class OpKind {
+  kMatmul, kMatmulBackward, kAddMul, kAddMulBackward,
+  kMatmulAct, kMatmulActBackward, kMatmulResidual, kMatmulResidualBackward,
+};
+constexpr OpKind kAllOps[] = {OpKind::kMatmul,          OpKind::kMatmulBackward,    OpKind::kAddMul,
+                              OpKind::kAddMulBackward,  OpKind::kMatmulAct,         OpKind::kMatmulActBackward,
+                              OpKind::kMatmulResidual,  OpKind::kMatmulResidualBackward};
 const char* op_name(OpKind op);
+// The ops whose operands are a [..., M, K] and b [..., K, N] (CaseSpec's M, K, N, batches).
+bool is_matmul_op(OpKind op);
+bool is_backward_op(OpKind op);
+// The activations whose derivative out gives (docs/ops.md, "Reading out instead").
+bool derivative_from_out(int act);
 bool parse_op(const std::string& name, OpKind* op);
 const char* activation_name(int act);
 bool parse_activation(const std::string& name, int* act);
@@ -40,13 +50,19 @@ struct CaseSpec {
   // add_mul: the shapes of x and y
   std::vector<int64_t> x_shape, y_shape;
   std::vector<int64_t> bias_shape;
+  std::vector<int64_t> residual_shape;  // matmul_add_residual(_backward)
   // By role ("a", "b", "bias", "out", "grad_out", "x", "grad_x", ...); default compact, 0.
   std::map<std::string, Layout> layout;
   std::map<std::string, int64_t> offset;  // byte_offset, in elements
-  std::set<std::string> absent;           // optional outputs passed as NULL
+  std::set<std::string> absent;           // optional outputs passed as NULL ("pre" too)
   int act = DLFUSE_ACT_RELU;
   double multiplier = 1.0;
-  bool in_place = false;     // add_mul forward: out is x
+  bool in_place = false;     // add_mul forward: out is x; matmul_add_residual: out is residual
+  // Backwards of ABI 1.1: d_pre read from the forward's out (add_mul: x, y, bias NULL;
+  // matmul_add_activation: pre NULL) instead of from x, y, bias or pre.
+  bool from_out = false;
+  // add_mul backward through dlfuse_op_call with ABI 1.1's five inputs, out NULL.
+  bool v11_inputs = false;
   Special special = Special::kNone;
   bool generic_call = false;  // dlfuse_op_call instead of the typed function
   bool allow_tf32 = false;
@@ -105,9 +121,17 @@ class PreparedCall {
   };
   Tensor& add(std::vector<Tensor>& list, const std::string& role, const std::vector<int64_t>& shape);
   void make_inputs(std::mt19937_64& rng);
+  void make_matmul_inputs(std::mt19937_64& rng);
+  void make_add_mul_inputs(std::mt19937_64& rng);
   void apply_specials();
+  void nan_inf_inputs();
+  void derive_add_mul_out();
+  void relu_select_gradients();
+  HostTensor& input(const std::string& role);
+  int in_place_input() const { return spec_.op == OpKind::kMatmulResidual ? 3 : 0; }
+  bool is_in_place_out(size_t i) const { return spec_.in_place && i == 0; }
   bool place(Tensor& t, std::string* err);
-  const DLTensor* in(size_t i) const { return &inputs_[i].dl; }
+  const DLTensor* in(size_t i) const { return inputs_[i].present ? &inputs_[i].dl : nullptr; }
   DLTensor* out(size_t i);
   Dense dense(const Tensor& t) const { return Dense{t.host.shape(), t.host.values()}; }
 
@@ -117,7 +141,7 @@ class PreparedCall {
   CaseSpec spec_;
   std::vector<Tensor> inputs_, outputs_;
   std::vector<RefOut> ref_;  // the reference, once computed
-  Dense hidden_bias_;  // matmul backward: the forward's bias (it defines `out` and grad_bias' shape)
+  Dense hidden_bias_;  // matmul backwards: the forward's bias (it defines `out`/`pre` and grad_bias' shape)
   dlfuse_op_t op_handle_ = nullptr;
 };
 

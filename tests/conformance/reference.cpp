@@ -49,6 +49,11 @@ RefOut zeros(const std::vector<int64_t>& shape) {
   return r;
 }
 
+std::vector<double> abs_of(std::vector<double> v) {
+  for (double& e : v) e = std::fabs(e);
+  return v;
+}
+
 std::vector<int64_t> head(const std::vector<int64_t>& s, size_t drop) {
   return std::vector<int64_t>(s.begin(), s.end() - long(drop));
 }
@@ -137,7 +142,25 @@ double ref_activate_grad_scale(int act, double p) {
   }
 }
 
-RefOut ref_matmul_forward(const Dense& a, const Dense& b, const Dense& bias) {
+double ref_activate_grad_from_out(int act, double out, double g) {
+  switch (act) {
+    case DLFUSE_ACT_IDENTITY: return g;
+    case DLFUSE_ACT_RELU: return (out > 0 || std::isnan(out)) ? g : 0.0;
+    case DLFUSE_ACT_SIGMOID: return g * out * (1.0 - out);
+    default: return g * (1.0 - out * out);  // TANH
+  }
+}
+
+double ref_activate_grad_scale_from_out(int act, double out) {
+  switch (act) {
+    case DLFUSE_ACT_IDENTITY: return 1.0;
+    case DLFUSE_ACT_RELU: return (out > 0 || std::isnan(out)) ? 1.0 : 0.0;
+    case DLFUSE_ACT_SIGMOID: return std::fabs(out) + out * out;
+    default: return 1.0 + out * out;  // TANH
+  }
+}
+
+RefOut ref_matmul_pre(const Dense& a, const Dense& b, const Dense& bias) {
   const Mm d = matmul_dims(a, b);
   std::vector<int64_t> out_shape = d.batch;
   out_shape.push_back(d.M);
@@ -161,19 +184,55 @@ RefOut ref_matmul_forward(const Dense& a, const Dense& b, const Dense& bias) {
           sc += std::fabs(t);
         }
         const size_t o = size_t((bl * d.M + m) * d.N + n);
-        r.val[o] = ref_activate(1, s);
+        r.val[o] = s;
         r.scale[o] = sc;
       }
   });
   return r;
 }
 
-Grads ref_matmul_backward(const Dense& grad_out, const Dense& a, const Dense& b, const Dense& out,
-                          const std::vector<int64_t>& bias_shape) {
+RefOut ref_matmul_forward(const Dense& a, const Dense& b, const Dense& bias) {
+  RefOut r = ref_matmul_pre(a, b, bias);
+  for (double& v : r.val) v = ref_activate(DLFUSE_ACT_RELU, v);
+  return r;
+}
+
+std::vector<RefOut> ref_matmul_activation(const Dense& a, const Dense& b, const Dense& bias, int act) {
+  const RefOut pre = ref_matmul_pre(a, b, bias);
+  // act' is at most about 1.13 (GELU, SiLU) and the activations keep |out| <= |pre| or <= 1:
+  // the error of out follows pre's, whose scale is the sum's (docs/ops.md, "sums").
+  RefOut out = pre;
+  for (double& v : out.val) v = ref_activate(act, v);
+  return {out, pre};
+}
+
+RefOut ref_matmul_residual(const Dense& a, const Dense& b, const Dense& bias, const Dense& residual) {
+  RefOut r = ref_matmul_pre(a, b, bias);
+  const auto rs = bstrides(residual.shape, r.shape.size());
+  for_each_index(r.shape, [&](int64_t lin, const std::vector<int64_t>& i) {
+    const double v = residual.v[size_t(at(i, rs))];
+    r.val[size_t(lin)] += v;
+    r.scale[size_t(lin)] += std::fabs(v);  // one more term of the sum
+  });
+  return r;
+}
+
+namespace {
+
+// dZ of a matmul backward, with the scale of each element (|grad_out| A, docs/ops.md).
+struct Dz {
+  std::vector<double> val, scale;
+};
+
+// grad_a, grad_b and the reductions of dZ to bias_shape and residual_shape (the latter
+// empty when the op has none: `with_residual` false).
+Grads matmul_grads(const Dz& dz, const Dense& a, const Dense& b, const std::vector<int64_t>& bias_shape,
+                   bool with_residual, const std::vector<int64_t>& residual_shape) {
   const Mm d = matmul_dims(a, b);
-  Grads g{zeros(a.shape), zeros(b.shape), zeros(bias_shape)};
+  Grads g{zeros(a.shape), zeros(b.shape), zeros(bias_shape), with_residual ? zeros(residual_shape) : RefOut{}};
   const size_t rank = d.batch.size() + 2;
   const std::vector<int64_t> bias_s = bstrides(bias_shape, rank);
+  const std::vector<int64_t> res_s = with_residual ? bstrides(residual_shape, rank) : std::vector<int64_t>();
   for_each_index(d.batch, [&](int64_t bl, const std::vector<int64_t>& bi) {
     const int64_t ao = at(bi, d.a_b), bo = at(bi, d.b_b);
     std::vector<int64_t> oi = bi;
@@ -181,23 +240,63 @@ Grads ref_matmul_backward(const Dense& grad_out, const Dense& a, const Dense& b,
     for (int64_t m = 0; m < d.M; ++m)
       for (int64_t n = 0; n < d.N; ++n) {
         const size_t o = size_t((bl * d.M + m) * d.N + n);
-        const double dz = ref_activate_grad(1, out.v[o], grad_out.v[o]);
+        const double z = dz.val[o], zs = dz.scale[o];
         oi[rank - 2] = m;
         oi[rank - 1] = n;
         const size_t bo2 = size_t(at(oi, bias_s));
-        g.bias.val[bo2] += dz;
-        g.bias.scale[bo2] += std::fabs(dz);
+        g.bias.val[bo2] += z;
+        g.bias.scale[bo2] += zs;
+        if (with_residual) {
+          const size_t ro = size_t(at(oi, res_s));
+          g.residual.val[ro] += z;
+          g.residual.scale[ro] += zs;
+        }
         for (int64_t k = 0; k < d.K; ++k) {
           const size_t ia = size_t(ao + m * d.K + k), ib = size_t(bo + k * d.N + n);
-          const double ta = dz * b.v[ib], tb = a.v[ia] * dz;
-          g.first.val[ia] += ta;
-          g.first.scale[ia] += std::fabs(ta);
-          g.second.val[ib] += tb;
-          g.second.scale[ib] += std::fabs(tb);
+          g.first.val[ia] += z * b.v[ib];
+          g.first.scale[ia] += zs * std::fabs(b.v[ib]);
+          g.second.val[ib] += a.v[ia] * z;
+          g.second.scale[ib] += std::fabs(a.v[ia]) * zs;
         }
       }
   });
   return g;
+}
+
+}  // namespace
+
+Grads ref_matmul_backward(const Dense& grad_out, const Dense& a, const Dense& b, const Dense& out,
+                          const std::vector<int64_t>& bias_shape) {
+  Dz dz;
+  for (size_t o = 0; o < grad_out.v.size(); ++o) {
+    const double z = ref_activate_grad(DLFUSE_ACT_RELU, out.v[o], grad_out.v[o]);
+    dz.val.push_back(z);
+    dz.scale.push_back(std::fabs(z));
+  }
+  return matmul_grads(dz, a, b, bias_shape, false, {});
+}
+
+Grads ref_matmul_activation_backward(const Dense& grad_out, const Dense& a, const Dense& b, const Dense& saved,
+                                     bool from_out, int act, const std::vector<int64_t>& bias_shape) {
+  Dz dz;
+  for (size_t o = 0; o < grad_out.v.size(); ++o) {
+    const double go = grad_out.v[o], sv = saved.v[o];
+    const double z = from_out ? ref_activate_grad_from_out(act, sv, go) : ref_activate_grad(act, sv, go);
+    const double a_scale = from_out ? ref_activate_grad_scale_from_out(act, sv) : ref_activate_grad_scale(act, sv);
+    // A select passes grad_out unchanged or gives an exact 0: no scale where it blocks.
+    dz.val.push_back(z);
+    dz.scale.push_back(z == 0.0 ? 0.0 : std::fabs(go) * a_scale);
+  }
+  return matmul_grads(dz, a, b, bias_shape, false, {});
+}
+
+Grads ref_matmul_residual_backward(const Dense& grad_out, const Dense& a, const Dense& b,
+                                   const std::vector<int64_t>& bias_shape,
+                                   const std::vector<int64_t>& residual_shape) {
+  Dz dz;
+  dz.val = grad_out.v;
+  dz.scale = abs_of(grad_out.v);
+  return matmul_grads(dz, a, b, bias_shape, true, residual_shape);
 }
 
 Dense ref_pre_activation(const Dense& x, const Dense& y, const Dense& bias, double mult) {
@@ -236,7 +335,7 @@ RefOut ref_add_mul_forward(const Dense& x, const Dense& y, const Dense& bias, in
 Grads ref_add_mul_backward(const Dense& grad_out, const Dense& x, const Dense& y, const Dense& bias,
                            int act, double mult) {
   const Dense pre = ref_pre_activation(x, y, bias, mult);
-  Grads g{zeros(x.shape), zeros(y.shape), zeros(bias.shape)};
+  Grads g{zeros(x.shape), zeros(y.shape), zeros(bias.shape), RefOut{}};
   const size_t r = pre.shape.size();
   const auto xs = bstrides(x.shape, r), ys = bstrides(y.shape, r), bs = bstrides(bias.shape, r);
   for_each_index(pre.shape, [&](int64_t lin, const std::vector<int64_t>& i) {
@@ -244,6 +343,27 @@ Grads ref_add_mul_backward(const Dense& grad_out, const Dense& x, const Dense& y
     const double d = ref_activate_grad(act, p, go);
     // A select passes grad_out unchanged or gives an exact 0: no scale where it blocks.
     const double sc = d == 0.0 ? 0.0 : std::fabs(go) * ref_activate_grad_scale(act, p);
+    const size_t ix = size_t(at(i, xs)), iy = size_t(at(i, ys)), ib = size_t(at(i, bs));
+    g.first.val[ix] += d;
+    g.first.scale[ix] += sc;
+    g.second.val[iy] += mult * d;
+    g.second.scale[iy] += std::fabs(mult) * sc;
+    g.bias.val[ib] += d;
+    g.bias.scale[ib] += sc;
+  });
+  return g;
+}
+
+Grads ref_add_mul_backward_from_out(const Dense& grad_out, const Dense& out, const std::vector<int64_t>& x_shape,
+                                    const std::vector<int64_t>& y_shape, const std::vector<int64_t>& bias_shape,
+                                    int act, double mult) {
+  Grads g{zeros(x_shape), zeros(y_shape), zeros(bias_shape), RefOut{}};
+  const size_t r = out.shape.size();
+  const auto xs = bstrides(x_shape, r), ys = bstrides(y_shape, r), bs = bstrides(bias_shape, r);
+  for_each_index(out.shape, [&](int64_t lin, const std::vector<int64_t>& i) {
+    const double o = out.v[size_t(lin)], go = grad_out.v[size_t(lin)];
+    const double d = ref_activate_grad_from_out(act, o, go);
+    const double sc = d == 0.0 ? 0.0 : std::fabs(go) * ref_activate_grad_scale_from_out(act, o);
     const size_t ix = size_t(at(i, xs)), iy = size_t(at(i, ys)), ib = size_t(at(i, bs));
     g.first.val[ix] += d;
     g.first.scale[ix] += sc;

@@ -1,4 +1,4 @@
-// The float64 reference of the four kernels (docs/ops.md), over dense row-major values.
+// The float64 reference of the kernels (docs/ops.md), over dense row-major values.
 // Each result carries, per element, the scale its tolerance is measured against:
 // the sum of |terms| for sums, |value| for pointwise results.
 #ifndef DLFUSE_CONFORMANCE_REFERENCE_H_
@@ -30,17 +30,38 @@ double ref_activate_grad(int act, double p, double grad);  // grad * act'(p), re
 // near |t| = 1, GELU' and SiLU' near their zeros) where its value alone says nothing.
 double ref_activate_grad_scale(int act, double p);
 
-RefOut ref_matmul_forward(const Dense& a, const Dense& b, const Dense& bias);
+// From the forward's out = act(pre), for IDENTITY, RELU, SIGMOID, TANH (docs/ops.md,
+// "Reading out instead"): grad * act'(p) and the scale A written in out.
+double ref_activate_grad_from_out(int act, double out, double grad);
+double ref_activate_grad_scale_from_out(int act, double out);
+
+// a @ b + bias; its scale is the sum of |terms| plus |bias|.
+RefOut ref_matmul_pre(const Dense& a, const Dense& b, const Dense& bias);
+RefOut ref_matmul_forward(const Dense& a, const Dense& b, const Dense& bias);  // relu of it
+// out = act(pre) (scale: pre's, docs/ops.md "sums"), then pre.
+std::vector<RefOut> ref_matmul_activation(const Dense& a, const Dense& b, const Dense& bias, int act);
+RefOut ref_matmul_residual(const Dense& a, const Dense& b, const Dense& bias, const Dense& residual);
 
 struct Grads {
   RefOut first, second, bias;  // grad_a/grad_b or grad_x/grad_y, then grad_bias
+  RefOut residual;             // matmul_add_residual_backward's grad_residual
 };
 Grads ref_matmul_backward(const Dense& grad_out, const Dense& a, const Dense& b, const Dense& out,
                           const std::vector<int64_t>& bias_shape);
+// `saved` is the forward's out (from_out) or its pre.
+Grads ref_matmul_activation_backward(const Dense& grad_out, const Dense& a, const Dense& b, const Dense& saved,
+                                     bool from_out, int act, const std::vector<int64_t>& bias_shape);
+Grads ref_matmul_residual_backward(const Dense& grad_out, const Dense& a, const Dense& b,
+                                   const std::vector<int64_t>& bias_shape,
+                                   const std::vector<int64_t>& residual_shape);
 
 RefOut ref_add_mul_forward(const Dense& x, const Dense& y, const Dense& bias, int act, double mult);
 Grads ref_add_mul_backward(const Dense& grad_out, const Dense& x, const Dense& y, const Dense& bias,
                            int act, double mult);
+// The out form: d_pre from the forward's out; the gradients have the given shapes.
+Grads ref_add_mul_backward_from_out(const Dense& grad_out, const Dense& out, const std::vector<int64_t>& x_shape,
+                                    const std::vector<int64_t>& y_shape, const std::vector<int64_t>& bias_shape,
+                                    int act, double mult);
 // The pre-activation x + bias + mult * y at every element of the output.
 Dense ref_pre_activation(const Dense& x, const Dense& y, const Dense& bias, double mult);
 

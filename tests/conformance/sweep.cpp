@@ -86,7 +86,7 @@ void place(Gen& g, CaseSpec& s, const std::string& role, Layout layout, std::ost
   if (s.offset.count(role)) note << "+" << s.offset[role];
 }
 
-CaseSpec add_mul_case(Gen& g, OpKind op, int i) {
+CaseSpec add_mul_case(Gen& g, OpKind op, int i, bool out_form) {
   const bool bwd = op == OpKind::kAddMulBackward;
   CaseSpec s;
   s.op = op;
@@ -124,7 +124,10 @@ CaseSpec add_mul_case(Gen& g, OpKind op, int i) {
     if (g.chance(10)) s.special = Special::kNanInf;
   }
   s.generic_call = g.chance(20);
+  // Drawn last, so that the cases of a kernel without ABI 1.1's inputs stay as they were.
+  if (bwd && derivative_from_out(s.act) && g.chance(35) && out_form) s.from_out = true;
   for (const std::string& r : s.absent) note << ", " << r << " absent";
+  if (s.from_out) note << ", from out (x, y, bias NULL)";
   if (s.in_place) note << ", in place";
   if (s.special == Special::kNanInf) note << ", NaN/Inf inputs";
   if (s.generic_call) note << ", dlfuse_op_call";
@@ -132,8 +135,12 @@ CaseSpec add_mul_case(Gen& g, OpKind op, int i) {
   return s;
 }
 
-CaseSpec matmul_case(Gen& g, OpKind op) {
-  const bool bwd = op == OpKind::kMatmulBackward;
+// ABI 1.0's ops draw exactly what they always drew; the draws of 1.1's come after each
+// step they extend, only for those ops.
+CaseSpec matmul_case(Gen& g, OpKind op, int i) {
+  const bool bwd = is_backward_op(op);
+  const bool residual = op == OpKind::kMatmulResidual || op == OpKind::kMatmulResidualBackward;
+  const bool act_op = op == OpKind::kMatmulAct || op == OpKind::kMatmulActBackward;
   CaseSpec s;
   s.op = op;
   const size_t brank = g.below(3);
@@ -156,30 +163,49 @@ CaseSpec matmul_case(Gen& g, OpKind op) {
   out.push_back(s.M);
   out.push_back(s.N);
   s.bias_shape = g.broadcast_of(out);
+  if (residual) s.residual_shape = g.chance(40) ? out : g.broadcast_of(out);
   s.allow_tf32 = g.chance(15);
   std::vector<int64_t> a = s.a_batch, b = s.b_batch;
   a.insert(a.end(), {s.M, s.K});
   b.insert(b.end(), {s.K, s.N});
   std::ostringstream note;
-  note << dims(a) << " @ " << dims(b) << (s.allow_tf32 ? ", allow_tf32" : "") << ":";
+  if (act_op) {
+    s.act = i % DLFUSE_ACT_COUNT;
+    s.from_out = bwd && derivative_from_out(s.act) && g.chance(50);
+  }
+  note << dims(a) << " @ " << dims(b) << (s.allow_tf32 ? ", allow_tf32" : "");
+  if (act_op) note << ", act " << activation_name(s.act) << (s.from_out ? " from out" : bwd ? " from pre" : "");
+  note << ":";
   place(g, s, "a", g.input_layout(a.size()), note, a);
   place(g, s, "b", g.input_layout(b.size()), note, b);
   if (bwd) {
     place(g, s, "grad_out", g.input_layout(out.size()), note, out);
-    place(g, s, "out", g.input_layout(out.size()), note, out);
+    if (op != OpKind::kMatmulResidualBackward)
+      place(g, s, act_op && !s.from_out ? "pre" : "out", g.input_layout(out.size()), note, out);
     place(g, s, "grad_a", g.output_layout(a.size()), note, a);
     place(g, s, "grad_b", g.output_layout(b.size()), note, b);
     place(g, s, "grad_bias", g.output_layout(s.bias_shape.size()), note, s.bias_shape);
+    if (residual) place(g, s, "grad_residual", g.output_layout(s.residual_shape.size()), note, s.residual_shape);
     for (const char* r : {"grad_a", "grad_b", "grad_bias"})
       if (g.chance(15)) s.absent.insert(r);
-    if (g.chance(10)) s.special = Special::kReluSelect;
+    if (residual && g.chance(15)) s.absent.insert("grad_residual");
+    const bool relu = op == OpKind::kMatmulBackward || s.act == DLFUSE_ACT_RELU;
+    if (g.chance(10) && relu && !residual) s.special = Special::kReluSelect;
   } else {
     place(g, s, "bias", g.input_layout(s.bias_shape.size()), note, s.bias_shape);
     place(g, s, "out", g.output_layout(out.size()), note, out);
     if (g.chance(10)) s.special = Special::kNanInf;
+    if (residual) {
+      place(g, s, "residual", g.input_layout(s.residual_shape.size()), note, s.residual_shape);
+      // In place needs the residual to be the whole output and writable: not a broadcast view.
+      if (s.residual_shape == out && s.layout["residual"] != Layout::kZeroStride && g.chance(25)) s.in_place = true;
+    }
+    if (act_op && g.chance(25)) s.absent.insert("pre");
+    if (act_op && !s.absent.count("pre")) place(g, s, "pre", g.output_layout(out.size()), note, out);
   }
   s.generic_call = g.chance(20);
   for (const std::string& r : s.absent) note << ", " << r << " absent";
+  if (s.in_place) note << ", in place (out is residual)";
   if (s.special != Special::kNone) note << (bwd ? ", relu select with NaN/Inf" : ", NaN/Inf inputs");
   if (s.generic_call) note << ", dlfuse_op_call";
   s.note = note.str();
@@ -188,13 +214,13 @@ CaseSpec matmul_case(Gen& g, OpKind op) {
 
 }  // namespace
 
-std::vector<CaseSpec> sweep_cases(OpKind op, uint64_t seed, int count) {
+std::vector<CaseSpec> sweep_cases(OpKind op, uint64_t seed, int count, bool out_form) {
   std::vector<CaseSpec> out;
   for (int i = 0; i < count; ++i) {
     // One generator per case: case i is the same whatever the count.
     Gen g(seed * 0x9E3779B97F4A7C15ull + uint64_t(op) * 0x100000001B3ull + uint64_t(i));
     g.rng().discard(8);
-    CaseSpec s = op == OpKind::kMatmul || op == OpKind::kMatmulBackward ? matmul_case(g, op) : add_mul_case(g, op, i);
+    CaseSpec s = is_matmul_op(op) ? matmul_case(g, op, i) : add_mul_case(g, op, i, out_form);
     char name[32];
     std::snprintf(name, sizeof name, "sweep_%03d", i);
     s.name = name;

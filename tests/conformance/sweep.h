@@ -17,7 +17,9 @@ namespace dlfuse_conformance {
 // compact (NULL strides), explicit, padded, transposed or with a byte_offset, inputs also
 // zero-stride; every activation in turn; absent gradients, in-place calls, the generic
 // call path and NaN/Inf among them.
-std::vector<CaseSpec> sweep_cases(OpKind op, uint64_t seed, int count);
+// `out_form`: add_mul_activation_backward's kernel takes ABI 1.1's inputs, so some of its
+// cases read `out` instead of x, y, bias (the others are the same either way).
+std::vector<CaseSpec> sweep_cases(OpKind op, uint64_t seed, int count, bool out_form = false);
 
 }  // namespace dlfuse_conformance
 

@@ -69,6 +69,23 @@ template <class A> A activate_grad(int act, A p, A grad) {
   }
 }
 
+// grad * act'(p) written in out = act(p), for the activations whose derivative their
+// output gives (docs/ops.md, "Reading out instead"); the caller checked `act` is one.
+// relu's select reads out as it reads p: out > 0 exactly where p > 0, NaN where p is NaN.
+template <class A> A activate_grad_from_out(int act, A out, A grad) {
+  switch (act) {
+    case DLFUSE_ACT_IDENTITY: return grad;
+    case DLFUSE_ACT_RELU: return activate_grad(DLFUSE_ACT_RELU, out, grad);
+    case DLFUSE_ACT_SIGMOID: return grad * (out * (A(1) - out));
+    default: return grad * (A(1) - out * out);  // TANH
+  }
+}
+
+inline bool derivative_from_out(int act) {
+  return act == DLFUSE_ACT_IDENTITY || act == DLFUSE_ACT_RELU || act == DLFUSE_ACT_SIGMOID ||
+         act == DLFUSE_ACT_TANH;
+}
+
 }  // namespace testref
 
 #endif

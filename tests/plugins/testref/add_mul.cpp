@@ -159,24 +159,40 @@ dlfuse_status_t forward(const DLTensor* x, const DLTensor* y, const DLTensor* bi
   return DLFUSE_STATUS_OK;
 }
 
+// The forward's inputs x, y, bias (ABI 1.0), or its output `out` instead (ABI 1.1: then
+// x, y and bias are NULL and the gradients' own shapes say what to sum over).
+struct Saved {
+  const DLTensor *x, *y, *bias, *out;
+};
+
+std::vector<int64_t> strides_or_none(const DLTensor* t, int rank) {
+  return t ? aligned_strides(t, rank) : std::vector<int64_t>();
+}
+
 template <class T, class Acc>
-dlfuse_status_t backward(const DLTensor* grad_out, const DLTensor* x, const DLTensor* y,
-                         const DLTensor* bias, DLTensor* grad_x, DLTensor* grad_y,
+dlfuse_status_t backward(const DLTensor* grad_out, const Saved& sv, DLTensor* grad_x, DLTensor* grad_y,
                          DLTensor* grad_bias, int act, Acc mult) {
   using C = Convert<T, Acc>;
   const int64_t es = sizeof(T);
   const int rank = grad_out->ndim;
   const std::vector<int64_t> shape = shape_of(grad_out);
-  const std::vector<int64_t> gs = aligned_strides(grad_out, rank), xs = aligned_strides(x, rank);
-  const std::vector<int64_t> ys = aligned_strides(y, rank), bs = aligned_strides(bias, rank);
+  const std::vector<int64_t> gs = aligned_strides(grad_out, rank), xs = strides_or_none(sv.x, rank);
+  const std::vector<int64_t> ys = strides_or_none(sv.y, rank), bs = strides_or_none(sv.bias, rank);
+  const std::vector<int64_t> os = strides_or_none(sv.out, rank);
   const int64_t total = numel(shape);
   Reduced<T, Acc> gx(grad_x, rank, total), gy(grad_y, rank, total), gb(grad_bias, rank, total);
   std::vector<int64_t> idx(rank, 0);
   int64_t lin = 0;
   if (total > 0) do {
-    const Acc pre = C::load(base_of(x) + dot(idx, xs) * es) + C::load(base_of(bias) + dot(idx, bs) * es) +
-                    scaled_y<C>(mult, base_of(y) + dot(idx, ys) * es);
-    const Acc d_pre = activate_grad(act, pre, C::load(base_of(grad_out) + dot(idx, gs) * es));
+    const Acc g = C::load(base_of(grad_out) + dot(idx, gs) * es);
+    Acc d_pre;
+    if (sv.out) {
+      d_pre = activate_grad_from_out(act, C::load(base_of(sv.out) + dot(idx, os) * es), g);
+    } else {
+      const Acc pre = C::load(base_of(sv.x) + dot(idx, xs) * es) + C::load(base_of(sv.bias) + dot(idx, bs) * es) +
+                      scaled_y<C>(mult, base_of(sv.y) + dot(idx, ys) * es);
+      d_pre = activate_grad(act, pre, g);
+    }
 #ifdef DLFUSE_TESTREF_MUTANT_NULL_OUTPUT_WRITES_GRAD_OUT
     // mutant: an absent grad_x still written, into grad_out's memory (same shape)
     if (!grad_x) C::store(base_of(grad_out) + dot(idx, gs) * es, d_pre);
@@ -222,19 +238,31 @@ dlfuse_status_t add_mul_activation(void*, void*, const dlfuse_kernel_args_t* arg
   });
 }
 
+// Declared with DLFUSE_KERNEL_TAKES_V1_1_INPUTS: five inputs (grad_out, x, y, bias, out),
+// NULL where absent. Four is still accepted (the ABI 1.0 call of a host that bypasses the
+// registry), and checked the same way.
 dlfuse_status_t add_mul_activation_backward(void*, void*, const dlfuse_kernel_args_t* args) {
   return guarded(args->err, args->err_size, [&]() -> dlfuse_status_t {
-    const dlfuse_status_t st = check_call(args, 4, 3, false);
+    const int num_inputs = args->num_inputs == 4 ? 4 : 5;
+    const dlfuse_status_t st = check_call(args, num_inputs, 3, false, /* x, y, bias, out */ 0x1eu);
     if (st != DLFUSE_STATUS_OK) return st;
     int act = 0;
     if (!read_activation(args, &act)) return bad_activation(args);
     const double mult = read_multiplier(args);
     const DLTensor* const* in = args->inputs;
     DLTensor* const* out = args->outputs;
+    const Saved sv{in[1], in[2], in[3], num_inputs == 5 ? in[4] : nullptr};
+    const bool forward_inputs = sv.x && sv.y && sv.bias;
+    if (sv.out ? (sv.x || sv.y || sv.bias) : !forward_inputs)
+      return fail(args->err, args->err_size, DLFUSE_STATUS_INVALID_ARGUMENT,
+                  "add_mul_activation_backward: expected either x, y and bias, or out alone");
+    if (sv.out && !derivative_from_out(act))
+      return fail(args->err, args->err_size, DLFUSE_STATUS_INVALID_ARGUMENT,
+                  "add_mul_activation_backward: 'out' given with an activation whose derivative needs x, y and bias");
     return with_dtype(in[0]->dtype, args->err, args->err_size, [&](auto t, auto acc) {
       using T = typename decltype(t)::type;
       using Acc = typename decltype(acc)::type;
-      return backward<T, Acc>(in[0], in[1], in[2], in[3], out[0], out[1], out[2], act, Acc(mult));
+      return backward<T, Acc>(in[0], sv, out[0], out[1], out[2], act, Acc(mult));
     });
   });
 }

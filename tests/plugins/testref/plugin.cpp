@@ -22,15 +22,20 @@ const DLDataType kDtypes[] = {
     {kDLFloat, 32, 1}, {kDLFloat, 64, 1}, {kDLFloat, 16, 1}, {kDLBfloat, 16, 1}};
 constexpr int32_t kPriority = -100;  // loses to every real CPU plugin
 
-dlfuse_kernel_t kernel(const char* op, dlfuse_kernel_fn_t fn) {
-  return dlfuse_kernel_t{sizeof(dlfuse_kernel_t), op, kDLCPU, 4, kDtypes, kPriority, fn, nullptr, 0};
+dlfuse_kernel_t kernel(const char* op, dlfuse_kernel_fn_t fn, uint32_t flags = 0) {
+  return dlfuse_kernel_t{sizeof(dlfuse_kernel_t), op, kDLCPU, 4, kDtypes, kPriority, fn, nullptr, flags};
 }
 
 const dlfuse_kernel_t kKernels[] = {
     kernel(DLFUSE_OP_MATMUL_ADD_RELU, matmul_add_relu),
     kernel(DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD, matmul_add_relu_backward),
     kernel(DLFUSE_OP_ADD_MUL_ACTIVATION, add_mul_activation),
-    kernel(DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, add_mul_activation_backward),
+    // Reads add_mul_activation_backward's ABI 1.1 input `out` (5 inputs, NULL where absent).
+    kernel(DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, add_mul_activation_backward, DLFUSE_KERNEL_TAKES_V1_1_INPUTS),
+    kernel(DLFUSE_OP_MATMUL_ADD_ACTIVATION, matmul_add_activation),
+    kernel(DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD, matmul_add_activation_backward),
+    kernel(DLFUSE_OP_MATMUL_ADD_RESIDUAL, matmul_add_residual),
+    kernel(DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD, matmul_add_residual_backward),
 };
 
 dlfuse_status_t get_kernels(void*, const dlfuse_kernel_t** kernels, int32_t* num, char* err,
@@ -52,7 +57,7 @@ bool same_dtype(DLDataType a, DLDataType b) {
 }  // namespace
 
 dlfuse_status_t check_call(const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs,
-                           bool first_output_required) {
+                           bool first_output_required, uint32_t optional_inputs) {
   auto bad = [&](const std::string& m) {
     return fail(args->err, args->err_size, DLFUSE_STATUS_INVALID_ARGUMENT, m);
   };
@@ -64,7 +69,7 @@ dlfuse_status_t check_call(const dlfuse_kernel_args_t* args, int num_inputs, int
   for (int i = 0; i < num_inputs + num_outputs; ++i) {
     const DLTensor* t = i < num_inputs ? args->inputs[i] : args->outputs[i - num_inputs];
     if (!t) {
-      if (i < num_inputs) return bad("input " + std::to_string(i) + " is NULL");
+      if (i < num_inputs && !(optional_inputs >> i & 1u)) return bad("input " + std::to_string(i) + " is NULL");
       continue;
     }
     if (!same_dtype(t->dtype, dt)) return bad("tensors of one call must share a dtype");

@@ -46,8 +46,9 @@ dlfuse_status_t with_dtype(DLDataType dt, char* err, size_t err_size, F&& body) 
 
 // The registry validates calls fully; this only keeps a call that slipped through
 // (a bypassing host, a registry bug) from crashing the process.
+// `optional_inputs`: bit i set where input i may be NULL (ABI 1.1's optional inputs).
 dlfuse_status_t check_call(const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs,
-                           bool first_output_required);
+                           bool first_output_required, uint32_t optional_inputs = 0);
 bool read_activation(const dlfuse_kernel_args_t* args, int* act);
 double read_multiplier(const dlfuse_kernel_args_t* args);
 
@@ -55,6 +56,10 @@ dlfuse_status_t matmul_add_relu(void*, void*, const dlfuse_kernel_args_t* args);
 dlfuse_status_t matmul_add_relu_backward(void*, void*, const dlfuse_kernel_args_t* args);
 dlfuse_status_t add_mul_activation(void*, void*, const dlfuse_kernel_args_t* args);
 dlfuse_status_t add_mul_activation_backward(void*, void*, const dlfuse_kernel_args_t* args);
+dlfuse_status_t matmul_add_activation(void*, void*, const dlfuse_kernel_args_t* args);
+dlfuse_status_t matmul_add_activation_backward(void*, void*, const dlfuse_kernel_args_t* args);
+dlfuse_status_t matmul_add_residual(void*, void*, const dlfuse_kernel_args_t* args);
+dlfuse_status_t matmul_add_residual_backward(void*, void*, const dlfuse_kernel_args_t* args);
 
 }  // namespace testref
 
