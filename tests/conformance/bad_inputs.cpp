@@ -109,6 +109,21 @@ void to_out_form(BadCall& c) {
   for (int i = 1; i <= 3; ++i) c.ins[size_t(i)].null = true;
 }
 
+// The tensors of the base call whose first dim is M (size_overflow_bytes makes it 2^62).
+std::vector<BadTensor*> tensors_with_m_rows(BadCall& c, OpKind op) {
+  switch (op) {
+    case OpKind::kMatmul: return {&c.ins[0], &c.outs[0]};
+    case OpKind::kMatmulBackward: return {&c.ins[0], &c.ins[1], &c.ins[3], &c.outs[0]};
+    case OpKind::kAddMul: return {&c.ins[0], &c.ins[1], &c.outs[0]};
+    case OpKind::kAddMulBackward: return {&c.ins[0], &c.ins[1], &c.ins[2], &c.outs[0], &c.outs[1]};
+    case OpKind::kMatmulAct: return {&c.ins[0], &c.outs[0], &c.outs[1]};
+    case OpKind::kMatmulActBackward: return {&c.ins[0], &c.ins[1], &c.ins[3], &c.ins[4], &c.outs[0]};
+    case OpKind::kMatmulResidual: return {&c.ins[0], &c.ins[3], &c.outs[0]};
+    case OpKind::kMatmulResidualBackward: return {&c.ins[0], &c.ins[1], &c.outs[0], &c.outs[3]};
+  }
+  return {};
+}
+
 using Mutation = std::function<void(BadCall&)>;
 struct BadCase {
   std::string name;
@@ -242,18 +257,7 @@ std::vector<BadCase> bad_cases(OpKind op, DLDevice dev, DLDataType dt, bool v11_
   v.push_back({"stride_overflow", [huge](BadCall& c) { c.ins[1].strides = {huge, 1}; }});
   v.push_back({"size_overflow_bytes", [huge, op](BadCall& c) {
     // 2^62 rows in every tensor that has M rows: consistent shapes whose byte size overflows.
-    std::vector<BadTensor*> rows;
-    switch (op) {
-      case OpKind::kMatmul: rows = {&c.ins[0], &c.outs[0]}; break;
-      case OpKind::kMatmulBackward: rows = {&c.ins[0], &c.ins[1], &c.ins[3], &c.outs[0]}; break;
-      case OpKind::kAddMul: rows = {&c.ins[0], &c.ins[1], &c.outs[0]}; break;
-      case OpKind::kAddMulBackward: rows = {&c.ins[0], &c.ins[1], &c.ins[2], &c.outs[0], &c.outs[1]}; break;
-      case OpKind::kMatmulAct: rows = {&c.ins[0], &c.outs[0], &c.outs[1]}; break;
-      case OpKind::kMatmulActBackward: rows = {&c.ins[0], &c.ins[1], &c.ins[3], &c.ins[4], &c.outs[0]}; break;
-      case OpKind::kMatmulResidual: rows = {&c.ins[0], &c.ins[3], &c.outs[0]}; break;
-      case OpKind::kMatmulResidualBackward: rows = {&c.ins[0], &c.ins[1], &c.outs[0], &c.outs[3]}; break;
-    }
-    for (BadTensor* t : rows) t->shape[0] = huge;
+    for (BadTensor* t : tensors_with_m_rows(c, op)) t->shape[0] = huge;
   }});
   v.push_back({"numel_overflow", [](BadCall& c) {
     c.ins[1].shape = {int64_t(1) << 32, int64_t(1) << 32, c.ins[1].shape[0], c.ins[1].shape[1]};

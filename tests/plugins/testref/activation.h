@@ -76,7 +76,11 @@ template <class A> A activate_grad_from_out(int act, A out, A grad) {
   switch (act) {
     case DLFUSE_ACT_IDENTITY: return grad;
     case DLFUSE_ACT_RELU: return activate_grad(DLFUSE_ACT_RELU, out, grad);
+#ifdef DLFUSE_TESTREF_MUTANT_SIGMOID_FROM_OUT_WRONG
+    case DLFUSE_ACT_SIGMOID: return grad * out;  // mutant: the (1 - out) factor forgotten
+#else
     case DLFUSE_ACT_SIGMOID: return grad * (out * (A(1) - out));
+#endif
     default: return grad * (A(1) - out * out);  // TANH
   }
 }

@@ -98,6 +98,7 @@ struct Epilogue {
   int act = DLFUSE_ACT_RELU;
   DLTensor* pre = nullptr;               // matmul_add_activation: receives a @ b + bias
   const DLTensor* residual = nullptr;    // matmul_add_residual: added after the bias, no activation
+  bool relu_op = false;                  // matmul_add_relu itself: the injected bug 2 is its alone
 };
 
 template <class T, class Acc>
@@ -121,6 +122,14 @@ dlfuse_status_t forward(const DLTensor* a, const DLTensor* b, const DLTensor* bi
   if (numel(batch_shape) == 0) return DLFUSE_STATUS_OK;
 
   std::vector<int64_t> bi(batch_rank, 0);
+#ifdef DLFUSE_TESTREF_MUTANT_RESIDUAL_IN_PLACE_ZERO_FIRST
+  // mutant: out cleared before the pass (harmless unless out is the residual)
+  if (ep.residual) do {
+    char* po = O.base + dot(bi, O.batch) * es;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) C::store(po + (m * O.row + n * O.col) * es, Acc(0));
+  } while (next_index(bi, batch_shape));
+#endif
   do {
     const char* pa = A.base + dot(bi, A.batch) * es;
     const char* pb = B.base + dot(bi, B.batch) * es;
@@ -131,7 +140,7 @@ dlfuse_status_t forward(const DLTensor* a, const DLTensor* b, const DLTensor* bi
     for (int64_t m = 0; m < M; ++m) {
       for (int64_t n = 0; n < N; ++n) {
 #if DLFUSE_TESTREF_INJECT_BUG == 2
-        if (M > 1 && N > 1 && m == M - 1 && n == N - 1) continue;  // the injected bug
+        if (ep.relu_op && M > 1 && N > 1 && m == M - 1 && n == N - 1) continue;  // the injected bug
 #endif
         Acc acc = Acc(0);
         for (int64_t k = 0; k < K; ++k) {
@@ -151,7 +160,11 @@ dlfuse_status_t forward(const DLTensor* a, const DLTensor* b, const DLTensor* bi
 #ifdef DLFUSE_TESTREF_MUTANT_K_ZERO_NOT_RELU_BIAS
         if (K == 0) acc = Acc(0);  // mutant: an empty product taken as "no output"
 #endif
+#ifdef DLFUSE_TESTREF_MUTANT_PRE_AFTER_ACTIVATION
+        if (pp) C::store(pp + (m * P.row + n * P.col) * es, activate(ep.act, acc));  // mutant: pre is out
+#else
         if (pp) C::store(pp + (m * P.row + n * P.col) * es, acc);
+#endif
         if (pr) {
           C::store(po + (m * O.row + n * O.col) * es, acc + C::load(pr + (m * res_s[rank - 2] + n * res_s[rank - 1]) * es));
           continue;
@@ -258,7 +271,9 @@ dlfuse_status_t matmul_add_relu(void*, void*, const dlfuse_kernel_args_t* args) 
     return dispatch(args, [&](auto t, auto acc) {
       using T = typename decltype(t)::type;
       using Acc = typename decltype(acc)::type;
-      return forward<T, Acc>(in[0], in[1], in[2], args->outputs[0], Epilogue{});
+      Epilogue ep;
+      ep.relu_op = true;
+      return forward<T, Acc>(in[0], in[1], in[2], args->outputs[0], ep);
     });
   });
 }
