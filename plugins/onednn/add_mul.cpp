@@ -9,7 +9,9 @@
 
 #include <cmath>
 
+#include "activation.h"
 #include "common.h"
+#include "grad.h"
 #include "loops.h"
 
 namespace dlfuse_onednn {
@@ -19,64 +21,6 @@ using dnnl::algorithm;
 using dnnl::memory;
 
 enum KeyKind : int64_t { kBinary = 10, kEltwiseBwd = 11 };
-
-// ---- scalar activations for the generic path (float math) -----------------------------
-inline float act_fwd(int act, float p) {
-  switch (act) {
-    case DLFUSE_ACT_IDENTITY: return p;
-    case DLFUSE_ACT_RELU: return (p > 0.f || p != p) ? p : 0.f;
-    case DLFUSE_ACT_SIGMOID: return 1.f / (1.f + std::exp(-p));
-    case DLFUSE_ACT_TANH: return std::tanh(p);
-    case DLFUSE_ACT_GELU_ERF: return 0.5f * p * (1.f + std::erf(p * 0.70710678118654752f));
-    case DLFUSE_ACT_GELU_TANH: {
-      const float u = 0.79788456080286536f * (p + 0.044715f * p * p * p);
-      return 0.5f * p * (1.f + std::tanh(u));
-    }
-    default: return p / (1.f + std::exp(-p));  // SILU
-  }
-}
-
-inline float act_bwd(int act, float p, float g) {
-  switch (act) {
-    case DLFUSE_ACT_IDENTITY: return g;
-    case DLFUSE_ACT_RELU: return (p > 0.f || p != p) ? g : 0.f;
-    case DLFUSE_ACT_SIGMOID: {
-      const float s = 1.f / (1.f + std::exp(-p));
-      return g * (s * (1.f - s));
-    }
-    case DLFUSE_ACT_TANH: {
-      const float t = std::tanh(p);
-      return g * (1.f - t * t);
-    }
-    case DLFUSE_ACT_GELU_ERF: {
-      const float cdf = 0.5f * (1.f + std::erf(p * 0.70710678118654752f));
-      const float pdf = 0.39894228040143268f * std::exp(-0.5f * p * p);
-      return g * (cdf + p * pdf);
-    }
-    case DLFUSE_ACT_GELU_TANH: {
-      const float k = 0.79788456080286536f;
-      const float t = std::tanh(k * (p + 0.044715f * p * p * p));
-      return g * (0.5f * (1.f + t) + 0.5f * p * (1.f - t * t) * k * (1.f + 3.f * 0.044715f * p * p));
-    }
-    default: {
-      const float s = 1.f / (1.f + std::exp(-p));
-      return g * (s * (1.f + p * (1.f - s)));
-    }
-  }
-}
-
-// The oneDNN eltwise algorithm (and alpha) of a transcendental activation.
-bool eltwise_alg(int act, algorithm* alg, float* alpha) {
-  *alpha = 0.f;
-  switch (act) {
-    case DLFUSE_ACT_SIGMOID: *alg = algorithm::eltwise_logistic; return true;
-    case DLFUSE_ACT_TANH: *alg = algorithm::eltwise_tanh; return true;
-    case DLFUSE_ACT_GELU_ERF: *alg = algorithm::eltwise_gelu_erf; return true;
-    case DLFUSE_ACT_GELU_TANH: *alg = algorithm::eltwise_gelu_tanh; return true;
-    case DLFUSE_ACT_SILU: *alg = algorithm::eltwise_swish; *alpha = 1.f; return true;
-    default: return false;
-  }
-}
 
 // ---- layout classification for the fast paths -----------------------------------------
 // The fast paths see every tensor as [rows, N] compact; bias (and grad_bias) is a row
@@ -195,10 +139,7 @@ bool forward_onednn(State& st, const View& x, const View& y, const View& bias, c
     if (mult != 1.f) attr.set_scales(DNNL_ARG_SRC_1, 0, {mult});
     dnnl::post_ops po;
     po.append_binary(algorithm::binary_add, md_of(B));
-    algorithm alg;
-    float alpha;
-    if (act == DLFUSE_ACT_RELU) append_relu_keep_nan(po);
-    else if (eltwise_alg(act, &alg, &alpha)) po.append_eltwise(1.f, alg, alpha, 0.f);
+    append_activation(po, act);
     attr.set_post_ops(po);
     dnnl::binary::desc d(algorithm::binary_add, md_of(X), md_of(Y), md_of(O));
     return dnnl::binary::primitive_desc(d, attr, st.engine);
@@ -455,6 +396,29 @@ void backward_block(State& st, const DLTensor* const* in, DLTensor* const* out, 
   }
 }
 
+// The ABI 1.1 form: d_pre = grad_out * act'(out), then grad_x, grad_y (times the
+// multiplier) and grad_bias reduced from it to their own shapes (each broadcastable to
+// out). bf16/f16 convert whole tensors: one pass over out, no pre to recompute.
+void backward_from_out(State& st, const dlfuse_kernel_args_t* args, int act, float mult) {
+  const DLTensor* const* in = args->inputs;
+  DLTensor* const* outs = args->outputs;
+  const Storage s = storage_of(in[0]->dtype);
+  Buffer bg, bo, bufs[3], dz;
+  // Rank 0 runs as rank 1 (the dZ pass walks rows of the last dim).
+  const int r = std::max(1, int(in[0]->ndim));
+  const View g = aligned(input_f32(in[0], s, bg), r), o = aligned(input_f32(in[4], s, bo), r);
+  View gr[3];
+  std::vector<Reduction> reductions;
+  for (int k = 0; k < 3; ++k) {
+    if (!outs[k]) continue;
+    gr[k] = output_f32(outs[k], s, bufs[k]);
+    reductions.push_back(Reduction{&gr[k], k == 1 ? double(mult) : 1.0});
+  }
+  dz_and_reductions(st, g, &o, DzRule{act, true}, reductions, dz);
+  for (int k = 0; k < 3; ++k)
+    if (outs[k]) store_output(gr[k], outs[k], s);
+}
+
 }  // namespace
 
 dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_t* args) {
@@ -486,11 +450,23 @@ dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_
 
 dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) {
   return run_kernel(args, [&]() -> dlfuse_status_t {
-    check_call(args, 4, 3, false);
+    // The kernel declares DLFUSE_KERNEL_TAKES_V1_1_INPUTS: five inputs, x, y, bias and out
+    // NULL where absent (four from a host that widens nothing).
+    const bool v11 = args->num_inputs == 5;
+    check_call(args, v11 ? 5 : 4, 3, false, v11 ? /* x, y, bias, out */ 0x1eu : 0u);
     const int act = kit::activation(args);
     const float mult = float(kit::multiplier(args));
     State& st = *static_cast<State*>(state);
     const DLTensor* const* in = args->inputs;
+    if (v11 && in[4]) {
+      for (int k = 1; k < 4; ++k)
+        if (in[k]) kit::invalid(std::string(k == 1 ? "x" : k == 2 ? "y" : "bias") + " (out is given)", "NULL", "a tensor");
+      check_act_from_out(act, "pass x, y and bias instead");
+      backward_from_out(st, args, act, mult);
+      return DLFUSE_STATUS_OK;
+    }
+    for (int k = 1; k < 4; ++k)
+      if (!in[k]) kit::invalid(std::string(k == 1 ? "x" : k == 2 ? "y" : "bias") + " (out is absent)", "a tensor", "NULL");
     DLTensor* const* out = args->outputs;
     const Storage s = storage_of(in[0]->dtype);
     Buffer bufs[7];

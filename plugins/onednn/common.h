@@ -266,9 +266,18 @@ dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* 
 dlfuse_status_t matmul_add_relu_backward(void* state, void*, const dlfuse_kernel_args_t* args);
 dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_t* args);
 dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args);
+dlfuse_status_t matmul_add_activation(void* state, void*, const dlfuse_kernel_args_t* args);
+dlfuse_status_t matmul_add_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args);
+dlfuse_status_t matmul_add_residual(void* state, void*, const dlfuse_kernel_args_t* args);
+dlfuse_status_t matmul_add_residual_backward(void* state, void*, const dlfuse_kernel_args_t* args);
 
 // Argument sanity the registry already checked; kept so a bypassing host cannot crash us.
-void check_call(const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs, bool first_output_required);
+// Bit i of `optional_inputs`: inputs[i] may be NULL (ABI 1.1 ops); input 0 never is.
+void check_call(const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs, bool first_output_required,
+                uint32_t optional_inputs = 0);
+// Throws INVALID_ARGUMENT unless act's derivative is a function of its output (IDENTITY,
+// RELU, SIGMOID, TANH); `instead` says what to pass.
+void check_act_from_out(int act, const char* instead);
 
 // ---------------------------------------------------------------------------------------
 // dtype handling (convert.cpp). Kind of storage of a call's tensors.

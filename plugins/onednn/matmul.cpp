@@ -1,14 +1,20 @@
-// matmul_add_relu forward and backward on oneDNN matmul primitives.
+// matmul_add_relu, matmul_add_activation, matmul_add_residual and their backwards on
+// oneDNN matmul primitives.
 //  forward : one matmul primitive, bias as its bias argument (or a binary-add post-op for
-//            bias shapes the bias argument's fast path does not take), relu as post-ops.
-//  backward: one fused pass dZ = select(out > 0 or NaN, grad_out, 0) (+ grad_bias column
-//            sums), then matmuls on transposed memory descriptors (no copies), batch dims
-//            an input was broadcast along reduced with the matmul's sum post-op.
+//            bias shapes the bias argument's fast path does not take), the activation as
+//            post-ops; a residual is first written into the destination and added by the
+//            matmul's sum post-op (so out == residual, in place, costs nothing extra). When
+//            `pre` is wanted the matmul writes pre and one pass computes out = act(pre).
+//  backward: one fused pass dZ = grad_out * act'(pre or out) (+ grad_bias column sums,
+//            grad.cpp), then matmuls on transposed memory descriptors (no copies), batch
+//            dims an input was broadcast along reduced with the matmul's sum post-op.
 #include <omp.h>
 
 #include <cmath>
 
+#include "activation.h"
 #include "common.h"
+#include "grad.h"
 #include "loops.h"
 
 namespace dlfuse_onednn {
@@ -16,7 +22,7 @@ namespace {
 
 using dnnl::memory;
 
-enum KeyKind : int64_t { kMatmul = 1, kReduction = 2 };
+enum KeyKind : int64_t { kMatmul = 1 };  // grad.cpp uses 2
 enum BiasMode : int64_t { kNoBias = 0, kBiasArg = 1, kBiasPostOp = 2 };
 
 View swap_last2(View v) {
@@ -50,17 +56,18 @@ View materialize(const View& v, Buffer& buf) {
   return c;
 }
 
-// dst (+)= relu?(src @ wei + bias), with dst's batch dims of size 1 summed over.
+// dst = act(src @ wei + bias (+ dst when sum)), with dst's batch dims of size 1 summed over.
 struct Mm {
   View src, wei, dst;  // same rank; src [.., M, K], wei [.., K, N], dst [.., M, N]
   View bias;           // same rank as dst, dims 1 where broadcast; used when has_bias
   bool has_bias = false;
-  bool relu = false;
+  int act = DLFUSE_ACT_IDENTITY;  // applied as post-ops
+  bool sum = false;               // add dst's previous contents (a residual written there)
 };
 
 std::shared_ptr<const CachedPrimitive> matmul_primitive(State& st, const View& src, const View& wei, const View& dst,
-                                                        const View* bias, BiasMode mode, bool relu, bool sum) {
-  Key key{kMatmul, int64_t(mode), relu, sum};
+                                                        const View* bias, BiasMode mode, int act, bool sum) {
+  Key key{kMatmul, int64_t(mode), act, sum};
   key_add(key, src);
   key_add(key, wei);
   key_add(key, dst);
@@ -69,7 +76,7 @@ std::shared_ptr<const CachedPrimitive> matmul_primitive(State& st, const View& s
     dnnl::post_ops po;
     if (sum) po.append_sum(1.f);
     if (mode == kBiasPostOp) po.append_binary(dnnl::algorithm::binary_add, md_of(*bias));
-    if (relu) append_relu_keep_nan(po);
+    append_activation(po, act);
     dnnl::primitive_attr attr = base_attr();
     attr.set_post_ops(po);
     const dnnl::matmul::desc d = mode == kBiasArg ? dnnl::matmul::desc(md_of(src), md_of(wei), md_of(*bias), md_of(dst))
@@ -105,31 +112,40 @@ bool row_bias(const View& bias) {
 // compact, and run_matmul gives it a compact dst (a temporary where the output is strided).
 bool post_op_bias(const View* bias) { return bias && !row_bias(*bias); }
 
-// Runs dst = relu?(src @ wei + bias) once. The bias goes in as the bias argument when it
+// Runs dst = act(src @ wei + bias (+ dst when sum)) once. The bias goes in as the bias argument when it
 // is a row vector, else as a binary-add post-op over its broadcast descriptor (dst must
 // be compact then, see post_op_bias); where oneDNN has only its reference matmul for that
 // broadcast (an [M, 1] bias, say), the bias is expanded to dst's shape once, which the
 // gemm path takes.
-void matmul_once(State& st, const View& src, const View& wei, const View& dst, const View* bias_in, bool relu) {
-  if (!bias_in) return exec_matmul(st, matmul_primitive(st, src, wei, dst, nullptr, kNoBias, relu, false), src, wei,
-                                   dst, nullptr, kNoBias, false);
+void matmul_once(State& st, const View& src, const View& wei, const View& dst, const View* bias_in, int act, bool sum) {
+  if (!bias_in) return exec_matmul(st, matmul_primitive(st, src, wei, dst, nullptr, kNoBias, act, sum), src, wei,
+                                   dst, nullptr, kNoBias, sum);
   Buffer bias_buf;
   const View* bias = bias_in;
   View compact_bias;
   const int r = dst.rank();
   // The bias argument wants its N elements contiguous; the post-op wants it all compact.
   const bool row = row_bias(*bias);
-  if (row ? (bias->shape[r - 1] > 1 && bias->strides[r - 1] != 1) : !is_compact(*bias)) {
+  if (row && bias->shape[r - 1] == 1 && dst.shape[r - 1] > 1) {
+    // A scalar bias: oneDNN 2.6.3's gemm matmul takes a bias over N only and falls to its
+    // reference matmul for a [1, 1] bias (measured 7.1 s against 20 ms at 512^3), so the
+    // scalar is spread over a row of N.
+    View row_v = *bias;
+    row_v.shape[r - 1] = dst.shape[r - 1];
+    row_v.strides[r - 1] = 0;
+    compact_bias = materialize(row_v, bias_buf);
+    bias = &compact_bias;
+  } else if (row ? (bias->shape[r - 1] > 1 && bias->strides[r - 1] != 1) : !is_compact(*bias)) {
     compact_bias = materialize(*bias, bias_buf);
     bias = &compact_bias;
   }
   if (row)
-    return exec_matmul(st, matmul_primitive(st, src, wei, dst, bias, kBiasArg, relu, false), src, wei, dst, bias,
-                       kBiasArg, false);
+    return exec_matmul(st, matmul_primitive(st, src, wei, dst, bias, kBiasArg, act, sum), src, wei, dst, bias,
+                       kBiasArg, sum);
   if (!is_compact(dst)) throw Error(DLFUSE_STATUS_INTERNAL, "a post-op bias needs a compact dst");
-  auto p = matmul_primitive(st, src, wei, dst, bias, kBiasPostOp, relu, false);
+  auto p = matmul_primitive(st, src, wei, dst, bias, kBiasPostOp, act, sum);
   if (p->impl.rfind("ref", 0) != 0 || bias->shape == dst.shape)
-    return exec_matmul(st, p, src, wei, dst, bias, kBiasPostOp, false);
+    return exec_matmul(st, p, src, wei, dst, bias, kBiasPostOp, sum);
   Buffer expanded;
   View full = *bias;
   for (int i = 0; i < full.rank(); ++i)
@@ -139,8 +155,7 @@ void matmul_once(State& st, const View& src, const View& wei, const View& dst, c
     }
   View e = compact_view(expanded, dst.shape);
   copy_view(full, e);
-  exec_matmul(st, matmul_primitive(st, src, wei, dst, &e, kBiasPostOp, relu, false), src, wei, dst, &e, kBiasPostOp,
-              false);
+  exec_matmul(st, matmul_primitive(st, src, wei, dst, &e, kBiasPostOp, act, sum), src, wei, dst, &e, kBiasPostOp, sum);
 }
 
 void run_matmul(State& st, Mm m) {
@@ -161,6 +176,7 @@ void run_matmul(State& st, Mm m) {
   const bool dst_ok = out.strides[r - 1] == 1 || out.shape[r - 1] == 1;
   if (!dst_ok || (m.dst.shape[r - 2] > 1 && m.dst.strides[r - 2] == 0) || (post_op_bias(bias) && !is_compact(out)))
     out = compact_view(tmp_dst, m.dst.shape);
+  if (m.sum && out.data != m.dst.data) copy_view(m.dst, out);  // the temporary starts from dst too
   m.src = debroadcast_batch(m.src);
   m.wei = debroadcast_batch(m.wei);
   if (!matrix_ok(m.src)) m.src = materialize(m.src, tmp_src);
@@ -193,9 +209,10 @@ void run_matmul(State& st, Mm m) {
   }
   const int64_t K = m.src.shape[r - 1];
   if (K == 0 || combos == 0) {  // an empty sum
-    fill_view(out, 0.f);
+    if (bias || m.act != DLFUSE_ACT_IDENTITY) throw Error(DLFUSE_STATUS_INTERNAL, "K = 0 reached run_matmul with a bias");
+    if (!m.sum) fill_view(out, 0.f);
   } else if (reduced.empty()) {
-    matmul_once(st, m.src, m.wei, out, bias, m.relu);
+    matmul_once(st, m.src, m.wei, out, bias, m.act, m.sum);
   } else {
     View s = m.src, w = m.wei;
     for (int d : reduced) {
@@ -214,9 +231,10 @@ void run_matmul(State& st, Mm m) {
       View sc = s, wc = w;
       sc.data = m.src.data + os;
       wc.data = m.wei.data + ow;
-      if (bias || m.relu) throw Error(DLFUSE_STATUS_INTERNAL, "a summed matmul takes no bias or relu");
-      exec_matmul(st, matmul_primitive(st, sc, wc, out, nullptr, kNoBias, false, c > 0), sc, wc, out, nullptr, kNoBias,
-                  c > 0);
+      if (bias || m.act != DLFUSE_ACT_IDENTITY) throw Error(DLFUSE_STATUS_INTERNAL, "a summed matmul takes no bias or act");
+      const bool sum = c > 0 || m.sum;
+      exec_matmul(st, matmul_primitive(st, sc, wc, out, nullptr, kNoBias, DLFUSE_ACT_IDENTITY, sum), sc, wc, out,
+                  nullptr, kNoBias, sum);
     }
   }
   if (out.data != m.dst.data) copy_view(out, m.dst);
@@ -230,123 +248,73 @@ View bias_view(const View& bias, int rank) {
   return b;
 }
 
-void forward_f32(State& st, const View& a, const View& b, const View& bias, const View& out) {
+// v (aligned to shape's rank, dims 1 or stride 0 where broadcast) as a view of `shape`.
+View broadcast_to(View v, const std::vector<int64_t>& shape) {
+  for (int i = 0; i < v.rank(); ++i)
+    if (v.shape[i] == 1 && shape[size_t(i)] != 1) {
+      v.shape[i] = shape[size_t(i)];
+      v.strides[i] = 0;
+    }
+  return v;
+}
+
+bool same_view(const View& x, const View& y) {
+  return x.data == y.data && x.shape == y.shape && x.strides == y.strides;
+}
+
+// What a forward call computes besides a @ b + bias.
+struct Epilogue {
+  int act = DLFUSE_ACT_RELU;
+  const View* residual = nullptr;  // added before the activation (matmul_add_residual)
+  const View* pre = nullptr;       // written with the value before the activation
+};
+
+// K = 0: pre = bias (+ residual), broadcast; out = act(pre). No matmul.
+void forward_k0(const View& bias, const View& out, const Epilogue& e) {
+  const int r = out.rank();
+  Buffer tmp, tmp_res;
+  View c = compact_view(tmp, out.shape);
+  copy_view(broadcast_to(bias, out.shape), c);
+  if (e.residual) {
+    View res = compact_view(tmp_res, out.shape);
+    copy_view(broadcast_to(aligned(*e.residual, r), out.shape), res);
+    for (int64_t i = 0, n = c.numel(); i < n; ++i) c.data[i] += res.data[i];
+  }
+  if (e.pre) copy_view(c, *e.pre);
+  activation_pass(c, c, e.act);
+  copy_view(c, out);
+}
+
+void forward_f32(State& st, const View& a, const View& b, const View& bias, const View& out, const Epilogue& e) {
   const int r = out.rank();
   if (out.numel() == 0) return;
-  View bv = bias_view(bias, r);
-  if (a.shape[a.rank() - 1] == 0) {  // K = 0: out = relu(bias), broadcast
-    View full = bv;
-    for (int i = 0; i < r; ++i)
-      if (full.shape[i] == 1) {
-        full.shape[i] = out.shape[i];
-        full.strides[i] = 0;
-      }
-    Buffer tmp;
-    View c = compact_view(tmp, out.shape);
-    copy_view(full, c);
-    float* p = c.data;
-    for (int64_t i = 0, e = c.numel(); i < e; ++i) p[i] = p[i] <= 0.f ? 0.f : p[i];  // NaN stays
-    copy_view(c, out);
-    return;
-  }
+  const View bv = bias_view(bias, r);
+  if (a.shape[a.rank() - 1] == 0) return forward_k0(bv, out, e);
+  // The matmul writes pre when it is wanted (act then runs as a pass), else out directly
+  // with the activation as post-ops.
   Mm m;
   m.src = aligned(a, r);
   m.wei = aligned(b, r);
-  m.dst = out;
+  m.dst = e.pre ? *e.pre : out;
   m.bias = bv;
   m.has_bias = true;
-  m.relu = true;
+  m.act = e.pre ? DLFUSE_ACT_IDENTITY : e.act;
+  if (e.residual) {  // the residual goes into dst first, the sum post-op adds the product
+    const View res = aligned(*e.residual, r);
+    if (!same_view(res, m.dst)) copy_view(broadcast_to(res, m.dst.shape), m.dst);
+    m.sum = true;
+  }
   run_matmul(st, m);
+  if (e.pre) activation_pass(*e.pre, out, e.act);
 }
 
-// dZ = where(out > 0 or isnan(out), grad_out, 0) into a compact buffer, one pass;
-// with `colsum`, also the sums of dZ over every dim but the last (grad_bias of shape [N]).
-void relu_select(const View& g, const View& o, const View& dz, double* colsum) {
-  const int r = dz.rank();
-  int64_t rows = 1;
-  for (int i = 0; i + 1 < r; ++i) rows *= dz.shape[i];
-  const int64_t n = dz.shape[r - 1];
-  const int nthr = rows * n > (1 << 15) ? omp_get_max_threads() : 1;
-  std::vector<double> partial(colsum ? size_t(nthr) * size_t(n) : 0, 0.0);
-#pragma omp parallel num_threads(nthr)
-  {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    double* acc = colsum ? partial.data() + size_t(t) * size_t(n) : nullptr;
-    const int64_t begin = rows * t / nt, end = rows * (t + 1) / nt;
-    for (int64_t i = begin; i < end; ++i) {
-      int64_t rem = i, og = 0, oo = 0;
-      for (int d = r - 2; d >= 0; --d) {
-        const int64_t idx = rem % dz.shape[d];
-        rem /= dz.shape[d];
-        og += idx * g.strides[d];
-        oo += idx * o.strides[d];
-      }
-      const float* gp = g.data + og;
-      const float* op = o.data + oo;
-      float* zp = dz.data + i * n;
-      const int64_t gs = g.strides[r - 1], os = o.strides[r - 1];
-      if (gs == 1 && os == 1) {
-        loops::relu_select(zp, op, gp, n);
-      } else {
-        for (int64_t j = 0; j < n; ++j) zp[j] = op[j * os] <= 0.f ? 0.f : gp[j * gs];
-      }
-      if (acc) loops::accumulate(acc, zp, n);
-    }
-  }
-  if (colsum) {
-    for (int64_t j = 0; j < n; ++j) colsum[j] = 0.0;
-    for (int t = 0; t < nthr; ++t)
-      for (int64_t j = 0; j < n; ++j) colsum[j] += partial[size_t(t) * size_t(n) + size_t(j)];
-  }
-}
-
-// grad_bias = reduce_to(dZ, bias shape) with a oneDNN reduction primitive (sum).
-void reduce_sum(State& st, const View& dz, const View& gbias_aligned) {
-  Buffer tmp;
-  View dst = compact_view(tmp, gbias_aligned.shape);
-  Key key{kReduction};
-  key_add(key, dz);
-  key_add(key, dst);
-  auto p = st.get<dnnl::reduction>(key, [&] {
-    dnnl::reduction::desc d(dnnl::algorithm::reduction_sum, md_of(dz), md_of(dst), 0.f, 0.f);
-    return dnnl::reduction::primitive_desc(d, base_attr(), st.engine);
-  });
-  execute(st, *p, {{DNNL_ARG_SRC, mem(st, md_of(dz), dz.data)}, {DNNL_ARG_DST, mem(st, md_of(dst), dst.data)}});
-  copy_view(dst, gbias_aligned);
-}
-
-void backward_f32(State& st, const View& g, const View& a, const View& b, const View& o, const View* ga,
-                  const View* gb, const View* gbias) {
-  const int r = o.rank();
+// dZ (and the reductions named in `reductions`), then grad_a = dZ @ b^T, grad_b = a^T @ dZ,
+// each summed over the batch dims its operand was broadcast along.
+void backward_f32(State& st, const View& g, const View& a, const View& b, const View* src, DzRule rule, const View* ga,
+                  const View* gb, const std::vector<Reduction>& reductions) {
+  const int r = g.rank();
   Buffer dz_buf;
-  View dz = compact_view(dz_buf, o.shape);
-  // grad_bias of shape [..1.., N]: summed in the same pass as dZ (double accumulators).
-  View gbv;
-  bool colsum = false, full = false;
-  if (gbias) {
-    gbv = aligned(*gbias, r);
-    colsum = gbv.shape[r - 1] == o.shape[r - 1];
-    full = true;
-    for (int i = 0; i < r; ++i) {
-      if (i < r - 1 && gbv.shape[i] != 1 && o.shape[i] != 1) colsum = false;
-      if (gbv.shape[i] != o.shape[i]) full = false;
-    }
-    if (full) colsum = false;
-  }
-  std::vector<double> sums(colsum ? size_t(o.shape[r - 1]) : 0);
-  if (dz.numel() > 0) relu_select(g, o, dz, colsum ? sums.data() : nullptr);
-  if (gbias && gbias->numel() > 0) {
-    if (dz.numel() == 0) {
-      fill_view(*gbias, 0.f);
-    } else if (full) {
-      copy_view(dz, gbv);
-    } else if (colsum) {
-      const int64_t n = o.shape[r - 1], sn = gbv.strides[r - 1];
-      for (int64_t j = 0; j < n; ++j) gbv.data[j * sn] = float(sums[size_t(j)]);
-    } else {
-      reduce_sum(st, dz, gbv);
-    }
-  }
+  const View dz = dz_and_reductions(st, g, src, rule, reductions, dz_buf);
   if (ga && ga->numel() > 0) {
     Mm m;
     m.src = dz;
@@ -363,19 +331,57 @@ void backward_f32(State& st, const View& g, const View& a, const View& b, const 
   }
 }
 
+// A forward kernel's call: inputs a, b, bias (, residual); outputs out (, pre). Converts
+// bf16/f16 to float32 and back around forward_f32.
+void forward_call(State& st, const dlfuse_kernel_args_t* args, int act, bool has_residual) {
+  const DLTensor* const* in = args->inputs;
+  DLTensor* const* outs = args->outputs;
+  const Storage s = storage_of(in[0]->dtype);
+  Buffer ba, bb, bbias, bres, bout, bpre;
+  const View a = input_f32(in[0], s, ba), b = input_f32(in[1], s, bb), bias = input_f32(in[2], s, bbias);
+  View res, pre;
+  if (has_residual) res = input_f32(in[3], s, bres);  // converted before out is written: in place is safe
+  const View out = output_f32(outs[0], s, bout);
+  const bool has_pre = args->num_outputs > 1 && outs[1];
+  if (has_pre) pre = output_f32(outs[1], s, bpre);
+  Epilogue e;
+  e.act = act;
+  e.residual = has_residual ? &res : nullptr;
+  e.pre = has_pre ? &pre : nullptr;
+  forward_f32(st, a, b, bias, out, e);
+  store_output(out, outs[0], s);
+  if (has_pre) store_output(pre, outs[1], s);
+}
+
+// A backward kernel's call: inputs grad_out, a, b; `src` (pre or out, or NULL); outputs
+// grad_a, grad_b, then the reductions of dZ (grad_bias, grad_residual).
+void backward_call(State& st, const dlfuse_kernel_args_t* args, const DLTensor* src_t, DzRule rule) {
+  const DLTensor* const* in = args->inputs;
+  DLTensor* const* outs = args->outputs;
+  const Storage s = storage_of(in[0]->dtype);
+  const int nout = args->num_outputs;
+  Buffer bg, ba, bb, bsrc;
+  std::vector<Buffer> bouts(static_cast<size_t>(nout));
+  const View g = input_f32(in[0], s, bg), a = input_f32(in[1], s, ba), b = input_f32(in[2], s, bb);
+  View src;
+  if (src_t) src = input_f32(src_t, s, bsrc);
+  std::vector<View> gr(static_cast<size_t>(nout));
+  for (int k = 0; k < nout; ++k)
+    if (outs[k]) gr[size_t(k)] = output_f32(outs[k], s, bouts[size_t(k)]);
+  std::vector<Reduction> reductions;
+  for (int k = 2; k < nout; ++k)
+    if (outs[k]) reductions.push_back(Reduction{&gr[size_t(k)], 1.0});
+  backward_f32(st, g, a, b, src_t ? &src : nullptr, rule, outs[0] ? &gr[0] : nullptr, outs[1] ? &gr[1] : nullptr,
+               reductions);
+  for (int k = 0; k < nout; ++k)
+    if (outs[k]) store_output(gr[size_t(k)], outs[k], s);
+}
 }  // namespace
 
 dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* args) {
   return run_kernel(args, [&]() -> dlfuse_status_t {
     check_call(args, 3, 1, true);
-    State& st = *static_cast<State*>(state);
-    const DLTensor* const* in = args->inputs;
-    const Storage s = storage_of(in[0]->dtype);
-    Buffer ba, bb, bbias, bout;
-    const View a = input_f32(in[0], s, ba), b = input_f32(in[1], s, bb), bias = input_f32(in[2], s, bbias);
-    const View out = output_f32(args->outputs[0], s, bout);
-    forward_f32(st, a, b, bias, out);
-    store_output(out, args->outputs[0], s);
+    forward_call(*static_cast<State*>(state), args, DLFUSE_ACT_RELU, false);
     return DLFUSE_STATUS_OK;
   });
 }
@@ -383,21 +389,45 @@ dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* 
 dlfuse_status_t matmul_add_relu_backward(void* state, void*, const dlfuse_kernel_args_t* args) {
   return run_kernel(args, [&]() -> dlfuse_status_t {
     check_call(args, 4, 3, false);
-    State& st = *static_cast<State*>(state);
-    const DLTensor* const* in = args->inputs;
-    DLTensor* const* out = args->outputs;
-    const Storage s = storage_of(in[0]->dtype);
-    Buffer bg, ba, bb, bo, bga, bgb, bgbias;
-    const View g = input_f32(in[0], s, bg), a = input_f32(in[1], s, ba), b = input_f32(in[2], s, bb),
-               o = input_f32(in[3], s, bo);
-    View ga, gb, gbias;
-    if (out[0]) ga = output_f32(out[0], s, bga);
-    if (out[1]) gb = output_f32(out[1], s, bgb);
-    if (out[2]) gbias = output_f32(out[2], s, bgbias);
-    backward_f32(st, g, a, b, o, out[0] ? &ga : nullptr, out[1] ? &gb : nullptr, out[2] ? &gbias : nullptr);
-    if (out[0]) store_output(ga, out[0], s);
-    if (out[1]) store_output(gb, out[1], s);
-    if (out[2]) store_output(gbias, out[2], s);
+    backward_call(*static_cast<State*>(state), args, args->inputs[3], DzRule{DLFUSE_ACT_RELU, true});
+    return DLFUSE_STATUS_OK;
+  });
+}
+
+dlfuse_status_t matmul_add_activation(void* state, void*, const dlfuse_kernel_args_t* args) {
+  return run_kernel(args, [&]() -> dlfuse_status_t {
+    check_call(args, 3, 2, true);
+    forward_call(*static_cast<State*>(state), args, kit::activation(args), false);
+    return DLFUSE_STATUS_OK;
+  });
+}
+
+dlfuse_status_t matmul_add_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) {
+  return run_kernel(args, [&]() -> dlfuse_status_t {
+    check_call(args, 5, 3, false, /* out, pre */ 0x18);
+    const int act = kit::activation(args);
+    const DLTensor* out = args->inputs[3];
+    const DLTensor* pre = args->inputs[4];
+    if (!out == !pre)
+      kit::invalid("out, pre", "exactly one of them", out ? "both" : "neither");
+    if (out) check_act_from_out(act, "pass pre, which the forward writes");
+    backward_call(*static_cast<State*>(state), args, out ? out : pre, DzRule{act, out != nullptr});
+    return DLFUSE_STATUS_OK;
+  });
+}
+
+dlfuse_status_t matmul_add_residual(void* state, void*, const dlfuse_kernel_args_t* args) {
+  return run_kernel(args, [&]() -> dlfuse_status_t {
+    check_call(args, 4, 1, true);
+    forward_call(*static_cast<State*>(state), args, DLFUSE_ACT_IDENTITY, true);
+    return DLFUSE_STATUS_OK;
+  });
+}
+
+dlfuse_status_t matmul_add_residual_backward(void* state, void*, const dlfuse_kernel_args_t* args) {
+  return run_kernel(args, [&]() -> dlfuse_status_t {
+    check_call(args, 3, 4, false);
+    backward_call(*static_cast<State*>(state), args, nullptr, DzRule{DLFUSE_ACT_IDENTITY, false});
     return DLFUSE_STATUS_OK;
   });
 }

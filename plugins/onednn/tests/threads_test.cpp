@@ -1,5 +1,5 @@
 // Concurrency and primitive-cache test of the oneDNN plugin, through the registry:
-//  phase A: N threads call all four kernels at once on shapes nobody has built yet
+//  phase A: N threads call all eight kernels at once on shapes nobody has built yet
 //           (concurrent primitive builds, concurrent executions);
 //  phase B: the same calls again, many times: every result is checked against a float64
 //           reference, and the plugin must build no primitive at all (its trace, enabled
@@ -61,23 +61,12 @@ void check(dlfuse_status_t st, const char* what) {
   }
 }
 
-// One thread's work on one shape: all four ops, checked.
-void work(dlfuse_registry_t reg, int64_t M, int64_t K, int64_t N, unsigned seed) {
-  T a({M, K}, seed), b({K, N}, seed + 1), bias({N}, seed + 2), out({M, N}, 0), g({M, N}, seed + 3);
-  T ga({M, K}, 0), gb({K, N}, 0), gbias({N}, 0);
-  check(dlfuse_matmul_add_relu(reg, &a.t, &b.t, &bias.t, &out.t, 0, nullptr), "matmul_add_relu");
-  std::vector<double> ref(size_t(M * N)), dz(size_t(M * N));
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n) {
-      double s = bias.v[size_t(n)];
-      for (int64_t k = 0; k < K; ++k) s += double(a.v[size_t(m * K + k)]) * b.v[size_t(k * N + n)];
-      ref[size_t(m * N + n)] = s > 0 ? s : 0;
-    }
-  expect_close("matmul_add_relu.out", out.v, ref, 1e-5 * double(K));
-  check(dlfuse_matmul_add_relu_backward(reg, &g.t, &a.t, &b.t, &out.t, &ga.t, &gb.t, &gbias.t, 0, nullptr),
-        "matmul_add_relu_backward");
-  for (size_t i = 0; i < dz.size(); ++i) dz[i] = out.v[i] > 0 ? g.v[i] : 0.0;
-  std::vector<double> rga(size_t(M * K), 0), rgb(size_t(K * N), 0), rgbias(size_t(N), 0);
+// dZ [M, N] -> grad_a = dZ b^T, grad_b = a^T dZ, grad_bias = column sums, in double.
+void matmul_grads(const T& a, const T& b, const std::vector<double>& dz, int64_t M, int64_t K, int64_t N,
+                  std::vector<double>& rga, std::vector<double>& rgb, std::vector<double>& rgbias) {
+  rga.assign(size_t(M * K), 0);
+  rgb.assign(size_t(K * N), 0);
+  rgbias.assign(size_t(N), 0);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
       const double d = dz[size_t(m * N + n)];
@@ -87,6 +76,27 @@ void work(dlfuse_registry_t reg, int64_t M, int64_t K, int64_t N, unsigned seed)
         rgb[size_t(k * N + n)] += a.v[size_t(m * K + k)] * d;
       }
     }
+}
+
+// One thread's work on one shape: all eight ops (and add_mul's out form), checked.
+void work(dlfuse_registry_t reg, int64_t M, int64_t K, int64_t N, unsigned seed) {
+  T a({M, K}, seed), b({K, N}, seed + 1), bias({N}, seed + 2), out({M, N}, 0), g({M, N}, seed + 3);
+  T ga({M, K}, 0), gb({K, N}, 0), gbias({N}, 0);
+  check(dlfuse_matmul_add_relu(reg, &a.t, &b.t, &bias.t, &out.t, 0, nullptr), "matmul_add_relu");
+  std::vector<double> ref(size_t(M * N)), dz(size_t(M * N)), pre_ref(size_t(M * N));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double s = bias.v[size_t(n)];
+      for (int64_t k = 0; k < K; ++k) s += double(a.v[size_t(m * K + k)]) * b.v[size_t(k * N + n)];
+      pre_ref[size_t(m * N + n)] = s;
+      ref[size_t(m * N + n)] = s > 0 ? s : 0;
+    }
+  expect_close("matmul_add_relu.out", out.v, ref, 1e-5 * double(K));
+  check(dlfuse_matmul_add_relu_backward(reg, &g.t, &a.t, &b.t, &out.t, &ga.t, &gb.t, &gbias.t, 0, nullptr),
+        "matmul_add_relu_backward");
+  for (size_t i = 0; i < dz.size(); ++i) dz[i] = out.v[i] > 0 ? g.v[i] : 0.0;
+  std::vector<double> rga, rgb, rgbias;
+  matmul_grads(a, b, dz, M, K, N, rga, rgb, rgbias);
   expect_close("grad_a", ga.v, rga, 1e-5 * double(N));
   expect_close("grad_b", gb.v, rgb, 1e-5 * double(M));
   expect_close("grad_bias", gbias.v, rgbias, 1e-5 * double(M));
@@ -111,6 +121,51 @@ void work(dlfuse_registry_t reg, int64_t M, int64_t K, int64_t N, unsigned seed)
   expect_close("grad_x", gx.v, rgx, 1e-5);
   expect_close("grad_y", gy.v, rgy, 1e-5);
   expect_close("grad_bias2", gbb.v, rgb2, 1e-5 * double(M));
+  // ABI 1.1: the same backward from add_mul's out.
+  check(dlfuse_add_mul_activation_backward_from_out(reg, &g.t, &o.t, 0.75, DLFUSE_ACT_SIGMOID, &gx.t, &gy.t, &gbb.t,
+                                                    nullptr),
+        "add_mul_activation_backward_from_out");
+  expect_close("from_out.grad_x", gx.v, rgx, 1e-5);
+  expect_close("from_out.grad_y", gy.v, rgy, 1e-5);
+  expect_close("from_out.grad_bias", gbb.v, rgb2, 1e-5 * double(M));
+
+  // matmul_add_activation (GELU_ERF, pre written) and its backward from pre.
+  T out2({M, N}, 0), pre({M, N}, 0);
+  check(dlfuse_matmul_add_activation(reg, &a.t, &b.t, &bias.t, DLFUSE_ACT_GELU_ERF, &out2.t, &pre.t, 0, nullptr),
+        "matmul_add_activation");
+  std::vector<double> rgelu(size_t(M * N));
+  for (size_t i = 0; i < rgelu.size(); ++i) {
+    const double p = pre_ref[i];
+    rgelu[i] = 0.5 * p * (1 + std::erf(p / std::sqrt(2.0)));
+  }
+  expect_close("matmul_add_activation.out", out2.v, rgelu, 1e-5 * double(K));
+  expect_close("matmul_add_activation.pre", pre.v, pre_ref, 1e-5 * double(K));
+  check(dlfuse_matmul_add_activation_backward(reg, &g.t, &a.t, &b.t, nullptr, &pre.t, DLFUSE_ACT_GELU_ERF, &ga.t, &gb.t,
+                                              &gbias.t, 0, nullptr),
+        "matmul_add_activation_backward");
+  for (size_t i = 0; i < dz.size(); ++i) {
+    const double p = pre.v[i];  // what the kernel saw
+    dz[i] = g.v[i] * (0.5 * (1 + std::erf(p / std::sqrt(2.0))) + p * std::exp(-0.5 * p * p) / std::sqrt(2 * M_PI));
+  }
+  matmul_grads(a, b, dz, M, K, N, rga, rgb, rgbias);
+  expect_close("act.grad_a", ga.v, rga, 1e-5 * double(N));
+  expect_close("act.grad_b", gb.v, rgb, 1e-5 * double(M));
+  expect_close("act.grad_bias", gbias.v, rgbias, 1e-5 * double(M));
+
+  // matmul_add_residual in place (out is the residual) and its backward.
+  T res({M, N}, seed + 6), gres({M, N}, 0);
+  std::vector<double> rres(size_t(M * N));
+  for (size_t i = 0; i < rres.size(); ++i) rres[i] = pre_ref[i] + res.v[i];
+  check(dlfuse_matmul_add_residual(reg, &a.t, &b.t, &bias.t, &res.t, &res.t, 0, nullptr), "matmul_add_residual");
+  expect_close("matmul_add_residual.out", res.v, rres, 1e-5 * double(K));
+  check(dlfuse_matmul_add_residual_backward(reg, &g.t, &a.t, &b.t, &ga.t, &gb.t, &gbias.t, &gres.t, 0, nullptr),
+        "matmul_add_residual_backward");
+  std::vector<double> gfull(g.v.begin(), g.v.end());
+  matmul_grads(a, b, gfull, M, K, N, rga, rgb, rgbias);
+  expect_close("res.grad_a", ga.v, rga, 1e-5 * double(N));
+  expect_close("res.grad_b", gb.v, rgb, 1e-5 * double(M));
+  expect_close("res.grad_bias", gbias.v, rgbias, 1e-5 * double(M));
+  expect_close("res.grad_residual", gres.v, gfull, 0);
 }
 
 // One large add_mul_activation (relu) forward, in place too, and backward: outputs above
