@@ -115,18 +115,14 @@ def test_matmul_add_residual_in_place(rng):
 
 @pytest.mark.parametrize("act", ["identity", "relu", "sigmoid", "tanh"])
 def test_add_mul_backward_from_out(rng, act):
-    name = _require("add_mul_activation_backward")
+    _require("add_mul_activation_backward")
     x = rng.uniform(-2, 2, (4, 6)).astype(np.float32)
     y = rng.uniform(-2, 2, (1, 6)).astype(np.float32)
     bias = rng.uniform(-2, 2, (6,)).astype(np.float32)
     out = np.from_dlpack(dlfuse.add_mul_activation(x, y, bias, 0.5, act))
     g = rng.uniform(-1, 1, out.shape).astype(np.float32)
-    try:
-        gx, gy, gb = (np.from_dlpack(t) for t in dlfuse.add_mul_activation_backward(
-            g, None, None, None, 0.5, act, out=out, x_shape=x.shape, y_shape=y.shape, bias_shape=bias.shape))
-    except dlfuse.UnsupportedError as e:  # the serving kernel takes the 1.0 inputs only: say so
-        assert "DLFUSE_KERNEL_TAKES_V1_1_INPUTS" in str(e) and name in str(e)
-        pytest.skip(f"{name} does not take out yet")
+    gx, gy, gb = (np.from_dlpack(t) for t in dlfuse.add_mul_activation_backward(
+        g, None, None, None, 0.5, act, out=out, x_shape=x.shape, y_shape=y.shape, bias_shape=bias.shape))
     o = out.astype(np.float64)
     deriv = {"tanh": 1 - o * o, "sigmoid": o * (1 - o), "relu": np.where(o > 0, 1.0, 0.0),
              "identity": np.ones_like(o)}[act]
