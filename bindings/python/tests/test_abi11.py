@@ -43,8 +43,10 @@ def test_matmul_add_activation_forward_and_pre(rng, act):
     assert_close_sum(pre, pre_ref, scale, "float32")
     fwd, d = ACTS[act]
     assert_close_sum(out, fwd(pre_ref), scale * np.maximum(1.0, np.abs(d(pre_ref))), "float32")
+    # Without pre a plugin may fuse the activation differently (oneDNN: a post-op): same
+    # tolerance, not the same bits.
     only_out = np.from_dlpack(dlfuse.matmul_add_activation(a, b, bias, act))
-    np.testing.assert_array_equal(only_out, out)  # the same kernel with and without pre
+    assert_close_sum(only_out, fwd(pre_ref), scale * np.maximum(1.0, np.abs(d(pre_ref))), "float32")
 
 
 @pytest.mark.parametrize("act,form", [("gelu_erf", "pre"), ("silu", "pre"), ("tanh", "out"),
