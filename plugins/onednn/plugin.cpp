@@ -11,7 +11,12 @@ namespace dlfuse_onednn {
 void execute(State& st, const CachedPrimitive& p, std::unordered_map<int, dnnl::memory> args) {
   // Scratchpad and stream belong to the calling thread: no lock, no sharing between
   // concurrent calls. The buffer only grows, so a repeated call allocates nothing.
-  thread_local Buffer scratch;
+  // initial-exec: the few bytes live in the static TLS surplus glibc keeps for dlopen'd
+  // libraries, so no dynamic TLS block is made per thread. With one, GCC 12's
+  // LeakSanitizer read a stale DTV entry at exit and crashed ("Tracer caught signal 11")
+  // after the conformance threads stage (asan job, 2026-11-23); no __tls_get_addr per call
+  // either.
+  static thread_local Buffer scratch __attribute__((tls_model("initial-exec")));
   if (p.scratchpad_bytes > 0) {
     scratch.resize((p.scratchpad_bytes + sizeof(float) - 1) / sizeof(float));
     args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(dnnl::memory::desc({int64_t(p.scratchpad_bytes)}, dnnl::memory::data_type::u8,
