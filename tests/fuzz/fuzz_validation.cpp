@@ -66,11 +66,6 @@ dlfuse_registry_t make_registry(const char* plugin) {
   return r;
 }
 
-void report() {
-  std::fprintf(stderr, "fuzz_validation: %llu calls OK, %llu refused; oracle checked %llu kernel calls, testref ran %llu\n",
-               g_ok, g_refused, g_oracle_calls ? g_oracle_calls() : 0ull, g_ref_calls);
-}
-
 // A tensor descriptor and the storage its pointers point to.
 struct Desc {
   DLTensor t{};
@@ -238,6 +233,7 @@ struct Call {
 };
 
 dlfuse_op_t g_oracle_ops[kUnknownOp + 1], g_ref_ops[kUnknownOp + 1];
+unsigned long long g_valid[kUnknownOp + 1];  // first judgments that said OK, by op
 
 dlfuse_status_t run(dlfuse_registry_t reg, const Call& c) {
   const DLTensor* const* in = c.in_null ? nullptr : c.in.data();
@@ -286,7 +282,7 @@ void forget(int op) {
   if (op >= kKnown) return;
   constexpr int kRemembered = 8;
   for (int v = 0; v < kRemembered; ++v) {
-    int64_t mk[2] = {v + 1, 1}, kn[2] = {1, 0}, mn[2] = {v + 1, 0};
+    int64_t mk[2] = {v + 1, 0}, kn[2] = {0, 0}, mn[2] = {v + 1, 0};  // K = 0: no data
     auto make = [](int64_t* shape) {
       DLTensor t{};
       t.ndim = 2;
@@ -321,6 +317,14 @@ void forget(int op) {
       std::abort();
     }
   }
+}
+
+void report() {
+  std::fprintf(stderr, "fuzz_validation: %llu calls OK, %llu refused; oracle checked %llu kernel calls, testref ran %llu\n",
+               g_ok, g_refused, g_oracle_calls ? g_oracle_calls() : 0ull, g_ref_calls);
+  std::fprintf(stderr, "fuzz_validation: valid calls (oracle, first judgment) per op:");
+  for (int op = 0; op <= kUnknownOp; ++op) std::fprintf(stderr, " %s %llu;", kOpNames[op], g_valid[op]);
+  std::fprintf(stderr, "\n");
 }
 
 int32_t pick_count(FuzzedDataProvider& p, int32_t usual) {
@@ -467,6 +471,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const dlfuse_status_t first_status = run(g_oracle_reg, c);
   const Outcome first = outcome_of(first_status);
   expect_status(first_status, kOpNames[c.op]);
+  if (first_status == DLFUSE_STATUS_OK) ++g_valid[c.op];
   expect_same(first, outcome_of(run(g_oracle_reg, c)), "the same call again");
   if (p.ConsumeIntegral<uint8_t>() < 4) {
     Outcome fresh{};
