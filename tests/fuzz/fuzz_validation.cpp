@@ -414,9 +414,13 @@ void pick_form(FuzzedDataProvider& p, Call* c) {
   if (drop < 64)
     for (int i = 0; i < kOut[c->op]; ++i)
       if (drop >> i & 1) c->out[i] = nullptr;
-  // Now and then an output is one of the inputs: in place (exactly x, exactly residual) or not.
+  // Now and then an output and an input are one tensor: in place (exactly x, exactly
+  // residual) or not. The input taking the output's descriptor has the output's shape, as
+  // a valid in-place residual must.
   const uint8_t alias = p.ConsumeIntegral<uint8_t>();
-  if (alias < 40) c->out[alias % 4 % kOut[c->op]] = const_cast<DLTensor*>(c->in[alias % 5 % kIn[c->op]]);
+  const int o = alias % 4 % kOut[c->op], i = alias % 5 % kIn[c->op];
+  if (alias < 40) c->out[o] = const_cast<DLTensor*>(c->in[i]);
+  else if (alias < 80) c->in[i] = c->out[o];
 }
 
 }  // namespace
@@ -427,7 +431,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t k = p.ConsumeIntegral<uint8_t>();
   // The byte ranges of ABI 1.0's kinds are kept, so that the regress-* seeds still replay
   // the calls they were saved for.
-  c.kind = k < 100 ? k % 4 : (k < 150 ? kMatmulAct + k % 5 : (k < 240 ? kGeneric : kServices));
+  c.kind = k < 100 ? k % 4 : (k < 180 ? kMatmulAct + k % 5 : (k < 240 ? kGeneric : kServices));
   c.op = c.kind == kTypedFromOut ? kAddMulBwd : (c.kind < kKnown ? c.kind : p.ConsumeIntegralInRange<int>(0, kUnknownOp));
 
   if (c.kind == kServices) {  // device services on odd devices: statuses and messages only
