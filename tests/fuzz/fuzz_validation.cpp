@@ -398,6 +398,43 @@ bool passes_input(const Call& c, int i) {
   return c.kind != kGeneric || i < c.n_in;
 }
 
+// Matmul ops with shapes that fit together: random shapes almost never do for four or
+// more tensors, and then no valid non-empty call (nor an in-place residual) would reach
+// the kernels. Each argument gets its own descriptor, compact, with M, K, N in 1..4, the
+// first descriptor's dtype, and its fuzzed data and byte_offset made aligned. Roles: A [M, K], B [K, N], V [N] (bias and
+// its gradient), O [M, N].
+void cohere(FuzzedDataProvider& p, Call* c, Desc* pool, int n_desc) {
+  static const char* const kRoles[kKnown][2] = {
+      {}, {}, {}, {}, {"ABV", "OO"}, {"OABOO", "ABV"}, {"ABVO", "O"}, {"OAB", "ABVO"}};
+  if (c->op < kMatmulAct || c->op >= kKnown || n_desc < kIn[c->op] + kOut[c->op]) return;
+  const uint8_t b = p.ConsumeIntegral<uint8_t>();
+  if (b >= 96) return;
+  const int64_t m = 1 + b % 4, k = 1 + (b >> 2) % 4, n = 1 + (b >> 4) % 4;
+  int next = 0;
+  for (int side = 0; side < 2; ++side) {
+    const char* roles = kRoles[c->op][side];
+    for (int i = 0; roles[i]; ++i) {
+      Desc& d = pool[next++];
+      d.t.shape = d.shape;
+      d.t.strides = nullptr;
+      d.t.dtype = pool[0].t.dtype;
+      d.t.device = DLDevice{kDLCPU, 0};
+      // Aligned and inside the arena (up to 4x4 float64 past it), else most calls fail on
+      // placement: what the other modes test.
+      const uintptr_t base = reinterpret_cast<uintptr_t>(g_arena), x = reinterpret_cast<uintptr_t>(d.t.data);
+      const uintptr_t at = x >= base && x < base + kArenaSize - 256 ? x - base : (x % (kArenaSize - 256));
+      d.t.data = g_arena + (at & ~uintptr_t{7});
+      d.t.byte_offset &= 56;
+      const char r = roles[i];
+      d.t.ndim = r == 'V' ? 1 : 2;
+      d.shape[0] = r == 'V' ? n : (r == 'B' ? k : m);
+      d.shape[1] = r == 'A' ? k : n;
+      if (side == 0) c->in[i] = &d.t;
+      else c->out[i] = &d.t;
+    }
+  }
+}
+
 // The optional inputs' combinations: mostly the valid ones, sometimes anything.
 void pick_form(FuzzedDataProvider& p, Call* c) {
   const uint8_t f = p.ConsumeIntegral<uint8_t>();
@@ -463,7 +500,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   c.out.assign(18, nullptr);
   for (int i = 0; i < 18; ++i) c.in[i] = pick_tensor(false);
   for (int i = 0; i < 18; ++i) c.out[i] = pick_tensor(true);
-  if (c.kind > kAddMulBwd) pick_form(p, &c);  // not ABI 1.0's typed calls: their seeds replay
+  if (c.kind > kAddMulBwd) {  // not ABI 1.0's typed calls: their seeds replay
+    cohere(p, &c, pool, n_desc);
+    pick_form(p, &c);
+  }
   c.in_null = p.ConsumeIntegral<uint8_t>() >= 250;
   c.out_null = p.ConsumeIntegral<uint8_t>() >= 250;
 
