@@ -3,21 +3,28 @@
 // The input bytes are decoded into up to 8 DLTensor descriptors (ndim, shape, strides,
 // dtype, byte_offset, data, device: mostly plausible values, sometimes raw ones: negative,
 // huge, overflowing, NULL, misaligned, unknown dtypes and devices) and one call of the
-// public API: a typed function of ABI 1, or dlfuse_op_call with random tensor counts and
-// attributes (the four ops, a third-party op, an unknown op name), or a device service.
+// public API: a typed function of ABI 1.1 (the eight ops, and
+// dlfuse_add_mul_activation_backward_from_out), or dlfuse_op_call with random tensor counts
+// (add_mul_activation_backward: 4 or 5 inputs), NULL entries where an op takes optional
+// inputs (mostly the combinations docs/ops.md allows), outputs aliasing inputs, and
+// attributes in any order (the eight ops, a third-party op, an unknown op name), or a
+// device service.
 //
 // Registry 1 holds only the oracle plugin (oracle_plugin.cpp), which abort()s if any call
 // it receives breaks a promise of docs/abi.md ("Validation"). Registry 2 holds the test
 // plugin (tests/plugins/testref), which really computes: it is called only when every
 // tensor lies inside the harness's arena by the harness's own arithmetic and is small, so
-// ASan checks the kernels' memory accesses on fuzzed-but-valid layouts.
+// ASan checks the kernels' memory accesses on fuzzed-but-valid layouts; its outcome must
+// agree with the oracle registry's on the same tensors (validation is the registry's).
 //
 // Every non-OK status must be a dlfuse_status_t and come with a non-empty
 // dlfuse_last_error(). Each thread's registry calls remember the layouts of the last 8 valid
 // calls of each op (registry/src/layout_cache.hpp); an outcome must not depend on that
-// history: every call of the oracle runs again at once (a repeat of its own layout), then
-// with its tensors moved (same layouts, other data and byte_offset), and each outcome,
-// status and message, must equal that of a thread which never called before. Paths of the plugins come from the environment
+// history: each call of the oracle is judged after the thread forgot the op's layouts (8
+// other valid layouts replaced them), then again at once (a repeat of its own layout), then
+// with its tensors moved (same layouts, other data and byte_offset) both as a repeat and
+// after forgetting; all must agree, status and message, and now and then with a new
+// thread's first call. Paths of the plugins come from the environment
 // (FUZZ_ORACLE_PLUGIN, FUZZ_TESTREF_PLUGIN) or from the build (compile definitions).
 #include <dlfcn.h>
 
@@ -57,11 +64,6 @@ dlfuse_registry_t make_registry(const char* plugin) {
     std::abort();
   }
   return r;
-}
-
-void report() {
-  std::fprintf(stderr, "fuzz_validation: %llu calls OK, %llu refused; oracle checked %llu kernel calls, testref ran %llu\n",
-               g_ok, g_refused, g_oracle_calls ? g_oracle_calls() : 0ull, g_ref_calls);
 }
 
 // A tensor descriptor and the storage its pointers point to.
@@ -192,10 +194,33 @@ using AmaFn = dlfuse_status_t (*)(dlfuse_registry_t, const DLTensor*, const DLTe
                                   DLTensor*, void*);
 using AmaBwdFn = dlfuse_status_t (*)(dlfuse_registry_t, const DLTensor*, const DLTensor*, const DLTensor*,
                                      const DLTensor*, double, int32_t, DLTensor*, DLTensor*, DLTensor*, void*);
+using AmaBwdOutFn = dlfuse_status_t (*)(dlfuse_registry_t, const DLTensor*, const DLTensor*, double, int32_t, DLTensor*,
+                                        DLTensor*, DLTensor*, void*);
+using MaaFn = dlfuse_status_t (*)(dlfuse_registry_t, const DLTensor*, const DLTensor*, const DLTensor*, int32_t,
+                                  DLTensor*, DLTensor*, int32_t, void*);
+using MaaBwdFn = dlfuse_status_t (*)(dlfuse_registry_t, const DLTensor*, const DLTensor*, const DLTensor*,
+                                     const DLTensor*, const DLTensor*, int32_t, DLTensor*, DLTensor*, DLTensor*, int32_t,
+                                     void*);
+
+// The known ops in the registry's order (registry/src/op_validators.cpp), a third-party
+// op the oracle serves, and a name nobody serves.
+enum Op { kMatmul, kMatmulBwd, kAddMul, kAddMulBwd, kMatmulAct, kMatmulActBwd, kResidual, kResidualBwd, kKnown };
+constexpr int kCustomOp = kKnown, kUnknownOp = kKnown + 1;
+const char* const kOpNames[] = {DLFUSE_OP_MATMUL_ADD_RELU,         DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD,
+                                DLFUSE_OP_ADD_MUL_ACTIVATION,      DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD,
+                                DLFUSE_OP_MATMUL_ADD_ACTIVATION,   DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD,
+                                DLFUSE_OP_MATMUL_ADD_RESIDUAL,     DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD,
+                                FUZZ_ORACLE_CUSTOM_OP,             "no_such_op_fuzz"};
+// Inputs and outputs of each op (add_mul_activation_backward: ABI 1.1's 5), then custom, unknown.
+const int kIn[] = {3, 4, 3, 5, 3, 5, 4, 3, 2, 2}, kOut[] = {1, 3, 1, 3, 2, 3, 1, 4, 1, 1};
+const int kAttrs[] = {1, 1, 2, 2, 2, 2, 1, 1, 2, 2};
+
+// Kinds of call: one per typed function, then dlfuse_op_call, then the device services.
+enum Kind { kTypedFromOut = kKnown, kGeneric, kServices, kKinds };
 
 struct Call {
-  int kind;  // 0..3 typed op, 4 generic op_call, 5 device service
-  int op;    // 0..3 known, 4 custom, 5 unknown name
+  int kind;  // Kind, or an Op: that op's typed function
+  int op;    // Op, kCustomOp or kUnknownOp
   std::vector<const DLTensor*> in;
   std::vector<DLTensor*> out;
   int32_t n_in = 0, n_out = 0;
@@ -207,58 +232,99 @@ struct Call {
   double mul = 1.0;
 };
 
-const char* const kOpNames[] = {DLFUSE_OP_MATMUL_ADD_RELU, DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD,
-                                DLFUSE_OP_ADD_MUL_ACTIVATION, DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD,
-                                FUZZ_ORACLE_CUSTOM_OP, "no_such_op_fuzz"};
+dlfuse_op_t g_oracle_ops[kUnknownOp + 1], g_ref_ops[kUnknownOp + 1];
+unsigned long long g_valid[kUnknownOp + 1];  // first judgments that said OK, by op
 
 dlfuse_status_t run(dlfuse_registry_t reg, const Call& c) {
   const DLTensor* const* in = c.in_null ? nullptr : c.in.data();
   DLTensor* const* out = c.out_null ? nullptr : c.out.data();
+  const int32_t tf32 = static_cast<int32_t>(c.tf32), act = static_cast<int32_t>(c.act);
+  const auto& i = c.in;
+  const auto& o = c.out;
   switch (c.kind) {
-    case 0:
-      return dlfuse_matmul_add_relu(reg, c.in[0], c.in[1], c.in[2], c.out[0], static_cast<int32_t>(c.tf32), nullptr);
-    case 1:
-      return dlfuse_matmul_add_relu_backward(reg, c.in[0], c.in[1], c.in[2], c.in[3], c.out[0], c.out[1], c.out[2],
-                                             static_cast<int32_t>(c.tf32), nullptr);
-    case 2:
-      return reinterpret_cast<AmaFn>(&dlfuse_add_mul_activation)(reg, c.in[0], c.in[1], c.in[2], c.mul,
-                                                                 static_cast<int32_t>(c.act), c.out[0], nullptr);
-    case 3:
-      return reinterpret_cast<AmaBwdFn>(&dlfuse_add_mul_activation_backward)(
-          reg, c.in[0], c.in[1], c.in[2], c.in[3], c.mul, static_cast<int32_t>(c.act), c.out[0], c.out[1], c.out[2],
-          nullptr);
+    case kMatmul:
+      return dlfuse_matmul_add_relu(reg, i[0], i[1], i[2], o[0], tf32, nullptr);
+    case kMatmulBwd:
+      return dlfuse_matmul_add_relu_backward(reg, i[0], i[1], i[2], i[3], o[0], o[1], o[2], tf32, nullptr);
+    case kAddMul:
+      return reinterpret_cast<AmaFn>(&dlfuse_add_mul_activation)(reg, i[0], i[1], i[2], c.mul, act, o[0], nullptr);
+    case kAddMulBwd:
+      return reinterpret_cast<AmaBwdFn>(&dlfuse_add_mul_activation_backward)(reg, i[0], i[1], i[2], i[3], c.mul, act,
+                                                                             o[0], o[1], o[2], nullptr);
+    case kTypedFromOut:
+      return reinterpret_cast<AmaBwdOutFn>(&dlfuse_add_mul_activation_backward_from_out)(reg, i[0], i[4], c.mul, act,
+                                                                                         o[0], o[1], o[2], nullptr);
+    case kMatmulAct:
+      return reinterpret_cast<MaaFn>(&dlfuse_matmul_add_activation)(reg, i[0], i[1], i[2], act, o[0], o[1], tf32,
+                                                                    nullptr);
+    case kMatmulActBwd:
+      return reinterpret_cast<MaaBwdFn>(&dlfuse_matmul_add_activation_backward)(reg, i[0], i[1], i[2], i[3], i[4], act,
+                                                                                o[0], o[1], o[2], tf32, nullptr);
+    case kResidual:
+      return dlfuse_matmul_add_residual(reg, i[0], i[1], i[2], i[3], o[0], tf32, nullptr);
+    case kResidualBwd:
+      return dlfuse_matmul_add_residual_backward(reg, i[0], i[1], i[2], o[0], o[1], o[2], o[3], tf32, nullptr);
     default: {
-      dlfuse_op_t op = nullptr;
-      dlfuse_status_t s = dlfuse_op_get(reg, kOpNames[c.op], &op);
-      if (s != DLFUSE_STATUS_OK) {
-        if (c.op != 5 && reg == g_oracle_reg) {
-          std::fprintf(stderr, "fuzz_validation: op_get(%s) failed on the oracle: %s\n", kOpNames[c.op], dlfuse_last_error());
-          std::abort();
-        }
-        return s;
+      dlfuse_op_t op = (reg == g_oracle_reg ? g_oracle_ops : g_ref_ops)[c.op];
+      if (!op) {  // the unknown name: op_get's refusal is the outcome
+        return dlfuse_op_get(reg, kOpNames[c.op], &op);
       }
       return dlfuse_op_call(op, in, c.n_in, out, c.n_out, c.attrs_null ? nullptr : c.attrs.data(), c.n_attrs, nullptr);
     }
   }
 }
 
-// Makes this thread forget the op's last valid layout (the registry keeps one per thread
-// and op): a call whose first input has ndim 17 matches no remembered layout, and the
-// full checks refuse it.
-void forget(const Call& c) {
-  if (c.kind > 4 || c.in_null || c.n_in < 1) return;
-  static DLTensor deep = [] {
-    DLTensor t{};
-    t.ndim = 17;
-    t.dtype = DLDataType{kDLFloat, 32, 1};
-    return t;
-  }();
-  Call e = c;
-  e.in[0] = &deep;
-  if (run(g_oracle_reg, e) == DLFUSE_STATUS_OK) {
-    std::fprintf(stderr, "fuzz_validation: a tensor of ndim 17 was accepted\n");
-    std::abort();
+// Makes this thread forget every layout it remembers of the op (registry/src/layout_cache.cpp
+// keeps the last 8 valid ones per thread and op): 8 valid calls of distinct layouts, with
+// empty tensors (no kernel runs), replace them all. The next call of the fuzzed layout then
+// takes the full checks, as a thread's first call does.
+void forget(int op) {
+  if (op >= kKnown) return;
+  constexpr int kRemembered = 8;
+  for (int v = 0; v < kRemembered; ++v) {
+    int64_t mk[2] = {v + 1, 0}, kn[2] = {0, 0}, mn[2] = {v + 1, 0};  // K = 0: no data
+    auto make = [](int64_t* shape) {
+      DLTensor t{};
+      t.ndim = 2;
+      t.shape = shape;
+      t.dtype = DLDataType{kDLFloat, 32, 1};
+      t.device = DLDevice{kDLCPU, 0};
+      return t;
+    };
+    DLTensor A = make(mk), B = make(kn), O = make(mn), G = make(mn), P = make(mn), Q = make(mn);
+    // Backward calls with every gradient NULL: valid, and nothing to compute.
+    std::vector<DLTensor*> out(kOut[op], nullptr);
+    std::vector<const DLTensor*> in;
+    switch (op) {
+      case kMatmul: in = {&A, &B, &G}; out[0] = &O; break;
+      case kMatmulBwd: in = {&G, &A, &B, &P}; break;
+      case kAddMul: in = {&G, &P, &Q}; out[0] = &O; break;
+      case kAddMulBwd: in = {&G, nullptr, nullptr, nullptr, &P}; break;
+      case kMatmulAct: in = {&A, &B, &G}; out[0] = &O; break;
+      case kMatmulActBwd: in = {&G, &A, &B, nullptr, &P}; break;
+      case kResidual: in = {&A, &B, &G, &P}; out[0] = &O; break;
+      default: in = {&G, &A, &B}; break;
+    }
+    dlfuse_attr_t relu{};
+    relu.key = DLFUSE_ATTR_ACTIVATION;
+    relu.type = DLFUSE_ATTR_INT64;
+    relu.value.i64 = DLFUSE_ACT_RELU;
+    const bool act = kAttrs[op] == 2;  // the ops whose ACTIVATION is required
+    if (dlfuse_op_call(g_oracle_ops[op], in.data(), kIn[op], out.data(), kOut[op], act ? &relu : nullptr, act ? 1 : 0,
+                       nullptr) != DLFUSE_STATUS_OK) {
+      std::fprintf(stderr, "fuzz_validation: a valid call of %s with empty tensors was refused: %s\n", kOpNames[op],
+                   dlfuse_last_error());
+      std::abort();
+    }
   }
+}
+
+void report() {
+  std::fprintf(stderr, "fuzz_validation: %llu calls OK, %llu refused; oracle checked %llu kernel calls, testref ran %llu\n",
+               g_ok, g_refused, g_oracle_calls ? g_oracle_calls() : 0ull, g_ref_calls);
+  std::fprintf(stderr, "fuzz_validation: valid calls (oracle, first judgment) per op:");
+  for (int op = 0; op <= kUnknownOp; ++op) std::fprintf(stderr, " %s %llu;", kOpNames[op], g_valid[op]);
+  std::fprintf(stderr, "\n");
 }
 
 int32_t pick_count(FuzzedDataProvider& p, int32_t usual) {
@@ -285,19 +351,127 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     std::fprintf(stderr, "fuzz_validation: the oracle's hooks are missing in %s\n", oracle);
     std::abort();
   }
+  // Both plugins serve every known op; the oracle, the custom one too. The unknown name
+  // keeps no handle: op_get's outcome is the call's.
+  for (int op = 0; op <= kCustomOp; ++op) {
+    if (dlfuse_op_get(g_oracle_reg, kOpNames[op], &g_oracle_ops[op]) != DLFUSE_STATUS_OK ||
+        (op < kKnown && dlfuse_op_get(g_ref_reg, kOpNames[op], &g_ref_ops[op]) != DLFUSE_STATUS_OK)) {
+      std::fprintf(stderr, "fuzz_validation: op_get(%s) failed: %s\n", kOpNames[op], dlfuse_last_error());
+      std::abort();
+    }
+  }
   set_arena(g_arena, kArenaSize);
   std::atexit(report);
   return 0;
 }
 
+namespace {
+
+// The dtypes tests/plugins/testref serves; the oracle serves these and more.
+bool testref_dtype(DLDataType d) {
+  return (d.code == kDLFloat && (d.bits == 32 || d.bits == 64 || d.bits == 16)) || (d.code == kDLBfloat && d.bits == 16);
+}
+
+// Validation is the registry's, whoever serves the op: on a call both plugins have a kernel
+// for (grad_out, or a, or x, is every known op's first argument and fixes the dtype), the
+// statuses agree, and an INVALID_ARGUMENT that names no plugin is word for word the same
+// (UNSUPPORTED lists what each registry offers).
+void expect_agree(const Outcome& oracle, const Outcome& ref, const Call& c) {
+  const DLTensor* first = c.in[0];
+  if (first && !testref_dtype(first->dtype)) return;
+  const bool names_plugin = oracle.message.find("plugin '") != std::string::npos ||
+                            ref.message.find("plugin '") != std::string::npos;
+  if (oracle.status == ref.status &&
+      (oracle.status != DLFUSE_STATUS_INVALID_ARGUMENT || names_plugin || oracle.message == ref.message))
+    return;
+  std::fprintf(stderr, "fuzz_validation: %s: the oracle's and testref's registries disagree:\n  %s: %s\n  %s: %s\n",
+               kOpNames[c.op], dlfuse_status_string(oracle.status), oracle.message.c_str(),
+               dlfuse_status_string(ref.status), ref.message.c_str());
+  std::abort();
+}
+
+// Whether the call hands c.in[i] to the registry (the typed functions of
+// add_mul_activation_backward take 4 of the 5, a generic call n_in).
+bool passes_input(const Call& c, int i) {
+  if (c.kind == kAddMulBwd) return i < 4;
+  if (c.kind == kTypedFromOut) return i == 0 || i == 4;
+  return c.kind != kGeneric || i < c.n_in;
+}
+
+// Matmul ops with shapes that fit together: random shapes almost never do for four or
+// more tensors, and then no valid non-empty call (nor an in-place residual) would reach
+// the kernels. Each argument gets its own descriptor, compact, with M, K, N in 1..4, the
+// first descriptor's dtype, and its fuzzed data and byte_offset made aligned. Roles: A [M, K], B [K, N], V [N] (bias and
+// its gradient), O [M, N].
+void cohere(FuzzedDataProvider& p, Call* c, Desc* pool, int n_desc) {
+  static const char* const kRoles[kKnown][2] = {
+      {}, {}, {}, {}, {"ABV", "OO"}, {"OABOO", "ABV"}, {"ABVO", "O"}, {"OAB", "ABVO"}};
+  if (c->op < kMatmulAct || c->op >= kKnown || n_desc < kIn[c->op] + kOut[c->op]) return;
+  const uint8_t b = p.ConsumeIntegral<uint8_t>();
+  if (b >= 96) return;
+  const int64_t m = 1 + b % 4, k = 1 + (b >> 2) % 4, n = 1 + (b >> 4) % 4;
+  int next = 0;
+  for (int side = 0; side < 2; ++side) {
+    const char* roles = kRoles[c->op][side];
+    for (int i = 0; roles[i]; ++i) {
+      Desc& d = pool[next++];
+      d.t.shape = d.shape;
+      d.t.strides = nullptr;
+      d.t.dtype = pool[0].t.dtype;
+      d.t.device = DLDevice{kDLCPU, 0};
+      // Aligned and inside the arena (up to 4x4 float64 past it), else most calls fail on
+      // placement: what the other modes test.
+      const uintptr_t base = reinterpret_cast<uintptr_t>(g_arena), x = reinterpret_cast<uintptr_t>(d.t.data);
+      const uintptr_t at = x >= base && x < base + kArenaSize - 256 ? x - base : (x % (kArenaSize - 256));
+      d.t.data = g_arena + (at & ~uintptr_t{7});
+      d.t.byte_offset &= 56;
+      const char r = roles[i];
+      d.t.ndim = r == 'V' ? 1 : 2;
+      d.shape[0] = r == 'V' ? n : (r == 'B' ? k : m);
+      d.shape[1] = r == 'A' ? k : n;
+      if (side == 0) c->in[i] = &d.t;
+      else c->out[i] = &d.t;
+    }
+  }
+}
+
+// The optional inputs' combinations: mostly the valid ones, sometimes anything.
+void pick_form(FuzzedDataProvider& p, Call* c) {
+  const uint8_t f = p.ConsumeIntegral<uint8_t>();
+  if (c->op == kAddMulBwd) {
+    if (c->kind == kTypedFromOut || f % 4 == 1) c->in[1] = c->in[2] = c->in[3] = nullptr;
+    else if (f % 4 == 0) c->in[4] = nullptr;
+  } else if (c->op == kMatmulActBwd) {
+    if (f % 3 < 2) c->in[3 + f % 3] = nullptr;
+  } else if (c->op == kMatmulAct) {
+    if (f % 2) c->out[1] = nullptr;
+  }
+  // Gradients (and pre) left out: bit i of a small byte drops outputs[i].
+  const uint8_t drop = p.ConsumeIntegral<uint8_t>();
+  if (drop < 64)
+    for (int i = 0; i < kOut[c->op]; ++i)
+      if (drop >> i & 1) c->out[i] = nullptr;
+  // Now and then an output and an input are one tensor: in place (exactly x, exactly
+  // residual) or not. The input taking the output's descriptor has the output's shape, as
+  // a valid in-place residual must.
+  const uint8_t alias = p.ConsumeIntegral<uint8_t>();
+  const int o = alias % 4 % kOut[c->op], i = alias % 5 % kIn[c->op];
+  if (alias < 40) c->out[o] = const_cast<DLTensor*>(c->in[i]);
+  else if (alias < 80) c->in[i] = c->out[o];
+}
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider p(data, size);
   Call c;
   const uint8_t k = p.ConsumeIntegral<uint8_t>();
-  c.kind = k < 100 ? k % 4 : (k < 240 ? 4 : 5);
-  c.op = c.kind < 4 ? c.kind : p.ConsumeIntegralInRange<int>(0, 5);
+  // The byte ranges of ABI 1.0's kinds are kept, so that the regress-* seeds still replay
+  // the calls they were saved for.
+  c.kind = k < 100 ? k % 4 : (k < 180 ? kMatmulAct + k % 5 : (k < 240 ? kGeneric : kServices));
+  c.op = c.kind == kTypedFromOut ? kAddMulBwd : (c.kind < kKnown ? c.kind : p.ConsumeIntegralInRange<int>(0, kUnknownOp));
 
-  if (c.kind == 5) {  // device services on odd devices: statuses and messages only
+  if (c.kind == kServices) {  // device services on odd devices: statuses and messages only
     const DLDevice dev{static_cast<DLDeviceType>(p.ConsumeIntegralInRange<int32_t>(-1, 20)), p.ConsumeIntegral<int32_t>()};
     int32_t count = -7;
     expect_status(dlfuse_device_count(g_oracle_reg, dev.device_type, &count), "dlfuse_device_count");
@@ -318,13 +492,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return &pool[b % n_desc].t;
   };
 
-  static const int kIn[] = {3, 4, 3, 4, 2, 2}, kOut[] = {1, 3, 1, 3, 1, 1};
-  c.n_in = c.kind < 4 ? kIn[c.kind] : pick_count(p, kIn[c.op]);
-  c.n_out = c.kind < 4 ? kOut[c.kind] : pick_count(p, kOut[c.op]);
+  // A generic call of add_mul_activation_backward passes ABI 1.1's 5 inputs or 1.0's 4.
+  const int usual_in = c.kind == kGeneric && c.op == kAddMulBwd && p.ConsumeBool() ? 4 : kIn[c.op];
+  c.n_in = c.kind != kGeneric ? kIn[c.op] : pick_count(p, usual_in);
+  c.n_out = c.kind != kGeneric ? kOut[c.op] : pick_count(p, kOut[c.op]);
   c.in.assign(18, nullptr);
   c.out.assign(18, nullptr);
   for (int i = 0; i < 18; ++i) c.in[i] = pick_tensor(false);
   for (int i = 0; i < 18; ++i) c.out[i] = pick_tensor(true);
+  if (c.kind > kAddMulBwd) {  // not ABI 1.0's typed calls: their seeds replay
+    cohere(p, &c, pool, n_desc);
+    pick_form(p, &c);
+  }
   c.in_null = p.ConsumeIntegral<uint8_t>() >= 250;
   c.out_null = p.ConsumeIntegral<uint8_t>() >= 250;
 
@@ -332,7 +511,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   c.act = av < 200 ? av % 7 : (av < 240 ? av % 9 - 1 : p.ConsumeIntegral<int32_t>());
   c.tf32 = av < 220 ? av % 2 : p.ConsumeIntegral<int32_t>();
   c.mul = p.ConsumeBool() ? p.ConsumeFloatingPoint<double>() : 1.5;
-  c.n_attrs = pick_count(p, c.op == 0 || c.op == 1 ? 1 : 2);
+  c.n_attrs = pick_count(p, kAttrs[c.op]);
   c.attrs.resize(18);
   for (int i = 0; i < 18; ++i) {
     dlfuse_attr_t& a = c.attrs[i];
@@ -345,13 +524,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   c.attrs_null = p.ConsumeIntegral<uint8_t>() >= 250;
 
-  // first: this thread forgot the op's layout, so the full checks run; again: a repeat of
+  // first: this thread forgot the op's layouts, so the full checks run; again: a repeat of
   // the layout when first passed; moved: the same layouts at other addresses, judged once
   // as a repeat and once after forgetting. Now and then a new thread judges first, too.
-  forget(c);
+  forget(c.op);
   const dlfuse_status_t first_status = run(g_oracle_reg, c);
   const Outcome first = outcome_of(first_status);
   expect_status(first_status, kOpNames[c.op]);
+  if (first_status == DLFUSE_STATUS_OK) ++g_valid[c.op];
   expect_same(first, outcome_of(run(g_oracle_reg, c)), "the same call again");
   if (p.ConsumeIntegral<uint8_t>() < 4) {
     Outcome fresh{};
@@ -368,15 +548,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const dlfuse_status_t moved_status = run(g_oracle_reg, c);
   const Outcome moved = outcome_of(moved_status);
   expect_status(moved_status, kOpNames[c.op]);
-  forget(c);
+  forget(c.op);
   expect_same(moved, outcome_of(run(g_oracle_reg, c)), "the call with tensors moved");
 
   // The real kernels, when every tensor the call can reach is in the arena and small.
-  if (c.op > 3 || c.in_null || c.out_null) return 0;
+  if (c.op >= kKnown || c.in_null || c.out_null) return 0;
   __int128 work = 1;
   for (int i = 0; i < kIn[c.op]; ++i) {
     __int128 e = 0;
-    if (!fits_arena(c.in[i], &e)) return 0;
+    if (passes_input(c, i) && !fits_arena(c.in[i], &e)) return 0;
     work += e;
   }
   for (int i = 0; i < kOut[c.op]; ++i) {
@@ -386,6 +566,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (work > 2048) return 0;
   ++g_ref_calls;
-  expect_status(run(g_ref_reg, c), kOpNames[c.op]);
+  const dlfuse_status_t ref_status = run(g_ref_reg, c);
+  expect_status(ref_status, kOpNames[c.op]);
+  expect_agree(moved, outcome_of(ref_status), c);
   return 0;
 }

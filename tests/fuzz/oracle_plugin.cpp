@@ -1,6 +1,6 @@
 // oracle_plugin.cpp: libdlfuse_fuzz_oracle.so, the fuzzers' plugin.
 //
-// It serves the four ops of ABI 1 and one third-party op (FUZZ_ORACLE_CUSTOM_OP) on
+// It serves the eight ops of ABI 1.1 and one third-party op (FUZZ_ORACLE_CUSTOM_OP) on
 // kDLCPU for several dtypes, and computes nothing: each kernel re-checks, with its own
 // code, every promise the registry makes about a call it lets through (docs/abi.md,
 // "Validation") and abort()s on the first broken one, so that the fuzzer reports it as a
@@ -152,22 +152,20 @@ std::vector<int64_t> matmul_shape(const dlfuse_kernel_args_t* a, const DLTensor*
   return batch;
 }
 
-void check_attrs(const dlfuse_kernel_args_t* a, bool matmul) {
+// The complete attribute list, in docs/ops.md's order, with values in range.
+void check_attrs(const dlfuse_kernel_args_t* a, const int32_t* keys, int n) {
   ORACLE(a->num_attrs >= 0 && (a->num_attrs == 0 || a->attrs), "attrs %d at %p", a->num_attrs, (const void*)a->attrs);
-  if (matmul) {
-    ORACLE(a->num_attrs == 1, "matmul got %d attrs; expected the complete list (1)", a->num_attrs);
-    ORACLE(a->attrs[0].key == DLFUSE_ATTR_ALLOW_TF32 && a->attrs[0].type == DLFUSE_ATTR_INT64 &&
-               (a->attrs[0].value.i64 == 0 || a->attrs[0].value.i64 == 1),
-           "ALLOW_TF32 attribute wrong: key %d type %d value %lld", a->attrs[0].key, a->attrs[0].type,
-           (long long)a->attrs[0].value.i64);
-  } else {
-    ORACLE(a->num_attrs == 2, "add_mul got %d attrs; expected the complete list (2)", a->num_attrs);
-    ORACLE(a->attrs[0].key == DLFUSE_ATTR_ACTIVATION && a->attrs[0].type == DLFUSE_ATTR_INT64 &&
-               a->attrs[0].value.i64 >= 0 && a->attrs[0].value.i64 < DLFUSE_ACT_COUNT,
-           "ACTIVATION attribute wrong: key %d type %d value %lld", a->attrs[0].key, a->attrs[0].type,
-           (long long)a->attrs[0].value.i64);
-    ORACLE(a->attrs[1].key == DLFUSE_ATTR_MULTIPLIER && a->attrs[1].type == DLFUSE_ATTR_FLOAT64,
-           "MULTIPLIER attribute wrong: key %d type %d", a->attrs[1].key, a->attrs[1].type);
+  ORACLE(a->num_attrs == n, "%d attrs; expected the complete list (%d)", a->num_attrs, n);
+  for (int i = 0; i < n; ++i) {
+    const dlfuse_attr_t& t = a->attrs[i];
+    ORACLE(t.key == keys[i], "attrs[%d] has key %d; expected %d (canonical order)", i, t.key, keys[i]);
+    if (t.key == DLFUSE_ATTR_MULTIPLIER) {
+      ORACLE(t.type == DLFUSE_ATTR_FLOAT64, "MULTIPLIER has type %d", t.type);
+    } else {
+      ORACLE(t.type == DLFUSE_ATTR_INT64, "attribute %d has type %d", t.key, t.type);
+      const int64_t hi = t.key == DLFUSE_ATTR_ACTIVATION ? DLFUSE_ACT_COUNT : 2;
+      ORACLE(t.value.i64 >= 0 && t.value.i64 < hi, "attribute %d is %lld", t.key, (long long)t.value.i64);
+    }
   }
 }
 
@@ -185,21 +183,104 @@ bool in_arena(const Extent& e) {
          e.hi <= (__int128)(uintptr_t)g_arena + (__int128)g_arena_size;
 }
 
+// The ops in the registry's order (registry/src/op_validators.cpp), then the custom one.
+enum Op {
+  kMatmul, kMatmulBwd, kAddMul, kAddMulBwd, kMatmulAct, kMatmulActBwd, kResidual, kResidualBwd, kCustom
+};
+const char* const kNames[] = {DLFUSE_OP_MATMUL_ADD_RELU, DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD,
+                              DLFUSE_OP_ADD_MUL_ACTIVATION, DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD,
+                              DLFUSE_OP_MATMUL_ADD_ACTIVATION, DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD,
+                              DLFUSE_OP_MATMUL_ADD_RESIDUAL, DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD,
+                              FUZZ_ORACLE_CUSTOM_OP};
+// add_mul_activation_backward takes ABI 1.1's 5 inputs (this plugin declares the flag).
+const int kIn[] = {3, 4, 3, 5, 3, 5, 4, 3}, kOut[] = {1, 3, 1, 3, 2, 3, 1, 4};
+// Bit i: outputs[i] may be NULL (gradients; matmul_add_activation's pre).
+const unsigned kOptionalOut[] = {0, 7, 0, 7, 2, 7, 0, 15};
+// Bit i: inputs[i] may be NULL; which combinations, the op's shape check says.
+const unsigned kOptionalIn[] = {0, 0, 0, 0x1e, 0, 0x18, 0, 0};
+
+bool invertible_from_out(int64_t act) {
+  return act == DLFUSE_ACT_IDENTITY || act == DLFUSE_ACT_RELU || act == DLFUSE_ACT_SIGMOID || act == DLFUSE_ACT_TANH;
+}
+
+void check_grads_ab(const dlfuse_kernel_args_t* a, const DLTensor* A, const DLTensor* B) {
+  if (a->outputs[0]) ORACLE(shape_of(a->outputs[0]) == shape_of(A), "grad_a shape differs from a's");
+  if (a->outputs[1]) ORACLE(shape_of(a->outputs[1]) == shape_of(B), "grad_b shape differs from b's");
+}
+
+// Shapes, NULL combinations and attributes of one known op.
+void check_op(const dlfuse_kernel_args_t* a, int op) {
+  const DLTensor* const* in = a->inputs;
+  DLTensor* const* out = a->outputs;
+  static const int32_t kTf32[] = {DLFUSE_ATTR_ALLOW_TF32};
+  static const int32_t kActTf32[] = {DLFUSE_ATTR_ACTIVATION, DLFUSE_ATTR_ALLOW_TF32};
+  static const int32_t kActMul[] = {DLFUSE_ATTR_ACTIVATION, DLFUSE_ATTR_MULTIPLIER};
+  if (op == kMatmul || op == kMatmulAct || op == kResidual) {
+    const std::vector<int64_t> s = matmul_shape(a, in[0], in[1]);
+    ORACLE(broadcasts_to(in[2], s), "bias does not broadcast to out");
+    ORACLE(shape_of(out[0]) == s, "out has the wrong shape");
+    if (op == kMatmulAct && out[1]) ORACLE(shape_of(out[1]) == s, "pre's shape differs from out's");
+    if (op == kResidual) ORACLE(broadcasts_to(in[3], s), "residual does not broadcast to out");
+    if (op == kMatmulAct) check_attrs(a, kActTf32, 2);
+    else check_attrs(a, kTf32, 1);
+  } else if (op == kMatmulBwd || op == kMatmulActBwd || op == kResidualBwd) {
+    const std::vector<int64_t> s = matmul_shape(a, in[1], in[2]);
+    ORACLE(shape_of(in[0]) == s, "grad_out shape wrong");
+    if (op == kMatmulBwd) ORACLE(shape_of(in[3]) == s, "out shape wrong");
+    check_grads_ab(a, in[1], in[2]);
+    if (out[2]) ORACLE(broadcasts_to(out[2], s), "grad_bias does not broadcast to out");
+    if (op == kResidualBwd && out[3]) ORACLE(broadcasts_to(out[3], s), "grad_residual does not broadcast to out");
+    if (op == kMatmulActBwd) {
+      ORACLE((in[3] == nullptr) != (in[4] == nullptr), "out %p and pre %p: expected exactly one", (const void*)in[3],
+             (const void*)in[4]);
+      ORACLE(shape_of(in[3] ? in[3] : in[4]) == s, "%s shape wrong", in[3] ? "out" : "pre");
+      check_attrs(a, kActTf32, 2);
+      if (in[3]) ORACLE(invertible_from_out(a->attrs[0].value.i64), "out form with activation %lld",
+                        (long long)a->attrs[0].value.i64);
+    } else {
+      check_attrs(a, kTf32, 1);
+    }
+  } else if (op == kAddMul) {
+    std::vector<int64_t> xy, s;
+    ORACLE(broadcast(in[0], shape_of(in[1]), &xy), "x and y do not broadcast");
+    ORACLE(broadcast(in[2], xy, &s), "bias does not broadcast with x, y");
+    ORACLE(shape_of(out[0]) == s, "out shape wrong");
+    check_attrs(a, kActMul, 2);
+  } else if (op == kAddMulBwd) {
+    check_attrs(a, kActMul, 2);
+    if (in[4]) {  // the out form: x, y and bias absent, outputs reduce to their shapes
+      ORACLE(!in[1] && !in[2] && !in[3], "out given together with x %p, y %p, bias %p", (const void*)in[1],
+             (const void*)in[2], (const void*)in[3]);
+      const std::vector<int64_t> s = shape_of(in[4]);
+      ORACLE(shape_of(in[0]) == s, "grad_out's shape differs from out's");
+      for (int i = 0; i < 3; ++i)
+        if (out[i]) ORACLE(broadcasts_to(out[i], s), "grad %d does not broadcast to out", i);
+      ORACLE(invertible_from_out(a->attrs[0].value.i64), "out form with activation %lld",
+             (long long)a->attrs[0].value.i64);
+      return;
+    }
+    ORACLE(in[1] && in[2] && in[3], "out is NULL and so is one of x %p, y %p, bias %p", (const void*)in[1],
+           (const void*)in[2], (const void*)in[3]);
+    std::vector<int64_t> xy, s;
+    ORACLE(broadcast(in[1], shape_of(in[2]), &xy), "x and y do not broadcast");
+    ORACLE(broadcast(in[3], xy, &s), "bias does not broadcast with x, y");
+    ORACLE(shape_of(in[0]) == s, "grad_out shape wrong");
+    for (int i = 0; i < 3; ++i)
+      if (out[i]) ORACLE(shape_of(out[i]) == shape_of(in[1 + i]), "grad %d shape wrong", i);
+  }
+}
+
 dlfuse_status_t kernel(void*, void* kernel_data, const dlfuse_kernel_args_t* a) {
   const int op = static_cast<int>(reinterpret_cast<intptr_t>(kernel_data));
   __atomic_add_fetch(&g_calls, 1, __ATOMIC_RELAXED);
   ORACLE(a->struct_size >= sizeof(dlfuse_kernel_args_t), "args struct_size %zu", a->struct_size);
   ORACLE(a->err && a->err_size > 0, "no error buffer");
-  static const char* const kNames[] = {DLFUSE_OP_MATMUL_ADD_RELU, DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD,
-                                       DLFUSE_OP_ADD_MUL_ACTIVATION, DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD,
-                                       FUZZ_ORACLE_CUSTOM_OP};
   ORACLE(a->op && std::strcmp(a->op, kNames[op]) == 0, "op name '%s' reached the kernel of '%s'",
          a->op ? a->op : "(null)", kNames[op]);
-  static const int kIn[] = {3, 4, 3, 4}, kOut[] = {1, 3, 1, 3};
-  const bool known = op < 4;
+  const bool known = op < kCustom;
   if (known) {
-    ORACLE(a->num_inputs == kIn[op] && a->num_outputs == kOut[op], "%d inputs, %d outputs", a->num_inputs,
-           a->num_outputs);
+    ORACLE(a->num_inputs == kIn[op] && a->num_outputs == kOut[op], "%d inputs, %d outputs; expected %d, %d",
+           a->num_inputs, a->num_outputs, kIn[op], kOut[op]);
   } else {
     ORACLE(a->num_inputs >= 0 && a->num_inputs <= 16 && a->num_outputs >= 1 && a->num_outputs <= 16,
            "%d inputs, %d outputs", a->num_inputs, a->num_outputs);
@@ -210,6 +291,10 @@ dlfuse_status_t kernel(void*, void* kernel_data, const dlfuse_kernel_args_t* a) 
   std::vector<Extent> in(a->num_inputs), out(a->num_outputs);
   const DLTensor* first = nullptr;
   for (int i = 0; i < a->num_inputs; ++i) {
+    if (!a->inputs[i]) {
+      ORACLE(known && (kOptionalIn[op] >> i & 1u), "input %d is NULL", i);
+      continue;
+    }
     in[i] = check_tensor(a, "inputs", i, a->inputs[i]);
     if (!first) first = a->inputs[i];
   }
@@ -217,7 +302,7 @@ dlfuse_status_t kernel(void*, void* kernel_data, const dlfuse_kernel_args_t* a) 
   for (int i = 0; i < a->num_outputs; ++i) {
     const DLTensor* t = a->outputs[i];
     if (!t) {
-      ORACLE(!known || op == 1 || op == 3, "required output %d is NULL", i);
+      ORACLE(!known || (kOptionalOut[op] >> i & 1u), "required output %d is NULL", i);
       continue;
     }
     out[i] = check_tensor(a, "outputs", i, t);
@@ -232,52 +317,27 @@ dlfuse_status_t kernel(void*, void* kernel_data, const dlfuse_kernel_args_t* a) 
     if (!t) continue;
     ORACLE(t->dtype.code == first->dtype.code && t->dtype.bits == first->dtype.bits, "tensors of mixed dtypes");
   }
-  // Outputs overlap nothing, except add_mul_activation's out being exactly x.
+  // Outputs overlap nothing, except out being exactly x (add_mul_activation) or exactly
+  // residual (matmul_add_residual).
+  const int in_place = op == kAddMul ? 0 : (op == kResidual ? 3 : -1);
   for (int i = 0; i < a->num_outputs; ++i) {
     if (!a->outputs[i] || out[i].numel == 0) continue;
     for (int j = 0; j < a->num_outputs; ++j)
       if (j != i && a->outputs[j] && out[j].numel > 0)
         ORACLE(out[i].hi <= out[j].lo || out[j].hi <= out[i].lo, "outputs %d and %d overlap", i, j);
     for (int j = 0; j < a->num_inputs; ++j) {
-      if (in[j].numel == 0) continue;
+      if (!a->inputs[j] || in[j].numel == 0) continue;
       if (out[i].hi <= in[j].lo || in[j].hi <= out[i].lo) continue;
-      ORACLE(op == 2 && i == 0 && j == 0 && exactly_same_view(a->outputs[0], a->inputs[0]),
+      ORACLE(i == 0 && j == in_place && exactly_same_view(a->outputs[0], a->inputs[j]),
              "output %d overlaps input %d", i, j);
     }
   }
-  // Shapes and attributes of the known ops.
-  if (op == 0) {
-    const std::vector<int64_t> s = matmul_shape(a, a->inputs[0], a->inputs[1]);
-    ORACLE(broadcasts_to(a->inputs[2], s), "bias does not broadcast to out");
-    ORACLE(shape_of(a->outputs[0]) == s, "out has the wrong shape");
-    check_attrs(a, true);
-  } else if (op == 1) {
-    const std::vector<int64_t> s = matmul_shape(a, a->inputs[1], a->inputs[2]);
-    ORACLE(shape_of(a->inputs[0]) == s && shape_of(a->inputs[3]) == s, "grad_out/out shape wrong");
-    if (a->outputs[0]) ORACLE(shape_of(a->outputs[0]) == shape_of(a->inputs[1]), "grad_a shape wrong");
-    if (a->outputs[1]) ORACLE(shape_of(a->outputs[1]) == shape_of(a->inputs[2]), "grad_b shape wrong");
-    if (a->outputs[2]) ORACLE(broadcasts_to(a->outputs[2], s), "grad_bias does not broadcast to out");
-    check_attrs(a, true);
-  } else if (op == 2 || op == 3) {
-    const int o = op == 3 ? 1 : 0;
-    std::vector<int64_t> xy, s;
-    ORACLE(broadcast(a->inputs[o], shape_of(a->inputs[o + 1]), &xy), "x and y do not broadcast");
-    ORACLE(broadcast(a->inputs[o + 2], xy, &s), "bias does not broadcast with x, y");
-    if (op == 2) {
-      ORACLE(shape_of(a->outputs[0]) == s, "out shape wrong");
-    } else {
-      ORACLE(shape_of(a->inputs[0]) == s, "grad_out shape wrong");
-      for (int i = 0; i < 3; ++i)
-        if (a->outputs[i]) ORACLE(shape_of(a->outputs[i]) == shape_of(a->inputs[1 + i]), "grad %d shape wrong", i);
-    }
-    check_attrs(a, false);
-  } else {
-    ORACLE(a->num_attrs >= 0 && (a->num_attrs == 0 || a->attrs), "attrs %d at NULL", a->num_attrs);
-  }
+  if (known) check_op(a, op);
+  else ORACLE(a->num_attrs >= 0 && (a->num_attrs == 0 || a->attrs), "attrs %d at NULL", a->num_attrs);
   // Touch both ends of every extent that lies in the harness's arena.
   volatile char sink = 0;
   for (int i = 0; i < a->num_inputs; ++i)
-    if (in_arena(in[i])) {
+    if (a->inputs[i] && in_arena(in[i])) {
       sink = sink + reinterpret_cast<const char*>((uintptr_t)in[i].lo)[0];
       sink = sink + reinterpret_cast<const char*>((uintptr_t)in[i].hi)[-1];
     }
@@ -290,15 +350,16 @@ dlfuse_status_t kernel(void*, void* kernel_data, const dlfuse_kernel_args_t* a) 
   return DLFUSE_STATUS_OK;
 }
 
-dlfuse_kernel_t make(const char* op, int id) {
-  return dlfuse_kernel_t{sizeof(dlfuse_kernel_t), op, kDLCPU, kNumDtypes, kDtypes, 1000, kernel,
-                         reinterpret_cast<void*>(static_cast<intptr_t>(id)), 0};
+dlfuse_kernel_t make(Op id, uint32_t flags = 0) {
+  return dlfuse_kernel_t{sizeof(dlfuse_kernel_t), kNames[id], kDLCPU, kNumDtypes, kDtypes, 1000, kernel,
+                         reinterpret_cast<void*>(static_cast<intptr_t>(id)), flags};
 }
 
-const dlfuse_kernel_t kKernels[] = {
-    make(DLFUSE_OP_MATMUL_ADD_RELU, 0), make(DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD, 1),
-    make(DLFUSE_OP_ADD_MUL_ACTIVATION, 2), make(DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, 3),
-    make(FUZZ_ORACLE_CUSTOM_OP, 4)};
+const dlfuse_kernel_t kKernels[] = {make(kMatmul),        make(kMatmulBwd),
+                                    make(kAddMul),        make(kAddMulBwd, DLFUSE_KERNEL_TAKES_V1_1_INPUTS),
+                                    make(kMatmulAct),     make(kMatmulActBwd),
+                                    make(kResidual),      make(kResidualBwd),
+                                    make(kCustom)};
 
 int g_state;
 
