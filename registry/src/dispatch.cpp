@@ -102,8 +102,8 @@ dlfuse_status_t call_op(dlfuse_op* op, const DLTensor* const* inputs, int32_t nu
                         int32_t num_attrs, void* stream) {
   // A caller of an older ABI minor passes only the inputs its minor had; the rest are absent.
   const DLTensor* widened[kLayoutInputs] = {};
-  if (op->spec && num_inputs == op_min_inputs(op->spec) && num_inputs < op_num_inputs(op->spec)) {
-    for (int32_t i = 0; i < num_inputs; ++i) widened[i] = inputs ? inputs[i] : nullptr;
+  if (op->spec && inputs && num_inputs == op_min_inputs(op->spec) && num_inputs < op_num_inputs(op->spec)) {
+    for (int32_t i = 0; i < num_inputs; ++i) widened[i] = inputs[i];
     inputs = widened;
     num_inputs = op_num_inputs(op->spec);
   }
