@@ -4,6 +4,9 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "activation.h"
 #include "loops.h"
 
@@ -108,6 +111,16 @@ RedKind red_kind(const View& t, const std::vector<int64_t>& shape) {
 
 // dst = scale * src (compact src), through dst's strides.
 void store_scaled(const View& src, const View& dst, double scale) {
+  if (is_compact(dst)) {  // one parallel pass, no temporary (the common full-shape gradient)
+    const int64_t total = src.numel(), chunk = int64_t(1) << 16;
+#pragma omp parallel for schedule(static) if (total > (int64_t(1) << 15))
+    for (int64_t b = 0; b < total; b += chunk) {
+      const int64_t len = std::min(chunk, total - b);
+      if (scale == 1.0) std::memcpy(dst.data + b, src.data + b, size_t(len) * sizeof(float));
+      else loops::scale(dst.data + b, src.data + b, float(scale), len);
+    }
+    return;
+  }
   if (scale == 1.0) return copy_view(src, dst);
   Buffer tmp;
   View c = compact_view(tmp, src.shape);
@@ -139,17 +152,23 @@ View dz_and_reductions(State& st, const View& g, const View* src, DzRule rule, c
   if (!src && rule.act != DLFUSE_ACT_IDENTITY) throw Error(DLFUSE_STATUS_INTERNAL, "dZ of an activation needs src");
   // dZ = grad_out needs no copy when grad_out is already compact.
   const bool write = !(rule.act == DLFUSE_ACT_IDENTITY && is_compact(g));
-  const View dz = write ? compact_view(buf, g.shape) : g;
   // A gradient of shape [..1.., N] is summed in the dZ pass itself (double accumulators);
   // every such gradient shares the one set of sums.
   std::vector<View> targets;
   std::vector<RedKind> kinds;
   bool colsum = false;
+  int direct = -1;  // a compact full-shape gradient of scale 1: dZ is written straight into it
   for (const Reduction& red : reductions) {
     targets.push_back(aligned(*red.t, r));
     kinds.push_back(red_kind(targets.back(), g.shape));
     colsum = colsum || (kinds.back() == RedKind::kColsum && red.t->numel() > 0);
+    if (direct < 0 && write && kinds.back() == RedKind::kFull && red.scale == 1.0 && is_compact(targets.back()) &&
+        red.t->numel() > 0)
+      direct = int(targets.size()) - 1;
   }
+  // Without such a gradient, dZ goes to `buf` (a fresh buffer would cost a page fault per
+  // 4 KiB on every call of a large backward).
+  const View dz = !write ? g : direct >= 0 ? targets[size_t(direct)] : compact_view(buf, g.shape);
   const int64_t n = g.shape[r - 1];
   std::vector<double> sums(colsum ? size_t(n) : 0);
   const bool empty = dz.numel() == 0;
@@ -161,7 +180,7 @@ View dz_and_reductions(State& st, const View& g, const View* src, DzRule rule, c
   for (size_t k = 0; k < reductions.size(); ++k) {
     const View& t = targets[k];
     const double scale = reductions[k].scale;
-    if (t.numel() == 0) continue;
+    if (t.numel() == 0 || int(k) == direct) continue;
     if (empty) {
       fill_view(t, 0.f);
     } else if (kinds[k] == RedKind::kFull) {
