@@ -135,27 +135,7 @@ const dlfuse_plugin_t kPlugin = {sizeof(dlfuse_plugin_t), DLFUSE_ABI_MAJOR, DLFU
 
 void check_call(const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs, bool first_output_required,
                 uint32_t optional_inputs) {
-  if (optional_inputs & 1u) throw Error(DLFUSE_STATUS_INTERNAL, "check_call: input 0 is never optional");
-  if (!optional_inputs) {
-    kit::check_call(args, num_inputs, num_outputs, first_output_required, kDLCPU);
-  } else {
-    // The kit's check with NULL allowed where the op says an input may be absent: the kit
-    // sees a copy of the call whose absent inputs are input 0 (same dtype, same device).
-    if (args->num_inputs != num_inputs || !args->inputs)
-      kit::invalid(args->op ? args->op : "?", std::to_string(num_inputs) + " inputs",
-                   std::to_string(args->num_inputs));
-    if (!args->inputs[0]) kit::invalid(std::string(args->op ? args->op : "?") + " input 0", "a tensor", "NULL");
-    std::vector<const DLTensor*> filled(args->inputs, args->inputs + num_inputs);
-    for (int i = 1; i < num_inputs; ++i) {
-      if (filled[size_t(i)]) continue;
-      if (!(optional_inputs >> i & 1u))
-        kit::invalid(std::string(args->op ? args->op : "?") + " input " + std::to_string(i), "a tensor", "NULL");
-      filled[size_t(i)] = args->inputs[0];
-    }
-    dlfuse_kernel_args_t copy = *args;
-    copy.inputs = filled.data();
-    kit::check_call(&copy, num_inputs, num_outputs, first_output_required, kDLCPU);
-  }
+  kit::check_call(args, num_inputs, num_outputs, first_output_required, kDLCPU, optional_inputs);
   for (int i = 0; i < num_inputs + num_outputs; ++i) {
     const DLTensor* t = i < num_inputs ? args->inputs[i] : args->outputs[i - num_inputs];
     if (t && t->device.device_id != 0)

@@ -125,20 +125,22 @@ inline double multiplier(const dlfuse_kernel_args_t* args) { return attr_float(a
 /* ---- call sanity --------------------------------------------------------------------- */
 
 /* What a kernel checks although the registry validated the call, so that a host calling it
- * directly cannot crash the plugin: the tensor counts, inputs present (and output 0 when
- * `first_output_required`), one dtype for every tensor, every tensor on `device_type`. */
+ * directly cannot crash the plugin: the tensor counts, inputs present (but those whose bit
+ * is set in `optional_inputs`, ABI 1.1; input 0 never), output 0 when
+ * `first_output_required`, one dtype for every tensor, every tensor on `device_type`. */
 inline void check_call(const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs, bool first_output_required,
-                       int32_t device_type) {
+                       int32_t device_type, uint32_t optional_inputs = 0) {
   const std::string op = args->op ? args->op : "?";
   if (args->num_inputs != num_inputs || args->num_outputs != num_outputs || !args->inputs || !args->outputs)
     invalid(op, std::to_string(num_inputs) + " inputs and " + std::to_string(num_outputs) + " outputs",
             std::to_string(args->num_inputs) + " and " + std::to_string(args->num_outputs));
+  if (num_inputs > 0 && !args->inputs[0]) invalid(op + " input 0", "a tensor", "NULL");  // never optional
   if (first_output_required && !args->outputs[0]) invalid(op + " output 0", "a tensor", "NULL");
   for (int i = 0; i < num_inputs + num_outputs; ++i) {
     const DLTensor* t = i < num_inputs ? args->inputs[i] : args->outputs[i - num_inputs];
     const std::string name = op + (i < num_inputs ? " input " + std::to_string(i) : " output " + std::to_string(i - num_inputs));
     if (!t) {
-      if (i < num_inputs) invalid(name, "a tensor", "NULL");
+      if (i < num_inputs && !(optional_inputs >> i & 1u)) invalid(name, "a tensor", "NULL");
       continue;
     }
     if (t->device.device_type != device_type)
