@@ -332,17 +332,18 @@ RefOut ref_add_mul_forward(const Dense& x, const Dense& y, const Dense& bias, in
   return r;
 }
 
-Grads ref_add_mul_backward(const Dense& grad_out, const Dense& x, const Dense& y, const Dense& bias,
-                           int act, double mult) {
-  const Dense pre = ref_pre_activation(x, y, bias, mult);
-  Grads g{zeros(x.shape), zeros(y.shape), zeros(bias.shape), RefOut{}};
-  const size_t r = pre.shape.size();
-  const auto xs = bstrides(x.shape, r), ys = bstrides(y.shape, r), bs = bstrides(bias.shape, r);
-  for_each_index(pre.shape, [&](int64_t lin, const std::vector<int64_t>& i) {
-    const double p = pre.v[size_t(lin)], go = grad_out.v[size_t(lin)];
-    const double d = ref_activate_grad(act, p, go);
-    // A select passes grad_out unchanged or gives an exact 0: no scale where it blocks.
-    const double sc = d == 0.0 ? 0.0 : std::fabs(go) * ref_activate_grad_scale(act, p);
+// grad_x, grad_y, grad_bias of add_mul from d_pre at every index of the output's `shape`,
+// each summed into its own (broadcast) shape; `d_at(lin, &scale)` gives d_pre and its scale.
+template <class DAt>
+Grads add_mul_grads(const std::vector<int64_t>& shape, const std::vector<int64_t>& x_shape,
+                    const std::vector<int64_t>& y_shape, const std::vector<int64_t>& bias_shape, double mult,
+                    DAt d_at) {
+  Grads g{zeros(x_shape), zeros(y_shape), zeros(bias_shape), RefOut{}};
+  const size_t r = shape.size();
+  const auto xs = bstrides(x_shape, r), ys = bstrides(y_shape, r), bs = bstrides(bias_shape, r);
+  for_each_index(shape, [&](int64_t lin, const std::vector<int64_t>& i) {
+    double sc = 0.0;
+    const double d = d_at(size_t(lin), &sc);
     const size_t ix = size_t(at(i, xs)), iy = size_t(at(i, ys)), ib = size_t(at(i, bs));
     g.first.val[ix] += d;
     g.first.scale[ix] += sc;
@@ -354,25 +355,27 @@ Grads ref_add_mul_backward(const Dense& grad_out, const Dense& x, const Dense& y
   return g;
 }
 
+Grads ref_add_mul_backward(const Dense& grad_out, const Dense& x, const Dense& y, const Dense& bias,
+                           int act, double mult) {
+  const Dense pre = ref_pre_activation(x, y, bias, mult);
+  return add_mul_grads(pre.shape, x.shape, y.shape, bias.shape, mult, [&](size_t lin, double* sc) {
+    const double p = pre.v[lin], go = grad_out.v[lin];
+    const double d = ref_activate_grad(act, p, go);
+    // A select passes grad_out unchanged or gives an exact 0: no scale where it blocks.
+    *sc = d == 0.0 ? 0.0 : std::fabs(go) * ref_activate_grad_scale(act, p);
+    return d;
+  });
+}
+
 Grads ref_add_mul_backward_from_out(const Dense& grad_out, const Dense& out, const std::vector<int64_t>& x_shape,
                                     const std::vector<int64_t>& y_shape, const std::vector<int64_t>& bias_shape,
                                     int act, double mult) {
-  Grads g{zeros(x_shape), zeros(y_shape), zeros(bias_shape), RefOut{}};
-  const size_t r = out.shape.size();
-  const auto xs = bstrides(x_shape, r), ys = bstrides(y_shape, r), bs = bstrides(bias_shape, r);
-  for_each_index(out.shape, [&](int64_t lin, const std::vector<int64_t>& i) {
-    const double o = out.v[size_t(lin)], go = grad_out.v[size_t(lin)];
+  return add_mul_grads(out.shape, x_shape, y_shape, bias_shape, mult, [&](size_t lin, double* sc) {
+    const double o = out.v[lin], go = grad_out.v[lin];
     const double d = ref_activate_grad_from_out(act, o, go);
-    const double sc = d == 0.0 ? 0.0 : std::fabs(go) * ref_activate_grad_scale_from_out(act, o);
-    const size_t ix = size_t(at(i, xs)), iy = size_t(at(i, ys)), ib = size_t(at(i, bs));
-    g.first.val[ix] += d;
-    g.first.scale[ix] += sc;
-    g.second.val[iy] += mult * d;
-    g.second.scale[iy] += std::fabs(mult) * sc;
-    g.bias.val[ib] += d;
-    g.bias.scale[ib] += sc;
+    *sc = d == 0.0 ? 0.0 : std::fabs(go) * ref_activate_grad_scale_from_out(act, o);
+    return d;
   });
-  return g;
 }
 
 }  // namespace dlfuse_conformance
