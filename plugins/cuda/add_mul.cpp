@@ -1,6 +1,7 @@
-// add_mul_activation forward and backward: picks the vectorized one-pass path when the
-// layouts allow it (compact output, operands full / row-broadcast / scalar), else the
-// strided generic kernels. Everything is enqueued on the call's stream.
+// add_mul_activation forward and backward (both forms: from x, y, bias, or from out): picks
+// the vectorized one-pass path when the layouts allow it (compact output, operands full /
+// row-broadcast / scalar), else the strided generic kernels. Everything is enqueued on the
+// call's stream.
 #include <string>
 
 #include "kernels.h"
@@ -117,10 +118,16 @@ dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_
 
 dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&]() -> dlfuse_status_t {
-    CallContext cx(state, args, 4, 3);
+    // Five inputs (the kernel takes ABI 1.1's): x, y, bias, or out alone (the registry has
+    // checked that exactly one form is given, and the activation).
+    CallContext cx(state, args, 5, 3, 0x1eu);
     const int act = kit::activation(args);
     const float mult = float(kit::multiplier(args));
-    const DLTensor *g = args->inputs[0], *x = args->inputs[1], *y = args->inputs[2], *b = args->inputs[3];
+    const DLTensor *g = args->inputs[0], *out = args->inputs[4];
+    const bool from_out = out != nullptr;
+    // From out: the kernels read out where they read x, with y and bias absent.
+    const DLTensor *x = from_out ? out : args->inputs[1], *y = from_out ? nullptr : args->inputs[2],
+                   *b = from_out ? nullptr : args->inputs[3];
     DLTensor *gx = args->outputs[0], *gy = args->outputs[1], *gb = args->outputs[2];
     if (!gx && !gy && !gb) return DLFUSE_STATUS_OK;
     const int rank = g->ndim;
@@ -131,7 +138,8 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
         if (t) zero_view(cx.dt, base_of(t), out_view(t), cx.stream);
       return DLFUSE_STATUS_OK;
     }
-    const int gm = mode_of(g, g), xm = mode_of(x, g), ym = mode_of(y, g), bm = mode_of(b, g);
+    const int gm = mode_of(g, g), xm = mode_of(x, g), ym = y ? mode_of(y, g) : int(kAbsent),
+              bm = b ? mode_of(b, g) : int(kAbsent);
     auto out_mode = [&](const DLTensor* t) {
       if (!t) return int(kAbsent);
       const int m = mode_of(t, g);
@@ -145,8 +153,9 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
       AmFast p;
       p.g = base_of(g); p.gm = gm;
       p.x = base_of(x); p.xm = xm;
-      p.y = base_of(y); p.ym = ym;
-      p.b = base_of(b); p.bm = bm;
+      p.y = y ? base_of(y) : nullptr; p.ym = ym;
+      p.b = b ? base_of(b) : nullptr; p.bm = bm;
+      p.from_out = from_out;
       auto last_stride = [](const DLTensor* t) { return t && t->ndim > 0 ? elem_stride(t, t->ndim - 1) : int64_t(0); };
       p.gx = gx ? base_of(gx) : nullptr; p.gxm = gxm; p.gx_stride = last_stride(gx);
       p.gy = gy ? base_of(gy) : nullptr; p.gym = gym; p.gy_stride = last_stride(gy);
@@ -162,9 +171,10 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
     }
     // Generic: d_pre (float) over the output's shape, then one reduce_to per gradient.
     Temp dpre(*cx.ds, size_t(n) * sizeof(float), cx.stream);
-    am_dpre_generic(cx.dt, base_of(g), aligned_view(g, g), base_of(x), aligned_view(x, g), base_of(y),
-                    aligned_view(y, g), base_of(b), aligned_view(b, g), static_cast<float*>(dpre.get()), act, mult,
-                    cx.stream);
+    const View none;
+    am_dpre_generic(cx.dt, base_of(g), aligned_view(g, g), base_of(x), aligned_view(x, g), y ? base_of(y) : nullptr,
+                    y ? aligned_view(y, g) : none, b ? base_of(b) : nullptr, b ? aligned_view(b, g) : none, dpre.get(),
+                    true, act, from_out, mult, cx.stream);
     const View full = compact_view(g->shape, rank);
     if (gx) reduce_to(cx.dt, dpre.get(), true, full, base_of(gx), reduce_view(gx, rank), 1.f, cx.stream);
     if (gy) reduce_to(cx.dt, dpre.get(), true, full, base_of(gy), reduce_view(gy, rank), mult, cx.stream);

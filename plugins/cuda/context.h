@@ -44,12 +44,13 @@ struct DeviceState {
   cublasLtHandle_t lt = nullptr;
   cudaMemPool_t pool = nullptr;
 
-  // Per GEMM problem key: the chosen algorithm (relu_unsafe: every candidate's RELU epilogue
-  // turned NaN into 0, so relu runs in our own pass for this problem), and the plans not in
+  // Per GEMM problem key: the chosen algorithm (epi_unusable: no candidate's activation
+  // epilogue kept NaN, or none has that epilogue here, so the activation runs in our own pass
+  // for this problem), and the plans not in
   // use by a call right now (as many as calls of that problem ran at once, at most kIdlePlans).
   struct GemmEntry {
     bool chosen = false;
-    bool relu_unsafe = false;
+    bool epi_unusable = false;
     cublasLtMatmulHeuristicResult_t res{};
     std::vector<std::unique_ptr<LtPlan>> idle;
   };

@@ -15,10 +15,10 @@ namespace dlfuse_cuda {
 
 // cuBLASLt's RELU epilogue is not NaN-faithful on every kernel: measured on the H100 with
 // CUDA 13.0, some kernels keep relu(NaN) = NaN and some return 0 (float32 4096x1024x1024
-// did; bench/peers/cublaslt.cpp probes it on every run). So the algorithm chosen for a
-// RELU epilogue is checked once per problem: it runs on a zero-filled copy of the problem
-// with one NaN in A, and must give NaN in D. If no candidate does, relu runs in our own
-// NaN-keeping pass after a BIAS epilogue for that problem.
+// did; bench/peers/cublaslt.cpp probes it on every run). So the algorithm chosen for an
+// activation epilogue (RELU, GELU) is checked once per problem: it runs on a zero-filled
+// copy of the problem with one NaN in A, and must give NaN in D. If no candidate does, the
+// activation runs in our own NaN-keeping pass after a BIAS epilogue for that problem.
 namespace {
 
 cudaDataType_t cuda_type(DType dt) {
@@ -146,7 +146,7 @@ bool capturing(cudaStream_t s) {
 
 template <class T> void put(std::string& key, const T& v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); }
 
-enum class GemmStatus { kOk, kNoAlgo, kReluUnsafe };
+enum class GemmStatus { kOk, kNoAlgo, kEpilogueUnusable };
 
 // Elements a cuBLASLt layout touches (rows x cols, ld, `count` instances `stride` apart).
 int64_t extent(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t count) {
@@ -159,10 +159,10 @@ struct LtProblem {
   LtOperand A{}, B{};
   const Mat* MA = nullptr;
   const Mat* MB = nullptr;
-  int64_t m = 0, n = 0, k = 0, ldd = 0;
+  int64_t m = 0, n = 0, k = 0, ldd = 0, ldc = 0, ldaux = 0;
   Batch bp;
-  int64_t sa = 0, sb = 0, sd = 0, sbias = 0;
-  uint64_t al_a = 0, al_b = 0, al_d = 0;
+  int64_t sa = 0, sb = 0, sd = 0, sc = 0, sbias = 0, saux = 0;
+  uint64_t al_a = 0, al_b = 0, al_d = 0, al_c = 0;
   int in_es = 0, out_es = 0;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   cudaDataType_t in_t = CUDA_R_32F, out_t = CUDA_R_32F;
@@ -170,12 +170,26 @@ struct LtProblem {
   std::string key;
 };
 
+cublasLtEpilogue_t epilogue_of(const Gemm& g) {
+  switch (g.act) {
+    case EpiAct::kRelu: return g.bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    case EpiAct::kGelu:
+      if (g.aux) return g.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+      return g.bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    case EpiAct::kNone: break;
+  }
+  return g.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
 // False when a layout is not expressible or the batch too large for one call.
 bool describe(const Gemm& g, LtProblem& p) {
   const Lay lx = classify(g.X.R, g.X.C, g.X.sr, g.X.sc);
   const Lay ly = classify(g.Y.R, g.Y.C, g.Y.sr, g.Y.sc);
   const Lay ld = classify(g.D.R, g.D.C, g.D.sr, g.D.sc);
   if (!lx.ok || !ly.ok || !ld.ok) return false;
+  const Lay lc = g.C ? classify(g.C->R, g.C->C, g.C->sr, g.C->sc) : ld;
+  const Lay laux = g.aux ? classify(g.aux->R, g.aux->C, g.aux->sr, g.aux->sc) : ld;
+  if (!lc.ok || lc.row != ld.row || !laux.ok || laux.row != ld.row) return false;
   p.A = ld.row ? lt_operand(g.Y, ly, true) : lt_operand(g.X, lx, false);
   p.B = ld.row ? lt_operand(g.X, lx, true) : lt_operand(g.Y, ly, false);
   p.MA = ld.row ? &g.Y : &g.X;
@@ -184,40 +198,45 @@ bool describe(const Gemm& g, LtProblem& p) {
   p.n = ld.row ? g.D.R : g.D.C;
   p.k = g.X.C;
   p.ldd = ld.ld;
+  p.ldc = lc.ld;
+  p.ldaux = laux.ld;
   p.in_es = dsize(g.in);
   p.out_es = g.out_f32 ? 4 : dsize(g.out);
 
   std::vector<const std::vector<int64_t>*> strides = {&p.MA->bs, &p.MB->bs, &g.D.bs};
   if (g.bias) strides.push_back(&g.bias_bs);
+  if (g.C) strides.push_back(&g.C->bs);
+  if (g.aux) strides.push_back(&g.aux->bs);
   p.bp = plan_batch(g.batch_shape, strides);
   if (p.bp.inner > INT32_MAX) return false;
   p.sa = inner_stride(p.bp, p.MA->bs);
   p.sb = inner_stride(p.bp, p.MB->bs);
   p.sd = inner_stride(p.bp, g.D.bs);
   p.sbias = g.bias ? inner_stride(p.bp, g.bias_bs) : 0;
+  p.sc = g.C ? inner_stride(p.bp, g.C->bs) : p.sd;
+  p.saux = g.aux ? inner_stride(p.bp, g.aux->bs) : 0;
   // Every batch instance's start address counts (outer and inner strides, conservatively).
   p.al_a = alignment(p.MA->base, p.MA->bs, p.in_es);
   p.al_b = alignment(p.MB->base, p.MB->bs, p.in_es);
   p.al_d = alignment(g.D.base, g.D.bs, p.out_es);
+  p.al_c = g.C ? alignment(g.C->base, g.C->bs, p.out_es) : p.al_d;
   const uint64_t al_bias = g.bias ? alignment(g.bias, g.bias_bs, p.out_es) : 256;
+  const uint64_t al_aux = g.aux ? alignment(g.aux->base, g.aux->bs, p.out_es) : 256;
 
   p.compute = g.in == DType::kF32 && g.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   p.in_t = cuda_type(g.in);
   p.out_t = g.out_f32 ? CUDA_R_32F : cuda_type(g.out);
-  p.epi = g.bias && g.relu ? CUBLASLT_EPILOGUE_RELU_BIAS
-          : g.bias         ? CUBLASLT_EPILOGUE_BIAS
-          : g.relu         ? CUBLASLT_EPILOGUE_RELU
-                           : CUBLASLT_EPILOGUE_DEFAULT;
-  p.key.reserve(22 * 8);
+  p.epi = epilogue_of(g);
+  p.key.reserve(30 * 8);
   for (int64_t v : {int64_t(g.in), int64_t(g.out_f32 ? -1 : int(g.out)), int64_t(p.compute), int64_t(p.A.op),
                     int64_t(p.B.op), p.m, p.n, p.k, p.A.ld, p.B.ld, p.ldd, p.bp.inner, p.sa, p.sb, p.sd, p.sbias,
-                    int64_t(p.epi), int64_t(g.beta != 0.f)})
+                    int64_t(p.epi), int64_t(g.beta != 0.f), int64_t(g.C != nullptr), p.ldc, p.sc, p.ldaux, p.saux})
     put(p.key, v);
-  for (uint64_t v : {p.al_a, p.al_b, p.al_d, al_bias}) put(p.key, v);
+  for (uint64_t v : {p.al_a, p.al_b, p.al_d, al_bias, p.al_c, al_aux}) put(p.key, v);
   return true;
 }
 
-std::unique_ptr<LtPlan> make_plan(const LtProblem& p, bool bias) {
+std::unique_ptr<LtPlan> make_plan(const LtProblem& p, bool bias, bool aux) {
   auto plan = std::make_unique<LtPlan>();
   DLF_LT(cublasLtMatmulDescCreate(&plan->desc, p.compute, CUDA_R_32F));
   DLF_LT(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &p.A.op, sizeof p.A.op));
@@ -225,6 +244,11 @@ std::unique_ptr<LtPlan> make_plan(const LtProblem& p, bool bias) {
   DLF_LT(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &p.epi, sizeof p.epi));
   if (bias)
     DLF_LT(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &p.sbias, sizeof p.sbias));
+  if (aux) {
+    DLF_LT(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &p.ldaux, sizeof p.ldaux));
+    DLF_LT(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, &p.saux,
+                                          sizeof p.saux));
+  }
   auto layout = [&](cublasLtMatrixLayout_t* l, cudaDataType_t t, int64_t rows, int64_t cols, int64_t ldv,
                     int64_t bstride) {
     DLF_LT(cublasLtMatrixLayoutCreate(l, t, uint64_t(rows), uint64_t(cols), ldv));
@@ -234,13 +258,17 @@ std::unique_ptr<LtPlan> make_plan(const LtProblem& p, bool bias) {
   };
   layout(&plan->a, p.in_t, p.A.rows, p.A.cols, p.A.ld, p.sa);
   layout(&plan->b, p.in_t, p.B.rows, p.B.cols, p.B.ld, p.sb);
-  layout(&plan->c, p.out_t, p.m, p.n, p.ldd, p.sd);
+  layout(&plan->c, p.out_t, p.m, p.n, p.ldc, p.sc);
   layout(&plan->d, p.out_t, p.m, p.n, p.ldd, p.sd);
   return plan;
 }
 
 void set_bias(const LtPlan& plan, const void* bias) {
   DLF_LT(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+}
+
+void set_aux(const LtPlan& plan, void* aux) {
+  DLF_LT(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
 }
 
 // A problem's entry for the length of one call: its algorithm as chosen so far and a plan
@@ -251,7 +279,7 @@ class PlanLease {
     std::lock_guard<std::mutex> lk(ds.gemm_mu);
     DeviceState::GemmEntry& e = ds.gemms[key];
     chosen = e.chosen;
-    relu_unsafe = e.relu_unsafe;
+    epi_unusable = e.epi_unusable;
     res = e.res;
     if (!e.idle.empty()) {
       plan = std::move(e.idle.back());
@@ -277,16 +305,16 @@ class PlanLease {
     DeviceState::GemmEntry& e = ds_.gemms[key_];
     if (!e.chosen) {
       e.chosen = true;
-      e.relu_unsafe = unsafe;
+      e.epi_unusable = unsafe;
       e.res = r;
     }
     chosen = true;
-    relu_unsafe = e.relu_unsafe;
+    epi_unusable = e.epi_unusable;
     res = e.res;
   }
 
   bool chosen = false;
-  bool relu_unsafe = false;
+  bool epi_unusable = false;
   cublasLtMatmulHeuristicResult_t res{};
   std::unique_ptr<LtPlan> plan;
 
@@ -344,23 +372,28 @@ std::vector<int> rank_candidates(const Gemm& g, const LtProblem& p, const LtPlan
   return order;
 }
 
-// The first candidate (in `order`) whose RELU epilogue keeps a NaN of A; -1 if none does.
+// The first candidate (in `order`) whose activation epilogue keeps a NaN of A; -1 if none does.
 // Runs each on a zero-filled copy of the problem's extents with one NaN at A's start.
 int first_nan_keeping(const Gemm& g, const LtProblem& p, const LtPlan& plan, DeviceState& ds,
                       const cublasLtMatmulHeuristicResult_t* cands, const std::vector<int>& order, Temp& ws,
                       cudaStream_t stream) {
   const int64_t cnt = p.bp.inner;
   const int64_t ea = extent(p.A.rows, p.A.cols, p.A.ld, p.sa, cnt), eb = extent(p.B.rows, p.B.cols, p.B.ld, p.sb, cnt);
-  const int64_t ed = extent(p.m, p.n, p.ldd, p.sd, cnt), ebias = g.bias ? p.m + (cnt > 1 ? p.sbias * (cnt - 1) : 0) : 0;
+  // D's buffer serves as C too: as large as either needs.
+  const int64_t ed = std::max(extent(p.m, p.n, p.ldd, p.sd, cnt), extent(p.m, p.n, p.ldc, p.sc, cnt));
+  const int64_t ebias = g.bias ? p.m + (cnt > 1 ? p.sbias * (cnt - 1) : 0) : 0;
+  const int64_t eaux = g.aux ? extent(p.m, p.n, p.ldaux, p.saux, cnt) : 0;
   const size_t in_es = size_t(p.in_es), out_es = size_t(p.out_es);
   Temp pa(ds, size_t(ea) * in_es, stream), pb(ds, size_t(eb) * in_es, stream);
   Temp pd(ds, size_t(ed) * out_es, stream), pbias(ds, size_t(ebias) * out_es, stream);
+  Temp paux(ds, size_t(eaux) * out_es, stream);
   static const float kNanF = std::nanf("");
   static const uint16_t kNanBF = 0x7fc0, kNanH = 0x7e00;
   const void* nanp = g.in == DType::kF32    ? static_cast<const void*>(&kNanF)
                      : g.in == DType::kBF16 ? static_cast<const void*>(&kNanBF)
                                             : &kNanH;
   if (g.bias) set_bias(plan, pbias.get());
+  if (g.aux) set_aux(plan, paux.get());
   for (int c : order) {
     DLF_CUDA(cudaMemsetAsync(pa.get(), 0, size_t(ea) * in_es, stream));
     DLF_CUDA(cudaMemsetAsync(pb.get(), 0, size_t(eb) * in_es, stream));
@@ -390,11 +423,12 @@ int first_nan_keeping(const Gemm& g, const LtProblem& p, const LtPlan& plan, Dev
 }
 
 // Picks the problem's algorithm once (heuristic, timing for large problems, the NaN probe
-// for RELU epilogues) and records it in the lease.
+// for activation epilogues) and records it in the lease.
 GemmStatus choose_algo(const Gemm& g, const LtProblem& p, PlanLease& lease, DeviceState& ds, cudaStream_t stream) {
   const bool capt = capturing(stream);
-  // Probing a RELU epilogue waits for the stream: impossible while it is being captured.
-  if (g.relu && capt) return GemmStatus::kReluUnsafe;
+  // Probing an activation epilogue waits for the stream: impossible while it is being captured.
+  const bool act = g.act != EpiAct::kNone;
+  if (act && capt) return GemmStatus::kEpilogueUnusable;
   const double flops = 2.0 * double(p.m) * double(p.n) * double(p.k) * double(p.bp.inner);
   const bool tune = autotune_enabled() && g.beta == 0.f && flops >= kAutotuneMinFlops && !capt;
   cublasLtMatmulPreference_t pref = nullptr;
@@ -412,20 +446,26 @@ GemmStatus choose_algo(const Gemm& g, const LtProblem& p, PlanLease& lease, Devi
   // The heuristic reads the bias pointer's alignment (a 16-bit bias at an odd offset needs
   // other kernels): the real one, the same alignment class for every call of this key.
   if (g.bias) set_bias(plan, g.bias);
+  if (g.aux) set_aux(plan, g.aux->base);
   cublasLtMatmulHeuristicResult_t cands[kAutotuneCandidates];
   int found = 0;
   const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(ds.lt, plan.desc, plan.a, plan.b, plan.c, plan.d, pref,
-                                                           tune || g.relu ? kAutotuneCandidates : 1, cands, &found);
-  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) return GemmStatus::kNoAlgo;
-  if (!tune && !g.relu) {
+                                                           tune || act ? kAutotuneCandidates : 1, cands, &found);
+  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
+    // No kernel with this epilogue here (GELU has none for float32 on some GPUs): remembered,
+    // so that the problem's later calls go straight to the unfused path.
+    if (act) lease.choose(cublasLtMatmulHeuristicResult_t{}, true);
+    return act ? GemmStatus::kEpilogueUnusable : GemmStatus::kNoAlgo;
+  }
+  if (!tune && !act) {
     lease.choose(cands[0], false);
     return GemmStatus::kOk;
   }
   Temp ws(ds, kLtWorkspaceBytes, stream);
   const std::vector<int> order = rank_candidates(g, p, plan, ds, cands, found, tune, ws, stream);
-  const int chosen = g.relu ? first_nan_keeping(g, p, plan, ds, cands, order, ws, stream) : order.front();
+  const int chosen = act ? first_nan_keeping(g, p, plan, ds, cands, order, ws, stream) : order.front();
   lease.choose(cands[chosen < 0 ? 0 : chosen], chosen < 0);
-  return lease.relu_unsafe ? GemmStatus::kReluUnsafe : GemmStatus::kOk;
+  return lease.epi_unusable ? GemmStatus::kEpilogueUnusable : GemmStatus::kOk;
 }
 
 // The GEMM itself: one strided-batched cuBLASLt call per outer batch index, with the
@@ -440,17 +480,21 @@ void enqueue(const Gemm& g, const LtProblem& p, const PlanLease& lease, DeviceSt
   for (int d = 0; d < bp.split; ++d) outer_count *= bp.shape[size_t(d)];
   std::vector<int64_t> idx(size_t(bp.split), 0);
   for (int64_t it = 0; it < outer_count; ++it) {
-    int64_t oa = 0, ob = 0, od = 0, obias = 0;
+    int64_t oa = 0, ob = 0, od = 0, oc = 0, obias = 0, oaux = 0;
     for (int d = 0; d < bp.split; ++d) {
       oa += idx[size_t(d)] * p.MA->bs[size_t(d)];
       ob += idx[size_t(d)] * p.MB->bs[size_t(d)];
       od += idx[size_t(d)] * g.D.bs[size_t(d)];
+      if (g.C) oc += idx[size_t(d)] * g.C->bs[size_t(d)];
       if (g.bias) obias += idx[size_t(d)] * g.bias_bs[size_t(d)];
+      if (g.aux) oaux += idx[size_t(d)] * g.aux->bs[size_t(d)];
     }
     if (g.bias && (it == 0 || obias != 0)) set_bias(plan, g.bias + obias * p.out_es);
+    if (g.aux && (it == 0 || oaux != 0)) set_aux(plan, g.aux->base + oaux * p.out_es);
     char* dptr = g.D.base + od * p.out_es;
+    const char* cptr = g.C ? g.C->base + oc * p.out_es : dptr;
     DLF_LT(cublasLtMatmul(ds.lt, plan.desc, &alpha, p.MA->base + oa * p.in_es, plan.a, p.MB->base + ob * p.in_es, plan.b,
-                          &beta, dptr, plan.c, dptr, plan.d, &res.algo, ws.get(), res.workspaceSize, stream));
+                          &beta, cptr, plan.c, dptr, plan.d, &res.algo, ws.get(), res.workspaceSize, stream));
     for (int d = bp.split - 1; d >= 0; --d) {
       if (++idx[size_t(d)] < bp.shape[size_t(d)]) break;
       idx[size_t(d)] = 0;
@@ -458,14 +502,14 @@ void enqueue(const Gemm& g, const LtProblem& p, const PlanLease& lease, DeviceSt
   }
 }
 
-// kNoAlgo when cuBLASLt has no algorithm for these layouts, kReluUnsafe when a RELU
-// epilogue was asked for and no candidate keeps NaN (nothing was enqueued then).
+// kNoAlgo when cuBLASLt has no algorithm for these layouts, kEpilogueUnusable when an
+// activation epilogue was asked for and cannot be used (nothing was enqueued then).
 GemmStatus run_gemm(const Gemm& g, DeviceState& ds, cudaStream_t stream) {
   LtProblem p;
   if (!describe(g, p)) return GemmStatus::kNoAlgo;
   PlanLease lease(ds, p.key);
-  if (lease.chosen && lease.relu_unsafe) return GemmStatus::kReluUnsafe;
-  if (!lease.plan) lease.plan = make_plan(p, g.bias != nullptr);
+  if (lease.chosen && lease.epi_unusable) return GemmStatus::kEpilogueUnusable;
+  if (!lease.plan) lease.plan = make_plan(p, g.bias != nullptr, g.aux != nullptr);
   if (!lease.chosen) {
     const GemmStatus st = choose_algo(g, p, lease, ds, stream);
     if (st != GemmStatus::kOk) return st;
@@ -511,16 +555,28 @@ Lay classify(int64_t R, int64_t C, int64_t sr, int64_t sc) {
   return {};
 }
 
+bool same_orientation(const Mat& m, const Mat& D) {
+  const Lay lm = classify(m.R, m.C, m.sr, m.sc), ld = classify(D.R, D.C, D.sr, D.sc);
+  return lm.ok && ld.ok && lm.row == ld.row;
+}
+
+bool aux_compatible(const Mat& m, const Mat& D) {
+  if (!same_orientation(m, D) || classify(m.R, m.C, m.sr, m.sc).ld % 8 != 0) return false;
+  for (int64_t b : m.bs)
+    if (b % 8 != 0) return false;
+  return true;
+}
+
 bool gemm(Gemm g, DeviceState& ds, cudaStream_t s) {
   GemmStatus st = run_gemm(g, ds, s);
   if (st == GemmStatus::kOk) return true;
-  if (st == GemmStatus::kReluUnsafe) return false;
+  if (st == GemmStatus::kEpilogueUnusable) return false;
   Temp tx(ds, 0, s), ty(ds, 0, s);
   g.X = gather(g.X, g.batch_shape, g.in, tx, ds, s);
   g.Y = gather(g.Y, g.batch_shape, g.in, ty, ds, s);
   st = run_gemm(g, ds, s);
   if (st == GemmStatus::kOk) return true;
-  if (st == GemmStatus::kReluUnsafe) return false;
+  if (st == GemmStatus::kEpilogueUnusable) return false;
   throw Error(DLFUSE_STATUS_UNSUPPORTED,
               "cuBLASLt has no algorithm for this matmul (M=" + std::to_string(g.D.R) + ", N=" + std::to_string(g.D.C) +
                   ", K=" + std::to_string(g.X.C) + ")");

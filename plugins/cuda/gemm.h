@@ -1,4 +1,4 @@
-// Batched GEMMs on cuBLASLt over strided row-major views, with the BIAS / RELU epilogues.
+// Batched GEMMs on cuBLASLt over strided row-major views, with the BIAS / RELU / GELU epilogues.
 //
 // Row-major views map onto cuBLASLt's column-major layouts without copies: a matrix with
 // unit column stride is the column-major transpose with ld = row stride, one with unit row
@@ -36,8 +36,13 @@ struct Lay {
 };
 Lay classify(int64_t R, int64_t C, int64_t sr, int64_t sc);
 
-// D = X @ Y (+ bias) (relu) over the batch, D of type `out` (or float), beta * D added when
-// beta != 0.
+// The activation cuBLASLt applies in the epilogue (after the bias): relu, or GELU in its
+// tanh form (docs/ops.md's GELU_TANH), optionally writing its input (the pre-activation)
+// to `aux` as well.
+enum class EpiAct { kNone, kRelu, kGelu };
+
+// D = act(X @ Y (+ bias) + beta * C) over the batch, D of type `out` (or float); C is D
+// itself unless given (then of D's type and orientation).
 struct Gemm {
   DType in = DType::kF32;
   DType out = DType::kF32;
@@ -45,17 +50,26 @@ struct Gemm {
   bool tf32 = false;
   Mat X, Y, D;
   std::vector<int64_t> batch_shape;
-  bool relu = false;
+  EpiAct act = EpiAct::kNone;
+  const Mat* aux = nullptr;    // kGelu only: the pre-activation, D's orientation, ld % 8 == 0
   const char* bias = nullptr;  // BIAS epilogue: a vector along D's cuBLASLt rows
   std::vector<int64_t> bias_bs;
+  const Mat* C = nullptr;      // with beta != 0: the addend, when it is not D
   float beta = 0.f;
 };
 
+// True when m can be the GELU epilogue's aux output next to D (same orientation; leading
+// dimension and batch strides multiples of 8 elements, as cuBLASLt requires).
+bool aux_compatible(const Mat& m, const Mat& D);
+// True when m can be C next to D (same orientation).
+bool same_orientation(const Mat& m, const Mat& D);
+
 // Enqueues g on s; when cuBLASLt refuses the layouts, gathers X and Y into compact
 // temporaries first (D must be expressible: callers give a compact temporary otherwise).
-// Returns false, having enqueued no GEMM (gathers may be enqueued), when g.relu and the
-// RELU epilogue cannot be used: no candidate keeps NaN, or the stream is being captured
-// before the problem's algorithm was chosen. Throws Error when cuBLASLt has no algorithm.
+// Returns false, having enqueued no GEMM (gathers may be enqueued), when g.act is set and
+// the epilogue cannot be used: cuBLASLt has no kernel with it here, no candidate keeps NaN,
+// or the stream is being captured before the problem's algorithm was chosen. Throws Error
+// when cuBLASLt has no algorithm at all.
 bool gemm(Gemm g, DeviceState& ds, cudaStream_t s);
 
 }  // namespace dlfuse_cuda

@@ -140,6 +140,32 @@ template <bool FAST = false> __device__ __forceinline__ float act_bwd(int act, f
   }
 }
 
+// grad * act'(p) from the activation's output o (IDENTITY, RELU, SIGMOID, TANH: their
+// derivative is a function of o); the other activations never reach here (the registry
+// refuses their out form).
+__device__ __forceinline__ float act_bwd_out(int act, float o, float g) {
+  switch (act) {
+    case DLFUSE_ACT_RELU: return (o > 0.f || o != o) ? g : 0.f;
+    case DLFUSE_ACT_SIGMOID: return g * (o * (1.f - o));
+    case DLFUSE_ACT_TANH: return g * (1.f - o * o);
+    default: return g;  // IDENTITY
+  }
+}
+
+template <bool FROM_OUT, bool FAST> __device__ __forceinline__ float act_grad_of(int act, float v, float g) {
+  if constexpr (FROM_OUT) return act_bwd_out(act, v, g);
+  else return act_bwd<FAST>(act, v, g);
+}
+
+// The pre-activation of add_mul_activation, (x + b) + mult * y, where b and y may be absent
+// (then x alone: the matmul epilogues' pre or out passes through unchanged).
+__device__ __forceinline__ float pre_of(float x, float b, bool has_b, float y, bool has_y, float mult) {
+  float p = x;
+  if (has_b) p = p + b;
+  if (has_y) p = p + mult * y;
+  return p;
+}
+
 // ---- launch helpers -----------------------------------------------------------------------
 constexpr int kThreads = 256;
 constexpr int kReduceThreads = 256;  // a power of two: reduce_to_block_k halves it
@@ -180,6 +206,16 @@ template <class F> void by_act(int act, F&& f) {
     case DLFUSE_ACT_GELU_ERF: f(ActC<DLFUSE_ACT_GELU_ERF>{}); break;
     case DLFUSE_ACT_GELU_TANH: f(ActC<DLFUSE_ACT_GELU_TANH>{}); break;
     default: f(ActC<DLFUSE_ACT_SILU>{}); break;
+  }
+}
+
+// The activations whose gradient reads `out`, for the out-form kernels.
+template <class F> void by_act_out(int act, F&& f) {
+  switch (act) {
+    case DLFUSE_ACT_RELU: f(ActC<DLFUSE_ACT_RELU>{}); break;
+    case DLFUSE_ACT_SIGMOID: f(ActC<DLFUSE_ACT_SIGMOID>{}); break;
+    case DLFUSE_ACT_TANH: f(ActC<DLFUSE_ACT_TANH>{}); break;
+    default: f(ActC<DLFUSE_ACT_IDENTITY>{}); break;
   }
 }
 
@@ -362,6 +398,7 @@ template <class T, int V>
 __device__ __forceinline__ void load_hoisted(Pack<T, V>& p, const void* ptr, int mode, int64_t cv) {
   if (mode == kRow) p.load(static_cast<const T*>(ptr) + cv * V);
   else if (mode == kScalar) p.fill(ldf(static_cast<const T*>(ptr)));
+  else if (mode == kAbsent) p.fill(0.f);
 }
 
 template <class T, int V, int ACT>
@@ -396,14 +433,16 @@ __global__ void __launch_bounds__(kThreads) am_fwd_k(AmFast p, int64_t Cv_, int6
       if (r + u * step < p.R) {
         Pack<T, V> o;
 #pragma unroll
-        for (int j = 0; j < V; ++j) o.f[j] = act_fwd<sizeof(T) == 2>(ACT, (xs[u].f[j] + bs[u].f[j]) + p.mult * ys[u].f[j]);
+        for (int j = 0; j < V; ++j)
+          o.f[j] = act_fwd<sizeof(T) == 2>(ACT, pre_of(xs[u].f[j], bs[u].f[j], p.bm != kAbsent, ys[u].f[j],
+                                                       p.ym != kAbsent, p.mult));
         o.store(out + (r + u * step) * p.C + cv * V);
       }
     }
   }
 }
 
-template <class T, int V, int ACT>
+template <class T, int V, int ACT, bool FROM_OUT>
 __global__ void __launch_bounds__(kThreads) am_bwd_k(AmFast p, int64_t Cv_, int64_t /*rows_per_chunk*/, float* partial) {
   const int64_t cv = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (cv >= Cv_) return;
@@ -445,8 +484,8 @@ __global__ void __launch_bounds__(kThreads) am_bwd_k(AmFast p, int64_t Cv_, int6
         Pack<T, V> d, dy;
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          const float pre = (xs[u].f[j] + bs[u].f[j]) + p.mult * ys[u].f[j];
-          d.f[j] = act_bwd<sizeof(T) == 2>(ACT, pre, gs[u].f[j]);
+          const float v = pre_of(xs[u].f[j], bs[u].f[j], p.bm != kAbsent, ys[u].f[j], p.ym != kAbsent, p.mult);
+          d.f[j] = act_grad_of<FROM_OUT, sizeof(T) == 2>(ACT, v, gs[u].f[j]);
           dy.f[j] = p.mult * d.f[j];
           sum[j] += d.f[j];
         }
@@ -511,29 +550,42 @@ template <class K> int blocks_per_sm(K kernel, int64_t Cv) {
   return n;
 }
 
-template <class T, int V, int ACT> Geometry bwd_geometry(const AmFast& p);
+// The backward kernel's compile-time activation and form: from out only for the four
+// activations that allow it.
+template <bool B> struct BoolC { static constexpr bool value = B; };
+template <class F> void by_bwd_kernel(const AmFast& p, F&& f) {
+  if (p.from_out) by_act_out(p.act, [&](auto a) { f(a, BoolC<true>{}); });
+  else by_act(p.act, [&](auto a) { f(a, BoolC<false>{}); });
+}
+
+template <class T, int V, int ACT, bool FROM_OUT> Geometry bwd_geometry(const AmFast& p);
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-template <class T, int V, int ACT> Geometry bwd_geometry(const AmFast& p) {
-  return geometry(p.R, p.C, V, blocks_per_sm(am_bwd_k<T, V, ACT>, p.C / V));
+template <class T, int V, int ACT, bool FROM_OUT> Geometry bwd_geometry(const AmFast& p) {
+  return geometry(p.R, p.C, V, blocks_per_sm(am_bwd_k<T, V, ACT, FROM_OUT>, p.C / V));
 }
 
 template <class T>
 __global__ void am_fwd_generic_k(const T* x, View xv, const T* y, View yv, const T* b, View bv, T* out, View ov,
                                  int act, float mult, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float pre = (ldf(x + offset_of(i, xv)) + ldf(b + offset_of(i, bv))) + mult * ldf(y + offset_of(i, yv));
+    const float pre = pre_of(ldf(x + offset_of(i, xv)), b ? ldf(b + offset_of(i, bv)) : 0.f, b != nullptr,
+                             y ? ldf(y + offset_of(i, yv)) : 0.f, y != nullptr, mult);
     stf(out + offset_of(i, ov), act_fwd(act, pre));
   }
 }
 
-template <class T>
+// d_pre over the output's shape, compact, in S: float for add_mul's reductions, T for the
+// matmul backwards (their dZ feeds the GEMMs).
+template <class T, class S>
 __global__ void am_dpre_generic_k(const T* g, View gv, const T* x, View xv, const T* y, View yv, const T* b, View bv,
-                                  float* dpre, int act, float mult, int64_t n) {
+                                  S* dpre, int act, bool from_out, float mult, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float pre = (ldf(x + offset_of(i, xv)) + ldf(b + offset_of(i, bv))) + mult * ldf(y + offset_of(i, yv));
-    dpre[i] = act_bwd(act, pre, ldf(g + offset_of(i, gv)));
+    const float v = pre_of(ldf(x + offset_of(i, xv)), b ? ldf(b + offset_of(i, bv)) : 0.f, b != nullptr,
+                           y ? ldf(y + offset_of(i, yv)) : 0.f, y != nullptr, mult);
+    const float gi = ldf(g + offset_of(i, gv));
+    stf(dpre + i, from_out ? act_bwd_out(act, v, gi) : act_bwd(act, v, gi));
   }
 }
 
@@ -710,9 +762,10 @@ size_t am_backward_workspace(DType dt, const AmFast& p) {
   by_dtype(dt, [&](auto t) {
     using T = decltype(t);
     constexpr int V = 16 / sizeof(T);
-    by_act(p.act, [&](auto a) {
+    by_bwd_kernel(p, [&](auto a, auto fo) {
       constexpr int ACT = decltype(a)::value;
-      chunks = vec ? bwd_geometry<T, V, ACT>(p).gy : bwd_geometry<T, 1, ACT>(p).gy;
+      constexpr bool FO = decltype(fo)::value;
+      chunks = vec ? bwd_geometry<T, V, ACT, FO>(p).gy : bwd_geometry<T, 1, ACT, FO>(p).gy;
     });
   });
   return chunks * size_t(p.C) * sizeof(float);
@@ -726,16 +779,17 @@ void am_backward_fast(DType dt, const AmFast& p, void* workspace, cudaStream_t s
   by_dtype(dt, [&](auto t) {
     using T = decltype(t);
     constexpr int V = 16 / sizeof(T);
-    by_act(p.act, [&](auto a) {
+    by_bwd_kernel(p, [&](auto a, auto fo) {
       constexpr int ACT = decltype(a)::value;
+      constexpr bool FO = decltype(fo)::value;
       if (vec) {
-        const Geometry g = bwd_geometry<T, V, ACT>(p);
+        const Geometry g = bwd_geometry<T, V, ACT, FO>(p);
         nchunks = int(g.gy);
-        am_bwd_k<T, V, ACT><<<dim3(g.gx, g.gy), g.bx, 0, s>>>(p, g.Cv, g.rows_per_chunk, partial);
+        am_bwd_k<T, V, ACT, FO><<<dim3(g.gx, g.gy), g.bx, 0, s>>>(p, g.Cv, g.rows_per_chunk, partial);
       } else {
-        const Geometry g = bwd_geometry<T, 1, ACT>(p);
+        const Geometry g = bwd_geometry<T, 1, ACT, FO>(p);
         nchunks = int(g.gy);
-        am_bwd_k<T, 1, ACT><<<dim3(g.gx, g.gy), g.bx, 0, s>>>(p, g.Cv, g.rows_per_chunk, partial);
+        am_bwd_k<T, 1, ACT, FO><<<dim3(g.gx, g.gy), g.bx, 0, s>>>(p, g.Cv, g.rows_per_chunk, partial);
       }
     });
   });
@@ -763,14 +817,20 @@ void am_forward_generic(DType dt, const void* x, const View& xv, const void* y, 
 }
 
 void am_dpre_generic(DType dt, const void* g, const View& gv, const void* x, const View& xv, const void* y,
-                     const View& yv, const void* b, const View& bv, float* dpre, int act, float mult, cudaStream_t s) {
+                     const View& yv, const void* b, const View& bv, void* dpre, bool dpre_f32, int act,
+                     bool from_out, float mult, cudaStream_t s) {
   const int64_t n = gv.numel();
   if (n == 0) return;
   by_dtype(dt, [&](auto t) {
     using T = decltype(t);
-    am_dpre_generic_k<T><<<grid_for(n), kThreads, 0, s>>>(static_cast<const T*>(g), gv, static_cast<const T*>(x), xv,
-                                                          static_cast<const T*>(y), yv, static_cast<const T*>(b), bv,
-                                                          dpre, act, mult, n);
+    auto launch = [&](auto* d) {
+      using S = std::remove_pointer_t<decltype(d)>;
+      am_dpre_generic_k<T, S><<<grid_for(n), kThreads, 0, s>>>(
+          static_cast<const T*>(g), gv, static_cast<const T*>(x), xv, static_cast<const T*>(y), yv,
+          static_cast<const T*>(b), bv, d, act, from_out, mult, n);
+    };
+    if (dpre_f32) launch(static_cast<float*>(dpre));
+    else launch(static_cast<T*>(dpre));
   });
   DLF_LAUNCHED("add_mul_activation generic backward kernel");
 }

@@ -57,7 +57,8 @@ void finish_colsum(DType dt, const float* partial, int nchunks, int64_t C, void*
 
 // ---- add_mul_activation ---------------------------------------------------------------
 
-// How a fast-path operand is read over the output's [R, C] (compact) layout.
+// How a fast-path operand is read over the output's [R, C] (compact) layout. y and b may be
+// kAbsent (a pass over one operand: the matmul epilogues' activation and gradient).
 enum OperandMode : int { kFull = 0, kRow = 1, kScalar = 2, kAbsent = 3 };
 
 struct AmFast {
@@ -74,6 +75,9 @@ struct AmFast {
   void* gb = nullptr; int gbm = kAbsent; int64_t gb_stride = 1;
   int act = 0;
   float mult = 1.f;
+  // Backward only: x holds the forward's out (y and b kAbsent) and the gradient is taken
+  // from it; IDENTITY, RELU, SIGMOID, TANH.
+  bool from_out = false;
 };
 
 // True if every pointer and C allow 16-byte vectors.
@@ -83,14 +87,16 @@ void am_forward_fast(DType dt, const AmFast& p, cudaStream_t s);
 size_t am_backward_workspace(DType dt, const AmFast& p);
 void am_backward_fast(DType dt, const AmFast& p, void* workspace, cudaStream_t s);
 
-// Generic strided paths over the output's shape (views aligned to it).
+// Generic strided paths over the output's shape (views aligned to it); y and b may be NULL
+// (absent).
 void am_forward_generic(DType dt, const void* x, const View& xv, const void* y, const View& yv,
                         const void* b, const View& bv, void* out, const View& ov, int act, float mult,
                         cudaStream_t s);
-// d_pre (float, compact over the output's shape) for the generic backward.
+// d_pre, compact over the output's shape, in float (dpre_f32) or dt: grad_out times act' of
+// (x + b) + mult * y, or of x read as the forward's out (from_out).
 void am_dpre_generic(DType dt, const void* g, const View& gv, const void* x, const View& xv,
-                     const void* y, const View& yv, const void* b, const View& bv, float* dpre, int act,
-                     float mult, cudaStream_t s);
+                     const void* y, const View& yv, const void* b, const View& bv, void* dpre, bool dpre_f32,
+                     int act, bool from_out, float mult, cudaStream_t s);
 
 }  // namespace dlfuse_cuda
 

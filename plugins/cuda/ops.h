@@ -1,4 +1,4 @@
-// The four kernels of ABI 1 and the prologue they share.
+// The kernels of ABI 1.1 and the prologue they share.
 #ifndef DLFUSE_CUDA_OPS_H_
 #define DLFUSE_CUDA_OPS_H_
 
@@ -9,9 +9,11 @@
 namespace dlfuse_cuda {
 
 // Checks what only the plugin knows (one CUDA device for all tensors, a dtype it serves,
-// rank), makes the call's device current until destruction and finds its state.
+// rank), makes the call's device current until destruction and finds its state. Inputs
+// whose bit is set in `optional_inputs` may be NULL (the registry has checked the form).
 struct CallContext {
-  CallContext(void* state, const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs);
+  CallContext(void* state, const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs,
+              unsigned optional_inputs = 0);
   State* st;
   DeviceState* ds = nullptr;
   DType dt = DType::kF32;
@@ -29,6 +31,10 @@ dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* 
 dlfuse_status_t matmul_add_relu_backward(void* state, void*, const dlfuse_kernel_args_t* args);
 dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_t* args);
 dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args);
+dlfuse_status_t matmul_add_activation(void* state, void*, const dlfuse_kernel_args_t* args);
+dlfuse_status_t matmul_add_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args);
+dlfuse_status_t matmul_add_residual(void* state, void*, const dlfuse_kernel_args_t* args);
+dlfuse_status_t matmul_add_residual_backward(void* state, void*, const dlfuse_kernel_args_t* args);
 
 }  // namespace dlfuse_cuda
 

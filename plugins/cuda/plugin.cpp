@@ -10,11 +10,16 @@ namespace dlfuse_cuda {
 namespace {
 
 const kit::KernelTable& kernel_table() {
-  static const kit::KernelTable table(kDLCUDA, {{kDLFloat, 32, 1}, {kDLFloat, 16, 1}, {kDLBfloat, 16, 1}}, 100,
-                                      {{DLFUSE_OP_MATMUL_ADD_RELU, matmul_add_relu},
-                                       {DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD, matmul_add_relu_backward},
-                                       {DLFUSE_OP_ADD_MUL_ACTIVATION, add_mul_activation},
-                                       {DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, add_mul_activation_backward}});
+  static const kit::KernelTable table(
+      kDLCUDA, {{kDLFloat, 32, 1}, {kDLFloat, 16, 1}, {kDLBfloat, 16, 1}}, 100,
+      {{DLFUSE_OP_MATMUL_ADD_RELU, matmul_add_relu},
+       {DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD, matmul_add_relu_backward},
+       {DLFUSE_OP_ADD_MUL_ACTIVATION, add_mul_activation},
+       {DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, add_mul_activation_backward, nullptr, DLFUSE_KERNEL_TAKES_V1_1_INPUTS},
+       {DLFUSE_OP_MATMUL_ADD_ACTIVATION, matmul_add_activation},
+       {DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD, matmul_add_activation_backward},
+       {DLFUSE_OP_MATMUL_ADD_RESIDUAL, matmul_add_residual},
+       {DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD, matmul_add_residual_backward}});
   return table;
 }
 
@@ -160,7 +165,8 @@ const dlfuse_plugin_t kPlugin = {sizeof(dlfuse_plugin_t), DLFUSE_ABI_MAJOR, DLFU
 }  // namespace
 
 // Common prologue of a kernel call: state, the device of the call's tensors made current.
-CallContext::CallContext(void* state, const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs)
+CallContext::CallContext(void* state, const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs,
+                         unsigned optional_inputs)
     : st(as_state(state)) {
   if (!args) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "NULL args");
   if (args->num_inputs != num_inputs || args->num_outputs != num_outputs || !args->inputs || !args->outputs)
@@ -170,7 +176,10 @@ CallContext::CallContext(void* state, const dlfuse_kernel_args_t* args, int num_
                     std::to_string(args->num_outputs));
   const DLTensor* first = nullptr;
   for (int i = 0; i < num_inputs; ++i) {
-    if (!args->inputs[i]) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "input " + std::to_string(i) + " is NULL");
+    if (!args->inputs[i]) {
+      if (optional_inputs & (1u << i)) continue;
+      throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "input " + std::to_string(i) + " is NULL");
+    }
     if (!first) first = args->inputs[i];
   }
   for (int i = 0; i < num_inputs + num_outputs; ++i) {

@@ -1,0 +1,224 @@
+// The GEMM epilogue family of ABI 1.1: matmul_add_activation and matmul_add_residual, with
+// their backwards, on cuBLASLt (gemm.h) and the plugin's own passes (kernels.h).
+//
+// Forward: relu, and GELU (tanh form) on 16-bit data, run in cuBLASLt's epilogue
+// (GELU_AUX_BIAS writes the pre-activation too) when a NaN-keeping kernel exists (gemm.cpp
+// probes); every other activation, and float32 GELU (cuBLASLt's GELU is an approximation of
+// 16-bit accuracy), runs as one pass over the GEMM's output. The residual is cuBLASLt's C
+// (beta = 1), read in place or from its own tensor without a copy where its layout allows.
+// Backward: one pass writes dZ and, for a row-vector bias, its column sums; then the two
+// GEMMs of matmul_add_relu_backward.
+#include "matmul_parts.h"
+
+namespace dlfuse_cuda {
+namespace {
+
+// dst = act(src) over the output's shape; src and dst views over it, in place allowed.
+void activation_pass(CallContext& cx, int act, const void* src, const View& sv, void* dst, const View& dv) {
+  if (act == DLFUSE_ACT_IDENTITY && src == dst) return;
+  if (is_compact(sv) && is_compact(dv)) {
+    AmFast p;
+    p.x = src;
+    p.y = p.b = nullptr;
+    p.ym = p.bm = kAbsent;
+    p.out = dst;
+    p.act = act;
+    p.R = 1;
+    p.C = dv.numel();
+    am_forward_fast(cx.dt, p, cx.stream);
+  } else {
+    const View none;
+    am_forward_generic(cx.dt, src, sv, nullptr, none, nullptr, none, dst, dv, act, 1.f, cx.stream);
+  }
+}
+
+// The activation cuBLASLt can apply for this dtype: relu, and GELU (tanh) on 16-bit data.
+EpiAct fused_act(int act, DType dt) {
+  if (act == DLFUSE_ACT_RELU) return EpiAct::kRelu;
+  if (act == DLFUSE_ACT_GELU_TANH && dt != DType::kF32) return EpiAct::kGelu;
+  return EpiAct::kNone;
+}
+
+bool same_view(const DLTensor* x, const DLTensor* y) {
+  if (base_of(x) != base_of(y) || x->ndim != y->ndim) return false;
+  for (int d = 0; d < x->ndim; ++d)
+    if (x->shape[d] != y->shape[d] || (x->shape[d] != 1 && elem_stride(x, d) != elem_stride(y, d))) return false;
+  return true;
+}
+
+void check_matmul_ranks(const DLTensor* a, const DLTensor* b, const DLTensor* out) {
+  if (a->ndim < 2 || b->ndim < 2 || out->ndim < 2)
+    throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "matmul operands need at least 2 dims");
+}
+
+// matmul_add_activation with the activation (and pre) in cuBLASLt's epilogue; false, with
+// nothing left to undo, when that is not possible here.
+bool forward_fused(CallContext& cx, const dlfuse_kernel_args_t* args, int act, const DLTensor* a, const DLTensor* b,
+                   const DLTensor* bias, DLTensor* out, DLTensor* pre) {
+  const EpiAct ea = fused_act(act, cx.dt);
+  if (ea == EpiAct::kNone || (pre && ea != EpiAct::kGelu)) return false;
+  const GemmTarget t(cx, out);
+  const Mat P = pre ? mat_of(pre, out->ndim - 2) : Mat();
+  if (pre && !(t.direct && aux_compatible(P, t.D))) return false;
+  Gemm g = gemm_into(cx, a, b, t, read_tf32(args));
+  add_bias(cx, g, bias, t);
+  g.act = ea;
+  g.aux = pre ? &P : nullptr;
+  if (!gemm(g, *cx.ds, cx.stream)) return false;
+  t.copy_back(cx.dt, cx.stream);
+  return true;
+}
+
+// dZ = grad_out * act'(src) compact over `shape`, src the forward's pre or (from_out) out.
+// Returns true when grad_bias was written in the same pass (a row vector or a scalar).
+bool activation_grad(CallContext& cx, int act, bool from_out, const DLTensor* gout, const DLTensor* src,
+                     const std::vector<int64_t>& shape, void* dz, DLTensor* gbias) {
+  const int rank = int(shape.size());
+  const View gv = view_over(gout, shape), sv = view_over(src, shape);
+  const int64_t N = shape[size_t(rank - 1)], n = gv.numel();
+  int gbm = kAbsent;
+  if (gbias && numel(gbias) > 0) {
+    const std::vector<int64_t> sh = aligned_shape(gbias, rank);
+    bool row = sh[size_t(rank - 1)] == N && N > 1;
+    for (int d = 0; d < rank - 1 && row; ++d) row = sh[size_t(d)] == 1;
+    gbm = numel(gbias) == 1 ? int(kScalar) : row ? int(kRow) : -1;
+  }
+  if (gbm < 0) gbm = kAbsent;  // another broadcast: reduced from dZ afterwards
+  if (is_compact(gv) && is_compact(sv)) {
+    AmFast p;
+    p.x = base_of(src);
+    p.y = p.b = nullptr;
+    p.ym = p.bm = kAbsent;
+    p.g = base_of(gout);
+    p.gx = dz;
+    p.gxm = kFull;
+    p.gb = gbm == kAbsent ? nullptr : base_of(gbias);
+    p.gbm = gbm;
+    p.gb_stride = gbm == kRow ? elem_stride(gbias, gbias->ndim - 1) : 0;
+    p.act = act;
+    p.from_out = from_out;
+    p.C = N;
+    p.R = N == 0 ? 0 : n / N;
+    Temp partial(*cx.ds, gbm == kAbsent ? 0 : am_backward_workspace(cx.dt, p), cx.stream);
+    am_backward_fast(cx.dt, p, partial.get(), cx.stream);
+    return gbm != kAbsent;
+  }
+  const View none;
+  am_dpre_generic(cx.dt, base_of(gout), gv, base_of(src), sv, nullptr, none, nullptr, none, dz, false, act, from_out,
+                  1.f, cx.stream);
+  return false;
+}
+
+}  // namespace
+
+dlfuse_status_t matmul_add_activation(void* state, void*, const dlfuse_kernel_args_t* args) {
+  return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&]() -> dlfuse_status_t {
+    CallContext cx(state, args, 3, 2);
+    const int act = kit::activation(args);
+    const DLTensor *a = args->inputs[0], *b = args->inputs[1], *bias = args->inputs[2];
+    DLTensor *out = args->outputs[0], *pre = args->outputs[1];
+    if (!out) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "out is NULL");
+    check_matmul_ranks(a, b, out);
+    if (numel(out) == 0) return DLFUSE_STATUS_OK;
+    const std::vector<int64_t> oshape(out->shape, out->shape + out->ndim);
+    if (a->shape[a->ndim - 1] == 0) {  // K = 0: pre = bias
+      const View bv = view_over(bias, oshape);
+      if (pre) copy_view(cx.dt, base_of(bias), bv, base_of(pre), own_view(pre), 0, cx.stream);
+      activation_pass(cx, act, base_of(bias), bv, base_of(out), own_view(out));
+      return DLFUSE_STATUS_OK;
+    }
+    if (forward_fused(cx, args, act, a, b, bias, out, pre)) return DLFUSE_STATUS_OK;
+    // a @ b + bias into pre (or out), then the activation pass into out.
+    const GemmTarget t(cx, pre ? pre : out);
+    Gemm g = gemm_into(cx, a, b, t, read_tf32(args));
+    add_bias(cx, g, bias, t);
+    gemm(g, *cx.ds, cx.stream);
+    if (pre)
+      activation_pass(cx, act, t.D.base, t.view, base_of(out), own_view(out));
+    else
+      activation_pass(cx, act, t.D.base, t.view, t.D.base, t.view);
+    t.copy_back(cx.dt, cx.stream);
+    return DLFUSE_STATUS_OK;
+  });
+}
+
+dlfuse_status_t matmul_add_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) {
+  return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&]() -> dlfuse_status_t {
+    // Inputs grad_out, a, b, out, pre: exactly one of out and pre (the registry checked).
+    CallContext cx(state, args, 5, 3, 0x18u);
+    const int act = kit::activation(args);
+    const DLTensor *gout = args->inputs[0], *a = args->inputs[1], *b = args->inputs[2];
+    const DLTensor *pre = args->inputs[4], *src = pre ? pre : args->inputs[3];
+    DLTensor *ga = args->outputs[0], *gb = args->outputs[1], *gbias = args->outputs[2];
+    if (!ga && !gb && !gbias) return DLFUSE_STATUS_OK;
+    if (!src) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "neither out nor pre is given");
+    const std::vector<int64_t> oshape(gout->shape, gout->shape + gout->ndim);
+    Temp dz(*cx.ds, size_t(numel(gout)) * size_t(dsize(cx.dt)), cx.stream);
+    const bool bias_done = numel(gout) > 0 && activation_grad(cx, act, !pre, gout, src, oshape, dz.get(), gbias);
+    if (!bias_done) reduce_into(cx, dz.get(), oshape, gbias);
+    operand_grads(cx, read_tf32(args), compact_mat(dz.get(), oshape), oshape, a, b, ga, gb);
+    return DLFUSE_STATUS_OK;
+  });
+}
+
+dlfuse_status_t matmul_add_residual(void* state, void*, const dlfuse_kernel_args_t* args) {
+  return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&]() -> dlfuse_status_t {
+    CallContext cx(state, args, 4, 1);
+    const DLTensor *a = args->inputs[0], *b = args->inputs[1], *bias = args->inputs[2], *res = args->inputs[3];
+    DLTensor* out = args->outputs[0];
+    if (!out) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "out is NULL");
+    check_matmul_ranks(a, b, out);
+    if (numel(out) == 0) return DLFUSE_STATUS_OK;
+    const int rank = out->ndim;
+    const std::vector<int64_t> oshape(out->shape, out->shape + rank);
+    const bool in_place = same_view(out, res);
+    if (a->shape[a->ndim - 1] == 0) {  // K = 0: residual + bias (elementwise, so in place is safe)
+      am_forward_generic(cx.dt, base_of(res), view_over(res, oshape), nullptr, View(), base_of(bias),
+                         view_over(bias, oshape), base_of(out), own_view(out), DLFUSE_ACT_IDENTITY, 1.f, cx.stream);
+      return DLFUSE_STATUS_OK;
+    }
+    const GemmTarget t(cx, out);
+    Gemm g = gemm_into(cx, a, b, t, read_tf32(args));
+    g.beta = 1.f;
+    const Mat R = mat_of(res, rank - 2);
+    if (!bias_is_epilogue_vector(bias, t)) {
+      // Both addends into D first: residual + bias in one pass.
+      am_forward_generic(cx.dt, base_of(res), view_over(res, oshape), nullptr, View(), base_of(bias),
+                         view_over(bias, oshape), t.D.base, t.view, DLFUSE_ACT_IDENTITY, 1.f, cx.stream);
+    } else {
+      use_bias_epilogue(g, bias, rank);
+      if (in_place && t.direct) {
+        // C is D: cuBLASLt reads the residual where it writes the result.
+      } else if (!in_place && t.direct && aligned_shape(res, rank) == oshape && same_orientation(R, t.D)) {
+        g.C = &R;
+      } else {
+        copy_view(cx.dt, base_of(res), view_over(res, oshape), t.D.base, t.view, 0, cx.stream);
+      }
+    }
+    gemm(g, *cx.ds, cx.stream);
+    t.copy_back(cx.dt, cx.stream);
+    return DLFUSE_STATUS_OK;
+  });
+}
+
+dlfuse_status_t matmul_add_residual_backward(void* state, void*, const dlfuse_kernel_args_t* args) {
+  return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&]() -> dlfuse_status_t {
+    CallContext cx(state, args, 3, 4);
+    const DLTensor *gout = args->inputs[0], *a = args->inputs[1], *b = args->inputs[2];
+    DLTensor *ga = args->outputs[0], *gb = args->outputs[1], *gbias = args->outputs[2], *gres = args->outputs[3];
+    if (!ga && !gb && !gbias && !gres) return DLFUSE_STATUS_OK;
+    const std::vector<int64_t> oshape(gout->shape, gout->shape + gout->ndim);
+    // dZ is grad_out itself; a compact copy only when its layout is not compact.
+    const View gv = view_over(gout, oshape);
+    const bool compact = is_compact(gv);
+    Temp copy(*cx.ds, compact ? 0 : size_t(numel(gout)) * size_t(dsize(cx.dt)), cx.stream);
+    void* dz = compact ? static_cast<void*>(base_of(gout)) : copy.get();
+    if (!compact) copy_view(cx.dt, base_of(gout), gv, dz, compact_view(oshape.data(), int(oshape.size())), 0, cx.stream);
+    reduce_into(cx, dz, oshape, gbias);
+    reduce_into(cx, dz, oshape, gres);
+    operand_grads(cx, read_tf32(args), compact_mat(dz, oshape), oshape, a, b, ga, gb);
+    return DLFUSE_STATUS_OK;
+  });
+}
+
+}  // namespace dlfuse_cuda
