@@ -201,7 +201,8 @@ for dt in (getattr(torch, d) for d in DTYPES if d in ("float32", "bfloat16")):
             row(GELU, "fwd", dt, shape, "torch_compile", bench(lambda i: gelu_c(A[i % S], B[i % S], Bi[i % S])))
             P = [torch.addmm(Bi[k], A[k], B[k]) for k in range(S)]
             G = [torch.randn(M, N, device=dev, dtype=dt) for _ in range(S)]
-            row(GELU, "bwd", dt, shape, "torch_eager", bench(lambda i: gelu_bwd(G[i % S], P[i % S], A[i % S], B[i % S])))
+            row(GELU, "bwd", dt, shape, "torch_eager",
+                bench(lambda i: gelu_bwd(G[i % S], P[i % S], A[i % S], B[i % S])))
             row(GELU, "bwd", dt, shape, "torch_compile",
                 bench(lambda i: gelu_bwd_c(G[i % S], P[i % S], A[i % S], B[i % S])))
             del P, G

@@ -18,6 +18,11 @@ One line per target, dtype, shape and dlfuse implementation:
 A target is evaluated only when the run has a row of its op and direction; a case the run
 lacks (no dlfuse row, no peer row, no copy bandwidth) prints MISSING. A peer row counts only
 on the dlfuse row's kind of device (gpu or cpu), as in run.py's % of ceiling.
+Every line comes out of one GPU run (the PyTorch peers need torch with CUDA), e.g.
+  bash tools/gpu.sh bench="--plugins cuda --peers torch --ops
+    matmul_add_activation,matmul_add_residual,add_mul_activation
+    --shapes 4096x1024x1024,8192x4096x4096,16384x8192 --dtypes float32,bfloat16 --no-dispatch"
+(one line in the shell); run.py prints them last, report.py under **Targets**.
 """
 import json
 import sys

@@ -26,7 +26,8 @@ def synthetic():
     """A GPU run: 16384*8192 float32 x 4 arrays = 2^31 bytes, 1 ms at 2147.483648 GB/s."""
     rows = [
         row(GELU, "fwd", "float32", BIG, "dlfuse_cuda", 5.1), row(GELU, "fwd", "float32", BIG, "torch_gemm_only", 5.0),
-        row(GELU, "fwd", "bfloat16", BIG, "dlfuse_cuda", 1.6), row(GELU, "fwd", "bfloat16", BIG, "torch_gemm_only", 1.5),
+        row(GELU, "fwd", "bfloat16", BIG, "dlfuse_cuda", 1.6),
+        row(GELU, "fwd", "bfloat16", BIG, "torch_gemm_only", 1.5),
         # no torch_gemm_only at float32 MID; bfloat16 MID has no row at all
         row(GELU, "fwd", "float32", MID, "dlfuse_cuda", 0.2),
         row(GELU, "bwd", "float32", BIG, "dlfuse_cuda", 2.0), row(GELU, "bwd", "float32", BIG, "torch_eager", 2.0),
@@ -93,9 +94,9 @@ class Ratios(unittest.TestCase):
         self.assertEqual(t["verdict"], "FAIL")
 
     def test_from_out_vs_compile_on_the_same_device(self):
-        self.assertEqual(find(self.lines, "bwd_from_out / torch_compile", "float32", AM, "dlfuse_cuda")["verdict"], "PASS")
-        self.assertEqual(find(self.lines, "bwd_from_out / torch_compile", "bfloat16", AM, "dlfuse_cuda")["verdict"],
-                         "FAIL")
+        verdict = lambda dt, impl: find(self.lines, "bwd_from_out / torch_compile", dt, AM, impl)["verdict"]  # noqa
+        self.assertEqual(verdict("float32", "dlfuse_cuda"), "PASS")
+        self.assertEqual(verdict("bfloat16", "dlfuse_cuda"), "FAIL")
         t = find(self.lines, "bwd_from_out / torch_compile", "float32", AM, "dlfuse_onednn")
         self.assertEqual((t["verdict"], t["why"]), ("MISSING", "no torch_compile row"))
 
