@@ -5,7 +5,13 @@ per dtype (float32 exact: TF32 off; bfloat16). Peers on the anchor shapes, relu:
 matmul_add_relu fwd as eager relu(addmm), torch._addmm_activation (cuBLASLt's bias+relu
 epilogue) and torch.compile; bwd (grad_a, grad_b, grad_bias from a saved out) eager and
 compiled; add_mul_activation fwd/bwd eager and compiled (the backward recomputes the
-pre-activation from x, y, bias, as the plugins do).
+pre-activation from x, y, bias, as the plugins do) and bwd_from_out (the same gradients from
+grad_out and out, ABI 1.1).
+ABI 1.1 ops, when --ops lists them, on the matmul shapes: matmul_add_activation[gelu_tanh]
+fwd (plain GEMM, eager gelu(addmm), compiled) and bwd from the saved pre (eager
+aten.gelu_backward then the two GEMMs and the bias sum, compiled); matmul_add_residual fwd
+(plain GEMM, eager addmm + residual, compiled). The plain GEMM is timed once per shape and
+dtype and reported under each op, as the floor an epilogue is measured against.
 Timing: the method of bench/driver/dlfuse_bench.cpp, so that the rows compare like for
 like with the plugins': warm-up, then batches of about 2 ms of back-to-back calls (at most
 100), each batch closed by torch.cuda.synchronize() and timed by the host clock; median and
@@ -22,6 +28,7 @@ import sys
 import time
 
 import torch
+import torch.nn.functional as F
 
 from peer_args import parse_selection
 
@@ -118,6 +125,26 @@ def ama_bwd(g, x, y, bias):
     return d, 0.5 * d, d.sum(0)
 
 
+def gelu_fwd(a, b, bias):
+    return F.gelu(torch.addmm(bias, a, b), approximate="tanh")
+
+
+def gelu_bwd(g, pre, a, b):
+    dz = torch.ops.aten.gelu_backward(g, pre, approximate="tanh")
+    return dz @ b.t(), a.t() @ dz, dz.sum(0)
+
+
+def residual_fwd(a, b, bias, r):
+    return torch.addmm(bias, a, b) + r
+
+
+def ama_bwd_from_out(g, out):
+    # NaN in out selects 0 here and grad_out in dlfuse (docs/ops.md); the timing is the same.
+    d = torch.where(out > 0, g, torch.zeros((), dtype=g.dtype, device=g.device))
+    return d, 0.5 * d, d.sum(0)
+
+
+GELU = "matmul_add_activation[gelu_tanh]"
 MM = [s for s in SHAPES or [(2048, 512, 256), (4096, 1024, 1024), (8192, 4096, 4096)] if len(s) == 3]
 AM = [s for s in SHAPES or [(2048, 512), (16384, 8192)] if len(s) == 2]
 for dt in (getattr(torch, d) for d in DTYPES if d in ("float32", "bfloat16")):
@@ -126,6 +153,10 @@ for dt in (getattr(torch, d) for d in DTYPES if d in ("float32", "bfloat16")):
     mar_bwd_c = torch.compile(mar_bwd, dynamic=True)
     ama_c = torch.compile(ama, dynamic=True)
     ama_bwd_c = torch.compile(ama_bwd, dynamic=True)
+    ama_bwd_out_c = torch.compile(ama_bwd_from_out, dynamic=True)
+    gelu_c = torch.compile(gelu_fwd, dynamic=True)
+    gelu_bwd_c = torch.compile(gelu_bwd, dynamic=True)
+    residual_c = torch.compile(residual_fwd, dynamic=True)
     for (M, K, N) in MM if "matmul_add_relu" in OPS else []:
         it = dt.itemsize
         S = sets_for((M * K + K * N + 2 * M * N + N) * it)
@@ -154,6 +185,35 @@ for dt in (getattr(torch, d) for d in DTYPES if d in ("float32", "bfloat16")):
         row("matmul_add_relu", "bwd", dt, shape, "torch_compile",
             bench(lambda i: mar_bwd_c(G[i % S], O[i % S], A[i % S], B[i % S])))
         del A, B, Bi, G, O
+    abi11 = [op for op in ("matmul_add_activation", "matmul_add_residual") if op in OPS]
+    for (M, K, N) in MM if abi11 else []:
+        # The sets of the driver's bench_matmul_epilogue: a, b, bias, out, pre or residual, grad_out.
+        S = sets_for((M * K + K * N + 3 * M * N + N) * dt.itemsize)
+        A = [torch.randn(M, K, device=dev, dtype=dt) for _ in range(S)]
+        B = [torch.randn(K, N, device=dev, dtype=dt) for _ in range(S)]
+        Bi = [torch.randn(N, device=dev, dtype=dt) for _ in range(S)]
+        shape = f"{M}x{K}x{N}"
+        gemm = bench(lambda i: A[i % S] @ B[i % S])
+        for op in abi11:
+            row(GELU if op == "matmul_add_activation" else op, "fwd", dt, shape, "torch_gemm_only", gemm)
+        if "matmul_add_activation" in OPS:
+            row(GELU, "fwd", dt, shape, "torch_eager", bench(lambda i: gelu_fwd(A[i % S], B[i % S], Bi[i % S])))
+            row(GELU, "fwd", dt, shape, "torch_compile", bench(lambda i: gelu_c(A[i % S], B[i % S], Bi[i % S])))
+            P = [torch.addmm(Bi[k], A[k], B[k]) for k in range(S)]
+            G = [torch.randn(M, N, device=dev, dtype=dt) for _ in range(S)]
+            row(GELU, "bwd", dt, shape, "torch_eager",
+                bench(lambda i: gelu_bwd(G[i % S], P[i % S], A[i % S], B[i % S])))
+            row(GELU, "bwd", dt, shape, "torch_compile",
+                bench(lambda i: gelu_bwd_c(G[i % S], P[i % S], A[i % S], B[i % S])))
+            del P, G
+        if "matmul_add_residual" in OPS:
+            R = [torch.randn(M, N, device=dev, dtype=dt) for _ in range(S)]
+            row("matmul_add_residual", "fwd", dt, shape, "torch_eager",
+                bench(lambda i: residual_fwd(A[i % S], B[i % S], Bi[i % S], R[i % S])))
+            row("matmul_add_residual", "fwd", dt, shape, "torch_compile",
+                bench(lambda i: residual_c(A[i % S], B[i % S], Bi[i % S], R[i % S])))
+            del R
+        del A, B, Bi
     for (M, N) in AM if "add_mul_activation" in OPS else []:
         S = sets_for((7 * M * N + 2 * N) * dt.itemsize)
         X = [torch.randn(M, N, device=dev, dtype=dt) for _ in range(S)]
@@ -168,4 +228,9 @@ for dt in (getattr(torch, d) for d in DTYPES if d in ("float32", "bfloat16")):
             bench(lambda i: ama_bwd(G[i % S], X[i % S], Y[i % S], Bi[i % S])))
         row("add_mul_activation", "bwd", dt, shape, "torch_compile",
             bench(lambda i: ama_bwd_c(G[i % S], X[i % S], Y[i % S], Bi[i % S])))
-        del X, Y, Bi, G
+        O = [ama(X[k], Bi[k], Y[k]) for k in range(S)]
+        row("add_mul_activation", "bwd_from_out", dt, shape, "torch_eager",
+            bench(lambda i: ama_bwd_from_out(G[i % S], O[i % S])))
+        row("add_mul_activation", "bwd_from_out", dt, shape, "torch_compile",
+            bench(lambda i: ama_bwd_out_c(G[i % S], O[i % S])))
+        del X, Y, Bi, G, O

@@ -5,10 +5,13 @@
 
 One table per op and direction: a row per dtype and shape, a column per implementation,
 cells `median (p10-p90) [% of ceiling]` in us or ms; then the ceilings, the dispatch
-overhead and the checks (outputs against float64, the NaN probes of the epilogues).
+overhead, the checks (outputs against float64, the NaN probes of the epilogues) and the
+ratios of issue 17's targets with PASS/FAIL (bench/targets.py).
 """
 import json
 import sys
+
+import targets
 
 
 def order(impl):
@@ -75,6 +78,11 @@ def main():
     for c in res.get("checks", []):
         print(f"- check {'ok' if c.get('ok') else 'NOT OK'}: " + ", ".join(f"{k} {v}" for k, v in c.items()
                                                                       if k not in ("check", "ok")) + f" ({c['check']})")
+    lines = targets.evaluate(res)
+    if lines:
+        print("\n**Targets** (issue 17; ratio = dlfuse median / reference median, same run)\n")
+        for t in lines:
+            print(f"- {targets.fmt(t)}")
 
 
 if __name__ == "__main__":

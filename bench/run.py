@@ -41,8 +41,11 @@ What runs (progress on stderr):
   peers     raw oneDNN primitives (bench/peers/onednn_raw.cpp); cuBLASLt plain, tuned and
             RELU_BIAS-epilogue GEMMs, the epilogue's NaN probe and the L2-flushed interleaved
             comparison with the CUDA plugin (bench/peers/cublaslt.cpp); NumPy (float32, when a
-            CPU plugin ran); PyTorch eager / torch._addmm_activation / torch.compile when
-            torch with CUDA is importable (bench/peers_torch.py).
+            CPU plugin ran); PyTorch eager / torch._addmm_activation / torch.compile (and
+            the plain GEMM under the ABI 1.1 ops) when torch with CUDA is importable
+            (bench/peers_torch.py).
+  targets   the last lines: issue 17's ratios of the ABI 1.1 rows with PASS/FAIL
+            (bench/targets.py; also `python3 bench/targets.py results.json`).
   ceilings  CPU: memcpy bandwidth (dlfuse_bench copy-bw) and oneDNN f32 GEMM 4096^3; GPU:
             torch 1 GiB device copy and 8192^3 GEMM per dtype.
   dispatch  ns per call of the no-op plugin through dlfuse_op_call (cached handle) and the
@@ -66,6 +69,8 @@ import shutil
 import subprocess
 import sys
 import time
+
+from targets import evaluate as evaluate_targets, fmt as fmt_target
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -463,6 +468,8 @@ def main():
               f"{r['p10_ms']:10.4f} {r['p90_ms']:10.4f} {pct:>7s}")
     for c in checks:
         print(f"check {'ok' if c.get('ok') else 'NOT OK':6s} {json.dumps(c)}")
+    for t in evaluate_targets(res):
+        print(fmt_target(t))
     log(f"wrote {out_dir}/results.json, results.csv")
     if not args.no_plot:
         try:
