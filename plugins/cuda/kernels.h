@@ -55,6 +55,16 @@ int colsum_partials(DType dt, const void* m, int64_t R, int64_t C, float* partia
 void finish_colsum(DType dt, const float* partial, int nchunks, int64_t C, void* dst, int64_t dst_stride,
                    float scale, bool total, cudaStream_t s);
 
+// One destination of finish_colsums: dst[c * stride] = scale * column sum c.
+struct ColsumDst {
+  void* p;
+  int64_t stride;
+  float scale;
+};
+// finish_colsum into up to three destinations in one pass over the partials.
+void finish_colsums(DType dt, const float* partial, int nchunks, int64_t C, const ColsumDst* dst, int n,
+                    cudaStream_t s);
+
 // ---- add_mul_activation ---------------------------------------------------------------
 
 // How a fast-path operand is read over the output's [R, C] (compact) layout. y and b may be
@@ -78,6 +88,7 @@ struct AmFast {
   // Backward only: x holds the forward's out (y and b kAbsent) and the gradient is taken
   // from it; IDENTITY, RELU, SIGMOID, TANH.
   bool from_out = false;
+  bool gx_cached = false;  // gx is read again right away (a matmul's dZ): normal, not streaming, stores
 };
 
 // True if every pointer and C allow 16-byte vectors.
