@@ -53,7 +53,7 @@ def _mm_shape(a, b):
     return (*batch, a.shape[-2], b.shape[-1])
 
 
-def _act(activation):
+def _act(activation):  # inlined where a call counts
     return activation if type(activation) is int else _core._act(activation)
 
 
@@ -95,10 +95,13 @@ def _takes_out_form(device_type, dtype):
 
 
 def _amc_out_ok(t):
-    key = (t.device.type, t.dtype)
+    # is_cuda, not device.type (a new torch.device per call, ~0.5 us): dlfuse serves torch's
+    # CPU and CUDA tensors, and what another device's tensor gets saved does not matter
+    # (its forward fails)
+    key = (t.is_cuda, t.dtype)
     ok = _out_form_cache.get(key)
     if ok is None:
-        ok = _out_form_cache[key] = _takes_out_form(*key)
+        ok = _out_form_cache[key] = _takes_out_form("cuda" if key[0] else "cpu", key[1])
     return ok
 
 
@@ -488,28 +491,33 @@ class MatmulAddRelu(torch.autograd.Function):
 class AddMulActivation(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, y, bias, multiplier=1.0, activation="relu"):
-        act = _act(activation)
-        ctx.multiplier, ctx.activation = float(multiplier), act
-        out = _amc_fwd(x, y, bias, float(multiplier), act)
-        if act in _OUT_FORM and _amc_out_ok(x):
-            # only `out`: autograd's version counter still catches an in-place change of it
+        act = activation if type(activation) is int else _core._act(activation)
+        m = float(multiplier)
+        out = _amc_fwd(x, y, bias, m, act)
+        ok = act in _OUT_FORM and _out_form_cache.get((x.is_cuda, x.dtype))
+        if ok is None:
+            ok = _amc_out_ok(x)
+        if ok:
+            # only `out`: autograd's version counter still catches an in-place change of it.
+            # The shapes of the gradients autograd wants (reading a shape costs ~0.2 us).
+            n = ctx.needs_input_grad
             ctx.save_for_backward(out)
-            ctx.shapes = (tuple(x.shape), tuple(y.shape), tuple(bias.shape))
+            ctx.args = (m, act, (x.shape if n[0] else None, y.shape if n[1] else None,
+                                 bias.shape if n[2] else None))
         else:
             ctx.save_for_backward(x, y, bias)
-            ctx.shapes = None
+            ctx.args = (m, act, None)
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        if ctx.shapes is not None:
+        m, act, shapes = ctx.args
+        if shapes is not None:
             (out,) = ctx.saved_tensors
-            gx, gy, gb = _amc_bwd_out(grad, out, ctx.multiplier, ctx.activation, ctx.shapes,
-                                      ctx.needs_input_grad[:3])
+            gx, gy, gb = _amc_bwd_out(grad, out, m, act, shapes, ctx.needs_input_grad[:3])
         else:
             x, y, bias = ctx.saved_tensors
-            gx, gy, gb = _amc_bwd(grad, x, y, bias, ctx.multiplier, ctx.activation,
-                                  ctx.needs_input_grad[:3])
+            gx, gy, gb = _amc_bwd(grad, x, y, bias, m, act, ctx.needs_input_grad[:3])
         return gx, gy, gb, None, None
 
 
@@ -593,7 +601,7 @@ def add_mul_activation(x, y, bias, multiplier=1.0, activation="relu"):
     """act(x + bias + multiplier * y), differentiable in x, y and bias. For identity, relu,
     sigmoid and tanh the backward reads the output (saved instead of x, y, bias) where the
     kernel serving the backward takes it."""
-    act = _act(activation)
+    act = activation if type(activation) is int else _core._act(activation)
     if not _compiling() and _eager(x, y, bias):
         if _grad_on() and (x.requires_grad or y.requires_grad or bias.requires_grad):
             return _amc_apply(x, y, bias, float(multiplier), act)
@@ -605,7 +613,7 @@ def matmul_add_activation(a, b, bias, activation="relu", allow_tf32=False):
     """act(a @ b + bias), differentiable in a, b and bias; works under torch.compile. The
     backward reads out (identity, relu, sigmoid, tanh) or pre = a @ b + bias (gelu, silu),
     which the forward then also writes."""
-    act = _act(activation)
+    act = activation if type(activation) is int else _core._act(activation)
     if not _compiling() and _eager(a, b, bias):
         if _grad_on() and (a.requires_grad or b.requires_grad or bias.requires_grad):
             return _maa_apply(a, b, bias, act, bool(allow_tf32))
