@@ -261,6 +261,27 @@ def test_add_mul_activation_keeps_only_out(dev, impl, act):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("needs", [(True, False, False), (False, True, False), (False, False, True),
+                                   (False, True, True)])
+def test_add_mul_activation_partial_grads(dev, impl, needs):
+    """Only the inputs that require grad get one, of their own (broadcast) shape."""
+    gen = torch.Generator().manual_seed(250)
+    x, y, bias = (_rand(gen, s, dev).requires_grad_(n) for s, n in zip(AM_CASES[1], needs))
+    out = _call(impl, dft.add_mul_activation, dft.AddMulActivation, x, y, bias, -0.7, "sigmoid")
+    g = _rand(gen, out.shape, dev)
+    out.backward(g)
+    x64, y64, b64 = (t.detach().double().requires_grad_() for t in (x, y, bias))
+    pre64 = _am(x64, y64, b64, -0.7)
+    want = torch.autograd.grad(torch.sigmoid(pre64), (x64, y64, b64), g.double())
+    scales = _abs_sum_scales(lambda a, b, c: _am(a, b, c, 0.7), (x, y, bias), g.double().abs())
+    for t, n, w, s in zip((x, y, bias), needs, want, scales):
+        if n:
+            close(t.grad, w, s)
+        else:
+            assert t.grad is None
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("op", ["add_mul_activation", "matmul_add_activation"])
 def test_in_place_change_of_saved_out_is_caught(dev, impl, op):
     """The saved out goes through save_for_backward: autograd's version counter sees a
