@@ -461,6 +461,34 @@ def test_torch_compile_fullgraph_abi11(dev):
     assert sum("dlfuse.matmul_add_residual" in s for s in seen) == 1, seen
 
 
+def test_torch_compile_dynamic_shapes(dev):
+    """dynamic=True: the saved shapes are symbolic in the trace; one graph serves every
+    batch size (AOT autograd, so the backward ops are traced too)."""
+    _need("matmul_add_activation", dev)
+    _need("matmul_add_residual", dev)
+    gen = torch.Generator().manual_seed(600)
+    w1, b1, w2, b2, bi = _leaves(gen, [(8, 16), (16,), (16, 8), (8,), (8,)], dev)
+    params = [w1, b1, w2, b2, bi]
+
+    def f(x):
+        h = dft.matmul_add_activation(x, w1, b1, "silu")
+        r = dft.matmul_add_residual(h, w2, b2, x)
+        return dft.add_mul_activation(r, x, bi, 0.5, "tanh").square().sum()
+
+    def ref(x):
+        r = F.silu(x @ w1 + b1) @ w2 + b2 + x
+        return torch.tanh(r + bi + 0.5 * x).square().sum()
+
+    torch._dynamo.reset()
+    cf = torch.compile(f, fullgraph=True, dynamic=True, backend="aot_eager")
+    for n in (3, 5, 9):
+        x = _rand(gen, (n, 8), dev).requires_grad_()
+        got = torch.autograd.grad(cf(x), [x, *params])
+        want = torch.autograd.grad(ref(x), [x, *params])
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("act", ["relu", "tanh", "gelu_erf"])
 def test_fused_linear(dev, act):
     _need("matmul_add_activation", dev)
