@@ -66,7 +66,7 @@ _OUT_FORM = frozenset((0, 1, 2, 3))
 #
 # The out form of add_mul_activation_backward is an input that ABI 1.1 appended to a 1.0 op:
 # a kernel takes it only if it declares DLFUSE_KERNEL_TAKES_V1_1_INPUTS (the CUDA plugin
-# does not yet). The forward decides what to save, so it asks once per (device type, dtype).
+# does not yet). The forward decides what to save, so it asks once per (CPU or CUDA, dtype).
 
 _out_form_cache = {}
 
@@ -95,7 +95,7 @@ def _takes_out_form(device_type, dtype):
 
 
 def _amc_out_ok(t):
-    # is_cuda, not device.type (a new torch.device per call, ~0.5 us): dlfuse serves torch's
+    # is_cuda, not device.type (which makes a torch.device per call): dlfuse serves torch's
     # CPU and CUDA tensors, and what another device's tensor gets saved does not matter
     # (its forward fails)
     key = (t.is_cuda, t.dtype)
@@ -106,10 +106,11 @@ def _amc_out_ok(t):
 
 
 def _amc_grads_from_out_torch(grad, out, multiplier, act, shapes, needs):
-    """The out form's formulas (docs/ops.md) in torch ops: for a backward whose forward saved
-    `out` and whose kernel refuses it since (a plugin loaded or preferred in between)."""
+    """The out form's formulas (docs/ops.md) in torch ops, for a backward whose forward saved
+    `out` and whose kernel now refuses it (a plugin was loaded or preferred in between)."""
     if act == 1:  # a select: NaN passes, a blocked NaN/Inf gradient gives 0
-        d = torch.where((out > 0) | out.isnan(), grad, torch.zeros((), dtype=grad.dtype, device=grad.device))
+        zero = torch.zeros((), dtype=grad.dtype, device=grad.device)
+        d = torch.where((out > 0) | out.isnan(), grad, zero)
     elif act == 2:
         d = grad * out * (1 - out)
     elif act == 3:
@@ -178,11 +179,8 @@ def _maa_fwd(a, b, bias, activation, want_pre, allow_tf32):
 def _maa_bwd(grad_out, a, b, saved, activation, saved_is_pre, bias_shape, needs, allow_tf32):
     if FORCE_CONTIGUOUS:
         grad_out, a, b, saved = _c(grad_out, a, b, saved)
-    if saved_is_pre:
-        return _ext.matmul_add_activation_backward(grad_out, a, b, activation, None, saved,
-                                                   bias_shape=bias_shape, needs=needs,
-                                                   stream=_stream(a), allow_tf32=allow_tf32)
-    return _ext.matmul_add_activation_backward(grad_out, a, b, activation, saved, None,
+    out, pre = (None, saved) if saved_is_pre else (saved, None)
+    return _ext.matmul_add_activation_backward(grad_out, a, b, activation, out, pre,
                                                bias_shape=bias_shape, needs=needs,
                                                stream=_stream(a), allow_tf32=allow_tf32)
 
