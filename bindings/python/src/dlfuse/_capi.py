@@ -126,7 +126,11 @@ class dlfuse_plugin_info_t(Structure):
 
 class dlfuse_kernel_info_t(Structure):
     _fields_ = [("struct_size", c_size_t), ("op", c_char_p), ("device_type", c_int32),
-                ("num_dtypes", c_int32), ("dtypes", POINTER(DLDataType)), ("priority", c_int32)]
+                ("num_dtypes", c_int32), ("dtypes", POINTER(DLDataType)), ("priority", c_int32),
+                ("flags", c_uint32)]  # ABI 1.1 (a 1.0 libdlfuse leaves it 0)
+
+
+KERNEL_TAKES_V1_1_INPUTS = 1  # dlfuse/plugin.h: the kernel reads ABI 1.1's appended inputs
 
 
 # ---- finding and loading libdlfuse ------------------------------------------------------

@@ -4,6 +4,8 @@ torch.compile.
     import dlfuse.torch as dft
     y = dft.matmul_add_relu(x, w, b)              # differentiable, torch.compile-able
     z = dft.add_mul_activation(x, y, b, 0.5, "silu")
+    h = dft.matmul_add_activation(x, w, b, "gelu_tanh")
+    r = dft.matmul_add_residual(h, w2, b2, x)     # h @ w2 + b2 + x
 
 In eager mode on plain tensors the public functions call the compiled extension directly
 (no grad needed) or through an autograd Function whose apply goes straight to torch's C
@@ -15,14 +17,16 @@ kernels and autograd formulas registered), so ``torch.compile(fullgraph=True)`` 
 them as opaque calls and CUDA graphs capture them (docs/python.md).
 """
 
+import ctypes
 from typing import List, Tuple
 
 import torch
 
-from . import _core, _ext
+from . import _capi, _core, _ext
 
-__all__ = ["matmul_add_relu", "add_mul_activation", "MatmulAddRelu", "AddMulActivation",
-           "FusedLinearReLU"]
+__all__ = ["matmul_add_relu", "add_mul_activation", "matmul_add_activation",
+           "matmul_add_residual", "MatmulAddRelu", "AddMulActivation", "MatmulAddActivation",
+           "MatmulAddResidual", "FusedLinearReLU", "FusedLinear"]
 
 
 # Set True to hand the kernels contiguous copies of every input (a debugging aid: it takes
@@ -47,6 +51,74 @@ def _stream(t):
 def _mm_shape(a, b):
     batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     return (*batch, a.shape[-2], b.shape[-1])
+
+
+def _act(activation):  # inlined where a call counts
+    return activation if type(activation) is int else _core._act(activation)
+
+
+# identity, relu, sigmoid, tanh: act' is a function of act's output, so a backward can read
+# `out` (which the next layer usually keeps anyway) instead of the forward's inputs or `pre`.
+_OUT_FORM = frozenset((0, 1, 2, 3))
+
+
+# ---- which add_mul_activation_backward form the serving kernel takes ----------------------
+#
+# The out form of add_mul_activation_backward is an input that ABI 1.1 appended to a 1.0 op:
+# a kernel takes it only if it declares DLFUSE_KERNEL_TAKES_V1_1_INPUTS (the CUDA plugin
+# does not yet). The forward decides what to save, so it asks once per (CPU or CUDA, dtype).
+
+_out_form_cache = {}
+
+
+def _takes_out_form(device_type, dtype):
+    """Whether the kernel add_mul_activation_backward resolves to takes `out`."""
+    dl = _core._DTYPE_BY_NAME.get(str(dtype).rsplit(".", 1)[-1])
+    dev = _capi.DEVICE_TYPES.get(device_type)
+    if dl is None or dev is None or _core.abi_version() < (1, 1):
+        return False
+    reg = _core.registry()
+    lib = _capi.lib()
+    op, idx = ctypes.c_void_p(), ctypes.c_int32()
+    if (lib.dlfuse_op_get(reg.handle, b"add_mul_activation_backward", ctypes.byref(op)) or
+            lib.dlfuse_op_resolve(op, dev, _capi.DLDataType(dl[0], dl[1], 1), ctypes.byref(idx))):
+        return False  # no kernel: the forward fails anyway
+    ki = _capi.dlfuse_kernel_info_t()
+    for k in range(reg.plugin(idx.value).num_kernels):
+        ki.struct_size = ctypes.sizeof(ki)
+        if lib.dlfuse_registry_kernel_info(reg.handle, idx.value, k, ctypes.byref(ki)):
+            continue
+        if (ki.op == b"add_mul_activation_backward" and ki.device_type == dev and
+                any((d.code, d.bits) == dl for d in ki.dtypes[:ki.num_dtypes])):
+            return bool(ki.flags & _capi.KERNEL_TAKES_V1_1_INPUTS)
+    return False
+
+
+def _amc_out_ok(t):
+    # is_cuda, not device.type (which makes a torch.device per call): dlfuse serves torch's
+    # CPU and CUDA tensors, and what another device's tensor gets saved does not matter
+    # (its forward fails)
+    key = (t.is_cuda, t.dtype)
+    ok = _out_form_cache.get(key)
+    if ok is None:
+        ok = _out_form_cache[key] = _takes_out_form("cuda" if key[0] else "cpu", key[1])
+    return ok
+
+
+def _amc_grads_from_out_torch(grad, out, multiplier, act, shapes, needs):
+    """The out form's formulas (docs/ops.md) in torch ops, for a backward whose forward saved
+    `out` and whose kernel now refuses it (a plugin was loaded or preferred in between)."""
+    if act == 1:  # a select: NaN passes, a blocked NaN/Inf gradient gives 0
+        zero = torch.zeros((), dtype=grad.dtype, device=grad.device)
+        d = torch.where((out > 0) | out.isnan(), grad, zero)
+    elif act == 2:
+        d = grad * out * (1 - out)
+    elif act == 3:
+        d = grad * (1 - out * out)
+    else:
+        d = grad
+    return tuple((d * multiplier if i == 1 else d).sum_to_size(tuple(sh)).clone() if need else None
+                 for i, (sh, need) in enumerate(zip(shapes, needs)))
 
 
 # ---- eager kernels (the extension; outputs allocated by torch) ------------------------------
@@ -75,6 +147,56 @@ def _amc_bwd(grad_out, x, y, bias, multiplier, activation, needs):
         grad_out, x, y, bias = _c(grad_out, x, y, bias)
     return _ext.add_mul_activation_backward(grad_out, x, y, bias, multiplier, activation,
                                             needs=needs, stream=_stream(x))
+
+
+_amc_bwd_c = _ext.add_mul_activation_backward  # one name, so a test can make it refuse
+
+
+def _amc_bwd_out(grad_out, out, multiplier, activation, shapes, needs, grads=(None, None, None)):
+    """add_mul_activation's gradients from its output (identity, relu, sigmoid, tanh)."""
+    if FORCE_CONTIGUOUS:
+        grad_out, out = _c(grad_out, out)
+    try:
+        return _amc_bwd_c(grad_out, None, None, None, multiplier, activation, needs=needs,
+                          grad_x=grads[0], grad_y=grads[1], grad_bias=grads[2], stream=_stream(out),
+                          out=out, x_shape=shapes[0], y_shape=shapes[1], bias_shape=shapes[2])
+    except _core.UnsupportedError:
+        _out_form_cache.clear()  # the registry changed since the forward chose: ask again
+        res = _amc_grads_from_out_torch(grad_out, out, multiplier, activation, shapes, needs)
+        for g, r in zip(grads, res):
+            if g is not None:
+                g.copy_(r)
+        return tuple(g if g is not None else r for g, r in zip(grads, res))
+
+
+def _maa_fwd(a, b, bias, activation, want_pre, allow_tf32):
+    if FORCE_CONTIGUOUS:
+        a, b, bias = _c(a, b, bias)
+    return _ext.matmul_add_activation(a, b, bias, activation, None, want_pre, stream=_stream(a),
+                                      allow_tf32=allow_tf32)
+
+
+def _maa_bwd(grad_out, a, b, saved, activation, saved_is_pre, bias_shape, needs, allow_tf32):
+    if FORCE_CONTIGUOUS:
+        grad_out, a, b, saved = _c(grad_out, a, b, saved)
+    out, pre = (None, saved) if saved_is_pre else (saved, None)
+    return _ext.matmul_add_activation_backward(grad_out, a, b, activation, out, pre,
+                                               bias_shape=bias_shape, needs=needs,
+                                               stream=_stream(a), allow_tf32=allow_tf32)
+
+
+def _mres_fwd(a, b, bias, residual, allow_tf32):
+    if FORCE_CONTIGUOUS:
+        a, b, bias, residual = _c(a, b, bias, residual)
+    return _ext.matmul_add_residual(a, b, bias, residual, None, stream=_stream(a),
+                                    allow_tf32=allow_tf32)
+
+
+def _mres_bwd(grad_out, a, b, bias_shape, residual_shape, needs, allow_tf32):
+    if FORCE_CONTIGUOUS:
+        grad_out, a, b = _c(grad_out, a, b)
+    return _ext.matmul_add_residual_backward(grad_out, a, b, bias_shape, residual_shape,
+                                             needs=needs, stream=_stream(a), allow_tf32=allow_tf32)
 
 
 # ---- torch.library custom ops --------------------------------------------------------------
@@ -167,22 +289,182 @@ def _(grad_out, x, y, bias, multiplier, activation, needs_x, needs_y, needs_bias
             x.new_empty(bias.shape if needs_bias else (0,)))
 
 
+def _empty_grads(like, shapes, needs):
+    """Custom ops return tensors: an unwanted gradient is an empty one."""
+    return tuple(like.new_empty(tuple(sh) if n else (0,)) for sh, n in zip(shapes, needs))
+
+
+@torch.library.custom_op("dlfuse::add_mul_activation_backward_from_out", mutates_args=())
+def _op_amc_bwd_out(grad_out: torch.Tensor, out: torch.Tensor, multiplier: float, activation: int,
+                    x_shape: List[int], y_shape: List[int], bias_shape: List[int], needs_x: bool,
+                    needs_y: bool, needs_bias: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    grad_out, out = _c(grad_out, out)
+    shapes, needs = (x_shape, y_shape, bias_shape), (needs_x, needs_y, needs_bias)
+    gs = _empty_grads(out, shapes, needs)
+    _amc_bwd_out(grad_out, out, multiplier, activation, shapes, needs,
+                 tuple(g if n else None for g, n in zip(gs, needs)))
+    return gs
+
+
+@_op_amc_bwd_out.register_fake
+def _(grad_out, out, multiplier, activation, x_shape, y_shape, bias_shape, needs_x, needs_y,
+      needs_bias):
+    return _empty_grads(out, (x_shape, y_shape, bias_shape), (needs_x, needs_y, needs_bias))
+
+
 def _amc_setup(ctx, inputs, output):
     x, y, bias, multiplier, activation = inputs
-    ctx.save_for_backward(x, y, bias)
     ctx.multiplier = multiplier
     ctx.activation = activation
+    if activation in _OUT_FORM and _amc_out_ok(output):
+        # only `out`: autograd's version counter still catches an in-place change of it
+        ctx.save_for_backward(output)
+        ctx.shapes = (list(x.shape), list(y.shape), list(bias.shape))
+    else:
+        ctx.save_for_backward(x, y, bias)
+        ctx.shapes = None
 
 
 def _amc_backward(ctx, grad):
-    x, y, bias = ctx.saved_tensors
     nx, ny, nb = ctx.needs_input_grad[:3]
-    gx, gy, gb = torch.ops.dlfuse.add_mul_activation_backward(
-        grad, x, y, bias, ctx.multiplier, ctx.activation, nx, ny, nb)
+    if ctx.shapes is not None:
+        (out,) = ctx.saved_tensors
+        gx, gy, gb = torch.ops.dlfuse.add_mul_activation_backward_from_out(
+            grad, out, ctx.multiplier, ctx.activation, *ctx.shapes, nx, ny, nb)
+    else:
+        x, y, bias = ctx.saved_tensors
+        gx, gy, gb = torch.ops.dlfuse.add_mul_activation_backward(
+            grad, x, y, bias, ctx.multiplier, ctx.activation, nx, ny, nb)
     return (gx if nx else None, gy if ny else None, gb if nb else None, None, None)
 
 
 _op_amc.register_autograd(_amc_backward, setup_context=_amc_setup)
+
+
+# matmul_add_activation returns (out, pre): pre is written only with save_pre (the backward
+# of gelu and silu reads it; the others read out), else it is an empty tensor.
+@torch.library.custom_op("dlfuse::matmul_add_activation", mutates_args=())
+def _op_maa(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, activation: int,
+            save_pre: bool = False, allow_tf32: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    a, b, bias = _c(a, b, bias)  # outputs from torch.empty, as in _op_mar
+    out = a.new_empty(_mm_shape(a, b))
+    if not save_pre:
+        _ext.matmul_add_activation(a, b, bias, activation, out, None, stream=_stream(a),
+                                   allow_tf32=allow_tf32)
+        return out, a.new_empty((0,))
+    pre = a.new_empty(_mm_shape(a, b))
+    _ext.matmul_add_activation(a, b, bias, activation, out, pre, stream=_stream(a),
+                               allow_tf32=allow_tf32)
+    return out, pre
+
+
+@_op_maa.register_fake
+def _(a, b, bias, activation, save_pre=False, allow_tf32=False):
+    return a.new_empty(_mm_shape(a, b)), a.new_empty(_mm_shape(a, b) if save_pre else (0,))
+
+
+@torch.library.custom_op("dlfuse::matmul_add_activation_backward", mutates_args=())
+def _op_maa_bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, saved: torch.Tensor,
+                activation: int, saved_is_pre: bool, bias_shape: List[int], needs_a: bool,
+                needs_b: bool, needs_bias: bool,
+                allow_tf32: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    grad_out, a, b, saved = _c(grad_out, a, b, saved)
+    needs = (needs_a, needs_b, needs_bias)
+    gs = _empty_grads(a, (a.shape, b.shape, bias_shape), needs)
+    ga, gb, gbias = (g if n else None for g, n in zip(gs, needs))
+    out, pre = (None, saved) if saved_is_pre else (saved, None)
+    _ext.matmul_add_activation_backward(grad_out, a, b, activation, out, pre,
+                                        bias_shape=tuple(bias_shape), needs=needs, grad_a=ga,
+                                        grad_b=gb, grad_bias=gbias, stream=_stream(a),
+                                        allow_tf32=allow_tf32)
+    return gs
+
+
+@_op_maa_bwd.register_fake
+def _(grad_out, a, b, saved, activation, saved_is_pre, bias_shape, needs_a, needs_b, needs_bias,
+      allow_tf32=False):
+    return _empty_grads(a, (a.shape, b.shape, bias_shape), (needs_a, needs_b, needs_bias))
+
+
+def _maa_setup(ctx, inputs, output):
+    a, b, bias, activation, save_pre, allow_tf32 = inputs
+    out, pre = output
+    ctx.mark_non_differentiable(pre)
+    ctx.saved_is_pre = activation not in _OUT_FORM
+    if ctx.saved_is_pre and not save_pre:
+        raise RuntimeError(
+            "dlfuse::matmul_add_activation: the gradient of this activation reads pre: call the "
+            "op with save_pre=True when an input requires grad (dlfuse.torch."
+            "matmul_add_activation does)")
+    ctx.save_for_backward(a, b, pre if ctx.saved_is_pre else out)
+    ctx.activation = activation
+    ctx.bias_shape = list(bias.shape)
+    ctx.allow_tf32 = allow_tf32
+
+
+def _maa_backward(ctx, grad, _grad_pre):
+    a, b, saved = ctx.saved_tensors
+    na, nb, nbias = ctx.needs_input_grad[:3]
+    ga, gb, gbias = torch.ops.dlfuse.matmul_add_activation_backward(
+        grad, a, b, saved, ctx.activation, ctx.saved_is_pre, ctx.bias_shape, na, nb, nbias,
+        ctx.allow_tf32)
+    return (ga if na else None, gb if nb else None, gbias if nbias else None, None, None, None)
+
+
+_op_maa.register_autograd(_maa_backward, setup_context=_maa_setup)
+
+
+@torch.library.custom_op("dlfuse::matmul_add_residual", mutates_args=())
+def _op_mres(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor,
+             allow_tf32: bool = False) -> torch.Tensor:
+    a, b, bias, residual = _c(a, b, bias, residual)  # outputs from torch.empty, as in _op_mar
+    return _ext.matmul_add_residual(a, b, bias, residual, a.new_empty(_mm_shape(a, b)),
+                                    stream=_stream(a), allow_tf32=allow_tf32)
+
+
+@_op_mres.register_fake
+def _(a, b, bias, residual, allow_tf32=False):
+    return a.new_empty(_mm_shape(a, b))
+
+
+@torch.library.custom_op("dlfuse::matmul_add_residual_backward", mutates_args=())
+def _op_mres_bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias_shape: List[int],
+                 residual_shape: List[int], needs_a: bool, needs_b: bool, needs_bias: bool,
+                 needs_residual: bool, allow_tf32: bool = False
+                 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    grad_out, a, b = _c(grad_out, a, b)
+    needs = (needs_a, needs_b, needs_bias, needs_residual)
+    gs = _empty_grads(a, (a.shape, b.shape, bias_shape, residual_shape), needs)
+    g = [t if n else None for t, n in zip(gs, needs)]
+    _ext.matmul_add_residual_backward(grad_out, a, b, tuple(bias_shape), tuple(residual_shape),
+                                      needs=needs, grad_a=g[0], grad_b=g[1], grad_bias=g[2],
+                                      grad_residual=g[3], stream=_stream(a), allow_tf32=allow_tf32)
+    return gs
+
+
+@_op_mres_bwd.register_fake
+def _(grad_out, a, b, bias_shape, residual_shape, needs_a, needs_b, needs_bias, needs_residual,
+      allow_tf32=False):
+    return _empty_grads(a, (a.shape, b.shape, bias_shape, residual_shape),
+                        (needs_a, needs_b, needs_bias, needs_residual))
+
+
+def _mres_setup(ctx, inputs, output):
+    a, b, bias, residual, allow_tf32 = inputs
+    ctx.save_for_backward(a, b)  # bias and residual: their shapes are enough
+    ctx.shapes = (list(bias.shape), list(residual.shape))
+    ctx.allow_tf32 = allow_tf32
+
+
+def _mres_backward(ctx, grad):
+    a, b = ctx.saved_tensors
+    needs = ctx.needs_input_grad[:4]
+    gs = torch.ops.dlfuse.matmul_add_residual_backward(grad, a, b, *ctx.shapes, *needs,
+                                                       ctx.allow_tf32)
+    return (*(g if n else None for g, n in zip(gs, needs)), None)
+
+
+_op_mres.register_autograd(_mres_backward, setup_context=_mres_setup)
 
 
 # ---- plain autograd Functions (eager; the same kernels without the dispatcher) -------------
@@ -208,16 +490,71 @@ class AddMulActivation(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, y, bias, multiplier=1.0, activation="relu"):
         act = activation if type(activation) is int else _core._act(activation)
-        ctx.save_for_backward(x, y, bias)
-        ctx.multiplier, ctx.activation = float(multiplier), act
-        return _amc_fwd(x, y, bias, float(multiplier), act)
+        m = float(multiplier)
+        out = _amc_fwd(x, y, bias, m, act)
+        ok = act in _OUT_FORM and _out_form_cache.get((x.is_cuda, x.dtype))
+        if ok is None:
+            ok = _amc_out_ok(x)
+        if ok:
+            # only `out`: autograd's version counter still catches an in-place change of it.
+            # The shapes of the gradients autograd wants (reading a shape costs ~0.2 us).
+            n = ctx.needs_input_grad
+            ctx.save_for_backward(out)
+            ctx.args = (m, act, (x.shape if n[0] else None, y.shape if n[1] else None,
+                                 bias.shape if n[2] else None))
+        else:
+            ctx.save_for_backward(x, y, bias)
+            ctx.args = (m, act, None)
+        return out
 
     @staticmethod
     def backward(ctx, grad):
-        x, y, bias = ctx.saved_tensors
-        gx, gy, gb = _amc_bwd(grad, x, y, bias, ctx.multiplier, ctx.activation,
-                              ctx.needs_input_grad[:3])
+        m, act, shapes = ctx.args
+        if shapes is not None:
+            (out,) = ctx.saved_tensors
+            gx, gy, gb = _amc_bwd_out(grad, out, m, act, shapes, ctx.needs_input_grad[:3])
+        else:
+            x, y, bias = ctx.saved_tensors
+            gx, gy, gb = _amc_bwd(grad, x, y, bias, m, act, ctx.needs_input_grad[:3])
         return gx, gy, gb, None, None
+
+
+class MatmulAddActivation(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b, bias, activation="relu", allow_tf32=False):
+        act = _act(activation)
+        if act in _OUT_FORM:
+            out = _maa_fwd(a, b, bias, act, False, allow_tf32)
+            ctx.save_for_backward(a, b, out)
+            ctx.saved_is_pre = False
+        else:
+            out, pre = _maa_fwd(a, b, bias, act, True, allow_tf32)
+            ctx.save_for_backward(a, b, pre)
+            ctx.saved_is_pre = True
+        ctx.activation, ctx.bias_shape, ctx.allow_tf32 = act, tuple(bias.shape), allow_tf32
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b, saved = ctx.saved_tensors
+        ga, gb, gbias = _maa_bwd(grad, a, b, saved, ctx.activation, ctx.saved_is_pre,
+                                 ctx.bias_shape, ctx.needs_input_grad[:3], ctx.allow_tf32)
+        return ga, gb, gbias, None, None
+
+
+class MatmulAddResidual(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b, bias, residual, allow_tf32=False):
+        ctx.save_for_backward(a, b)
+        ctx.bias_shape, ctx.residual_shape = tuple(bias.shape), tuple(residual.shape)
+        ctx.allow_tf32 = allow_tf32
+        return _mres_fwd(a, b, bias, residual, allow_tf32)
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        return (*_mres_bwd(grad, a, b, ctx.bias_shape, ctx.residual_shape,
+                           ctx.needs_input_grad[:4], ctx.allow_tf32), None)
 
 
 # Function.apply's Python layer (argument binding, functorch unwrapping) costs more than the
@@ -225,6 +562,8 @@ class AddMulActivation(torch.autograd.Function):
 # torch's C apply does the same work.
 _mar_apply = super(torch.autograd.Function, MatmulAddRelu).apply
 _amc_apply = super(torch.autograd.Function, AddMulActivation).apply
+_maa_apply = super(torch.autograd.Function, MatmulAddActivation).apply
+_mres_apply = super(torch.autograd.Function, MatmulAddResidual).apply
 # nn.Parameter counts as plain: it disables __torch_function__ and is what every layer's
 # weight and bias are (without it a training step never took the fast path).
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -241,6 +580,10 @@ def _eager(a, b, c):
             and not _dispatch_modes() and not _function_modes())
 
 
+def _eager4(a, b, c, d):
+    return type(d) in _PLAIN and _eager(a, b, c)
+
+
 # ---- the public functions ------------------------------------------------------------------
 
 def matmul_add_relu(a, b, bias, allow_tf32=False):
@@ -253,13 +596,39 @@ def matmul_add_relu(a, b, bias, allow_tf32=False):
 
 
 def add_mul_activation(x, y, bias, multiplier=1.0, activation="relu"):
-    """act(x + bias + multiplier * y), differentiable in x, y and bias."""
+    """act(x + bias + multiplier * y), differentiable in x, y and bias. For identity, relu,
+    sigmoid and tanh the backward reads the output (saved instead of x, y, bias) where the
+    kernel serving the backward takes it."""
     act = activation if type(activation) is int else _core._act(activation)
     if not _compiling() and _eager(x, y, bias):
         if _grad_on() and (x.requires_grad or y.requires_grad or bias.requires_grad):
             return _amc_apply(x, y, bias, float(multiplier), act)
         return _amc_fwd(x, y, bias, float(multiplier), act)
     return torch.ops.dlfuse.add_mul_activation(x, y, bias, float(multiplier), act)
+
+
+def matmul_add_activation(a, b, bias, activation="relu", allow_tf32=False):
+    """act(a @ b + bias), differentiable in a, b and bias; works under torch.compile. The
+    backward reads out (identity, relu, sigmoid, tanh) or pre = a @ b + bias (gelu, silu),
+    which the forward then also writes."""
+    act = activation if type(activation) is int else _core._act(activation)
+    if not _compiling() and _eager(a, b, bias):
+        if _grad_on() and (a.requires_grad or b.requires_grad or bias.requires_grad):
+            return _maa_apply(a, b, bias, act, bool(allow_tf32))
+        return _maa_fwd(a, b, bias, act, False, bool(allow_tf32))
+    # pre only where a backward may read it (whether it will is not known under functorch)
+    return torch.ops.dlfuse.matmul_add_activation(
+        a, b, bias, act, act not in _OUT_FORM and _grad_on(), bool(allow_tf32))[0]
+
+
+def matmul_add_residual(a, b, bias, residual, allow_tf32=False):
+    """a @ b + bias + residual, differentiable in all four; works under torch.compile."""
+    if not _compiling() and _eager4(a, b, bias, residual):
+        if _grad_on() and (a.requires_grad or b.requires_grad or bias.requires_grad
+                           or residual.requires_grad):
+            return _mres_apply(a, b, bias, residual, bool(allow_tf32))
+        return _mres_fwd(a, b, bias, residual, bool(allow_tf32))
+    return torch.ops.dlfuse.matmul_add_residual(a, b, bias, residual, bool(allow_tf32))
 
 
 class FusedLinearReLU(torch.nn.Linear):
@@ -271,3 +640,18 @@ class FusedLinearReLU(torch.nn.Linear):
 
     def forward(self, x):
         return matmul_add_relu(x, self.weight.t(), self.bias)
+
+
+class FusedLinear(torch.nn.Linear):
+    """nn.Linear followed by an activation (a name or dlfuse_activation_t integer, see
+    matmul_add_activation), as one dlfuse matmul_add_activation."""
+
+    def __init__(self, in_features, out_features, activation="relu", device=None, dtype=None):
+        super().__init__(in_features, out_features, bias=True, device=device, dtype=dtype)
+        self.activation = _act(activation)
+
+    def forward(self, x):
+        return matmul_add_activation(x, self.weight.t(), self.bias, self.activation)
+
+    def extra_repr(self):
+        return f"{super().extra_repr()}, activation={self.activation}"

@@ -1,0 +1,506 @@
+"""dlfuse.torch over the ops of ABI 1.1: matmul_add_activation, matmul_add_residual and
+add_mul_activation's backward from `out`. Forward values and gradients against float64
+torch (torch.autograd.grad of the plain formula) for every activation, with broadcast
+bias/residual and batches; what autograd keeps for the backward; an in-place change of a
+saved output caught; opcheck; torch.compile(fullgraph=True). Each case runs through the
+three paths of docs/python.md: the public function on plain tensors (autograd Function via
+torch's C apply), Function.apply, and the public function under a torch-function mode
+(the torch.library custom ops). CPU: oneDNN for float32/float16/bfloat16, the test
+plugin for float64; CUDA where a plugin serves the op (docs/ops.md)."""
+import gc
+import weakref
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+import dlfuse  # noqa: E402
+import dlfuse.torch as dft  # noqa: E402
+
+from test_torch import dev  # noqa: E402,F401  (the device fixture: cpu, and cuda where present)
+
+ACTS = ["identity", "relu", "sigmoid", "tanh", "gelu_erf", "gelu_tanh", "silu"]
+OUT_FORM = {"identity", "relu", "sigmoid", "tanh"}
+TORCH_ACT = {"identity": lambda p: p, "relu": torch.relu, "sigmoid": torch.sigmoid,
+             "tanh": torch.tanh, "gelu_erf": F.gelu,
+             "gelu_tanh": lambda p: F.gelu(p, approximate="tanh"), "silu": F.silu}
+IMPLS = ["fast", "function", "custom_op"]
+# (rtol, atol) against float64 on the values the kernel saw, |err| <= atol + rtol * scale
+# with scale the float64 sum of |terms| (docs/ops.md, "Tolerances").
+TOL = {torch.float64: (1e-12, 1e-300), torch.float32: (2e-5, 1e-5),
+       torch.float16: (4e-3, 1e-3), torch.bfloat16: (1.6e-2, 1e-2)}
+
+
+class _ThroughMode(torch.overrides.TorchFunctionMode):
+    """A do-nothing torch-function mode: under it dlfuse.torch takes the custom-op path."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def _call(impl, public, function, *args):
+    if impl == "fast":
+        return public(*args)
+    if impl == "function":
+        return function.apply(*args)
+    with _ThroughMode():
+        return public(*args)
+
+
+def _check_path(impl, out, op_name):
+    name = type(out.grad_fn).__name__
+    if impl == "custom_op":
+        assert f"dlfuse_{op_name}" in name, name
+    else:
+        assert "dlfuse" not in name and name.endswith("Backward"), name
+
+
+def _need(op, device, dtype=torch.float32):
+    try:
+        dlfuse.registry().resolve(op, device, str(dtype).split(".")[1])
+    except dlfuse.Error as e:
+        pytest.skip(f"no plugin serves {op} on {device} {dtype}: {e}")
+
+
+def close(got, ref, scale, dtype=torch.float32):
+    rtol, atol = TOL[dtype]
+    assert got.shape == ref.shape, (got.shape, ref.shape)
+    got, ref = got.double(), ref.double()
+    err = (got - ref).abs()
+    bad = (err > atol + rtol * torch.maximum(scale.double(), ref.abs())) | (got.isnan() != ref.isnan())
+    assert not bad.any(), f"{int(bad.sum())} bad of {bad.numel()}, max err {err.max().item()}"
+
+
+def _rand(gen, shape, device, dtype=torch.float32):
+    return (torch.rand(shape, generator=gen, dtype=torch.float64) * 2 - 1).to(device=device, dtype=dtype)
+
+
+def _leaves(gen, shapes, device, dtype=torch.float32):
+    return [_rand(gen, s, device, dtype).requires_grad_() for s in shapes]
+
+
+def _act_slope(act, pre64):
+    """max(1, |act'(pre)|): how much an error in pre can grow through the activation."""
+    p = pre64.detach().clone().requires_grad_()
+    (d,) = torch.autograd.grad(TORCH_ACT[act](p).sum(), p)
+    return torch.clamp(d.abs(), min=1.0)
+
+
+def _abs_sum_scales(fn, inputs, w):
+    """The float64 sums of |terms|: the gradients of sum(w * fn(|inputs|)), fn linear in
+    each input (a matmul plus adds), with w >= 0; broadcasting and reduction come with it."""
+    xs = [t.detach().double().abs().requires_grad_() for t in inputs]
+    return torch.autograd.grad((w * fn(*xs)).sum(), xs)
+
+
+def _mm(a, b, bias):
+    return a @ b + bias
+
+
+# a, b, bias shapes: plain, batched a with a column bias, a broadcast over b's batch with a
+# full bias, and 4-D batch broadcasting on both sides
+MM_CASES = [((5, 7), (7, 6), (6,)), ((3, 5, 7), (7, 6), (5, 1)), ((5, 7), (2, 7, 6), (2, 5, 6)),
+            ((2, 1, 5, 7), (3, 7, 6), (1, 6))]
+
+
+def _check_matmul_add_activation(impl, act, device, dtype, gen, shapes):
+    a, b, bias = _leaves(gen, shapes, device, dtype)
+    out = _call(impl, dft.matmul_add_activation, dft.MatmulAddActivation, a, b, bias, act)
+    if impl != "function":
+        _check_path(impl, out, "matmul_add_activation")
+    g = _rand(gen, out.shape, device, dtype)
+    got = torch.autograd.grad(out, (a, b, bias), g)
+
+    a64, b64, bias64 = (t.detach().double().requires_grad_() for t in (a, b, bias))
+    pre64 = _mm(a64, b64, bias64)
+    ref = TORCH_ACT[act](pre64)
+    want = torch.autograd.grad(ref, (a64, b64, bias64), g.double())
+    slope = _act_slope(act, pre64)
+    z = _mm(*(t.detach().double().abs() for t in (a, b, bias)))
+    close(out, ref.detach(), z * slope, dtype)
+    for x, w, s in zip(got, want, _abs_sum_scales(_mm, (a, b, bias), g.double().abs() * slope)):
+        close(x, w, s, dtype)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("act", ACTS)
+def test_matmul_add_activation_values_and_grads(dev, impl, act):
+    _need("matmul_add_activation", dev)
+    _need("matmul_add_activation_backward", dev)
+    gen = torch.Generator().manual_seed(ACTS.index(act))
+    for shapes in MM_CASES:
+        _check_matmul_add_activation(impl, act, dev, torch.float32, gen, shapes)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("act", ["relu", "tanh", "gelu_erf", "silu"])
+def test_matmul_add_activation_dtypes(dev, dtype, act):
+    _need("matmul_add_activation", dev, dtype)
+    _need("matmul_add_activation_backward", dev, dtype)
+    gen = torch.Generator().manual_seed(7)
+    for shapes in MM_CASES[:2]:
+        _check_matmul_add_activation("fast", act, dev, dtype, gen, shapes)
+
+
+@pytest.mark.parametrize("impl", ["fast", "custom_op"])
+def test_matmul_add_activation_only_needed_grads(dev, impl):
+    _need("matmul_add_activation", dev)
+    gen = torch.Generator().manual_seed(3)
+    a = _rand(gen, (6, 4), dev)                       # data: no grad
+    b, bias = _leaves(gen, [(4, 3), (3,)], dev)
+    _call(impl, dft.matmul_add_activation, None, a, b, bias, "silu").sum().backward()
+    assert a.grad is None and b.grad is not None and bias.grad is not None
+    with torch.no_grad():                             # no grad: the extension directly
+        out = dft.matmul_add_activation(a, b, bias, "silu")
+    assert out.grad_fn is None and not out.requires_grad
+    close(out, F.silu(_mm(a.double(), b.detach().double(), bias.detach().double())),
+          _mm(a.double().abs(), b.detach().double().abs(), bias.detach().double().abs()))
+
+
+def _nonleaf(gen, shapes, device):
+    """Inputs that autograd's graph does not hold by itself (clones of leaves), so a weak
+    reference to one dies unless dlfuse's node saved it."""
+    leaves = _leaves(gen, shapes, device)
+    return leaves, [t.clone() for t in leaves]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("act", ACTS)
+def test_matmul_add_activation_saves_out_or_pre(dev, impl, act):
+    _need("matmul_add_activation", dev)
+    gen = torch.Generator().manual_seed(11)
+    leaves, (a, b, bias) = _nonleaf(gen, [(5, 4), (4, 3), (3,)], dev)
+    out = _call(impl, dft.matmul_add_activation, dft.MatmulAddActivation, a, b, bias, act)
+    saved = out.grad_fn.saved_tensors
+    assert len(saved) == 3
+    assert saved[0] is a or saved[0].data_ptr() == a.data_ptr()
+    pre64 = _mm(a.detach().double(), b.detach().double(), bias.detach().double())
+    if act in OUT_FORM:
+        assert saved[2].data_ptr() == out.data_ptr()      # out itself, no pre written
+    else:
+        assert saved[2].data_ptr() != out.data_ptr()      # pre, which the forward wrote
+        close(saved[2], pre64, _mm(*(t.detach().double().abs() for t in (a, b, bias))))
+    gone = weakref.ref(bias)
+    del bias, saved
+    gc.collect()
+    assert gone() is None, "the bias (only its shape is needed) was kept alive"
+    out.sum().backward()
+    assert all(t.grad is not None for t in leaves)
+
+
+# x, y, bias shapes for add_mul_activation: out [3, 4, 6] with y and bias broadcast, and x
+# broadcast (its gradient summed over the batch)
+AM_CASES = [((3, 4, 6), (1, 6), (4, 1)), ((4, 6), (3, 1, 6), (6,))]
+
+
+def _am(x, y, bias, m=0.5):
+    return x + bias + m * y
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("act", ACTS)
+def test_add_mul_activation_grads_all_activations(dev, impl, act):
+    gen = torch.Generator().manual_seed(100 + ACTS.index(act))
+    for shapes in AM_CASES:
+        x, y, bias = _leaves(gen, shapes, dev)
+        x.data.mul_(2)
+        out = _call(impl, dft.add_mul_activation, dft.AddMulActivation, x, y, bias, 0.5, act)
+        if impl != "function":
+            _check_path(impl, out, "add_mul_activation")
+        g = _rand(gen, out.shape, dev)
+        got = torch.autograd.grad(out, (x, y, bias), g)
+        x64, y64, b64 = (t.detach().double().requires_grad_() for t in (x, y, bias))
+        pre64 = _am(x64, y64, b64)
+        ref = TORCH_ACT[act](pre64)
+        want = torch.autograd.grad(ref, (x64, y64, b64), g.double())
+        slope = _act_slope(act, pre64)
+        close(out, ref.detach(), _am(*(t.detach().double().abs() for t in (x, y, bias))) * slope)
+        for v, w, s in zip(got, want, _abs_sum_scales(_am, (x, y, bias), g.double().abs() * slope)):
+            close(v, w, s)
+
+
+def test_cpu_kernels_take_the_out_form():
+    """docs/ops.md: the oneDNN and test plugins serve add_mul_activation_backward from out;
+    a dtype no plugin serves has no out form (the forward fails anyway)."""
+    if not any(p.available and p.device == "cpu" for p in dlfuse.plugins()):
+        pytest.skip("no CPU plugin")
+    assert dft._takes_out_form("cpu", torch.float32)
+    assert not dft._takes_out_form("cpu", torch.int32)
+    assert not dft._takes_out_form("vulkan", torch.float32)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("act", ACTS)
+def test_add_mul_activation_keeps_only_out(dev, impl, act):
+    """identity/relu/sigmoid/tanh: only out is saved (x, y, bias are freed once the caller
+    drops them) where the kernel takes the out form; gelu/silu keep x, y and bias."""
+    gen = torch.Generator().manual_seed(200 + ACTS.index(act))
+    leaves, (x, y, bias) = _nonleaf(gen, [(8, 6), (8, 6), (6,)], dev)
+    out = _call(impl, dft.add_mul_activation, dft.AddMulActivation, x, y, bias, 0.5, act)
+    from_out = act in OUT_FORM and dft._amc_out_ok(out)
+    if dev == "cpu":
+        assert from_out == (act in OUT_FORM)
+    saved = out.grad_fn.saved_tensors
+    if from_out:
+        assert len(saved) == 1 and saved[0].data_ptr() == out.data_ptr()
+    else:
+        assert len(saved) == 3
+    refs = [weakref.ref(t) for t in (x, y, bias)]
+    del x, y, bias, saved
+    gc.collect()
+    assert [r() is None for r in refs] == [from_out] * 3
+    g = _rand(gen, out.shape, dev)
+    out.backward(g)
+    x64, y64, b64 = (t.detach().double().requires_grad_() for t in leaves)
+    pre64 = _am(x64, y64, b64)
+    want = torch.autograd.grad(TORCH_ACT[act](pre64), (x64, y64, b64), g.double())
+    slope = _act_slope(act, pre64)
+    for t, w, s in zip(leaves, want, _abs_sum_scales(_am, leaves, g.double().abs() * slope)):
+        close(t.grad, w, s)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("needs", [(True, False, False), (False, True, False), (False, False, True),
+                                   (False, True, True)])
+def test_add_mul_activation_partial_grads(dev, impl, needs):
+    """Only the inputs that require grad get one, of their own (broadcast) shape."""
+    gen = torch.Generator().manual_seed(250)
+    x, y, bias = (_rand(gen, s, dev).requires_grad_(n) for s, n in zip(AM_CASES[1], needs))
+    out = _call(impl, dft.add_mul_activation, dft.AddMulActivation, x, y, bias, -0.7, "sigmoid")
+    g = _rand(gen, out.shape, dev)
+    out.backward(g)
+    x64, y64, b64 = (t.detach().double().requires_grad_() for t in (x, y, bias))
+    pre64 = _am(x64, y64, b64, -0.7)
+    want = torch.autograd.grad(torch.sigmoid(pre64), (x64, y64, b64), g.double())
+    scales = _abs_sum_scales(lambda a, b, c: _am(a, b, c, 0.7), (x, y, bias), g.double().abs())
+    for t, n, w, s in zip((x, y, bias), needs, want, scales):
+        if n:
+            close(t.grad, w, s)
+        else:
+            assert t.grad is None
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("op", ["add_mul_activation", "matmul_add_activation"])
+def test_in_place_change_of_saved_out_is_caught(dev, impl, op):
+    """The saved out goes through save_for_backward: autograd's version counter sees a
+    later in-place change and refuses the backward instead of using the changed values."""
+    gen = torch.Generator().manual_seed(5)
+    if op == "add_mul_activation":
+        x, y, bias = _leaves(gen, [(4, 6), (4, 6), (6,)], dev)
+        out = _call(impl, dft.add_mul_activation, dft.AddMulActivation, x, y, bias, 1.0, "tanh")
+        if not dft._amc_out_ok(out):
+            pytest.skip("this device's kernel reads x, y, bias, not out")
+    else:
+        _need("matmul_add_activation", dev)
+        a, b, bias = _leaves(gen, [(4, 5), (5, 6), (6,)], dev)
+        out = _call(impl, dft.matmul_add_activation, dft.MatmulAddActivation, a, b, bias, "tanh")
+    out.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+
+
+@pytest.mark.parametrize("impl", ["fast", "custom_op"])
+@pytest.mark.parametrize("act", sorted(OUT_FORM))
+def test_add_mul_out_form_refused_later_falls_back(dev, impl, act, monkeypatch):
+    """A forward saved out, then the kernel serving the backward refuses the out form (a
+    plugin loaded or preferred in between): the backward computes the out form's formulas
+    with torch ops, and the next forward asks the registry again."""
+    gen = torch.Generator().manual_seed(300)
+    x, y, bias = _leaves(gen, [(3, 4, 6), (4, 1), (6,)], dev)
+    out = _call(impl, dft.add_mul_activation, dft.AddMulActivation, x, y, bias, 0.5, act)
+    if not dft._amc_out_ok(out):
+        pytest.skip("this device's kernel reads x, y, bias, not out")
+    real = dft._amc_bwd_c
+
+    def refuse_out(*args, **kw):
+        if kw.get("out") is not None:
+            raise dlfuse.UnsupportedError(2, "[UNSUPPORTED] refused for the test")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(dft, "_amc_bwd_c", refuse_out)
+    g = _rand(gen, out.shape, dev)
+    got = torch.autograd.grad(out, (x, y, bias), g)
+    assert dft._out_form_cache == {}
+    x64, y64, b64 = (t.detach().double().requires_grad_() for t in (x, y, bias))
+    pre64 = _am(x64, y64, b64)
+    want = torch.autograd.grad(TORCH_ACT[act](pre64), (x64, y64, b64), g.double())
+    slope = _act_slope(act, pre64)
+    for v, w, s in zip(got, want, _abs_sum_scales(_am, (x, y, bias), g.double().abs() * slope)):
+        close(v, w, s)
+
+
+def _mres(a, b, bias, r):
+    return a @ b + bias + r
+
+
+# a, b, bias, residual: full residual, row and column residuals, a batch with a full
+# residual, and a residual broadcast over the batch (its gradient summed)
+RES_CASES = [((5, 7), (7, 6), (6,), (5, 6)), ((5, 7), (7, 6), (1, 6), (6,)),
+             ((5, 7), (7, 6), (5, 6), (5, 1)), ((3, 5, 7), (7, 6), (6,), (3, 5, 6)),
+             ((3, 5, 7), (3, 7, 6), (3, 1, 6), (5, 6))]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_matmul_add_residual_values_and_grads(dev, impl, dtype):
+    _need("matmul_add_residual", dev, dtype)
+    _need("matmul_add_residual_backward", dev, dtype)
+    if impl != "fast" and dtype != torch.float32:
+        pytest.skip("the other paths are checked in float32")
+    gen = torch.Generator().manual_seed(400)
+    for shapes in RES_CASES:
+        a, b, bias, r = _leaves(gen, shapes, dev, dtype)
+        out = _call(impl, dft.matmul_add_residual, dft.MatmulAddResidual, a, b, bias, r)
+        if impl != "function":
+            _check_path(impl, out, "matmul_add_residual")
+        g = _rand(gen, out.shape, dev, dtype)
+        got = torch.autograd.grad(out, (a, b, bias, r), g)
+        xs = [t.detach().double().requires_grad_() for t in (a, b, bias, r)]
+        ref = _mres(*xs)
+        want = torch.autograd.grad(ref, xs, g.double())
+        close(out, ref.detach(), _mres(*(t.detach().double().abs() for t in (a, b, bias, r))), dtype)
+        for v, w, s in zip(got, want, _abs_sum_scales(_mres, (a, b, bias, r), g.double().abs())):
+            close(v, w, s, dtype)
+
+
+@pytest.mark.parametrize("impl", ["fast", "custom_op"])
+def test_matmul_add_residual_keeps_a_and_b_only(dev, impl):
+    _need("matmul_add_residual", dev)
+    gen = torch.Generator().manual_seed(9)
+    leaves, (a, b, bias, r) = _nonleaf(gen, [(5, 4), (4, 3), (3,), (5, 3)], dev)
+    out = _call(impl, dft.matmul_add_residual, dft.MatmulAddResidual, a, b, bias, r)
+    assert len(out.grad_fn.saved_tensors) == 2
+    refs = weakref.ref(bias), weakref.ref(r)
+    del bias, r
+    gc.collect()
+    assert [x() for x in refs] == [None, None]
+    out.sum().backward()
+    assert all(t.grad is not None for t in leaves)
+    only = _leaves(gen, [(3,)], dev)[0]               # only the residual needs grad
+    out = dft.matmul_add_residual(a.detach(), b.detach(), torch.zeros(3, device=dev),
+                                  only.expand(5, 3))
+    out.sum().backward()
+    close(only.grad, torch.full((3,), 5.0, dtype=torch.float64), torch.full((3,), 5.0))
+
+
+def test_opcheck_abi11(dev):
+    _need("matmul_add_activation", dev)
+    _need("matmul_add_residual", dev)
+    gen = torch.Generator().manual_seed(1)
+    a, b, bias = _leaves(gen, [(5, 4), (4, 3), (3,)], dev)
+    plain = [t.detach() for t in (a, b, bias)]
+    for act, save_pre in [(0, False), (1, False), (3, False), (4, True), (6, True), (5, False)]:
+        torch.library.opcheck(torch.ops.dlfuse.matmul_add_activation.default,
+                              (*plain, act, save_pre, False))
+        if save_pre or act < 4:   # with grad: gelu and silu need pre
+            torch.library.opcheck(torch.ops.dlfuse.matmul_add_activation.default,
+                                  (a, b, bias, act, save_pre, False))
+    r = _leaves(gen, [(5, 1)], dev)[0]
+    torch.library.opcheck(torch.ops.dlfuse.matmul_add_residual.default, (a, b, bias, r, False))
+    x, y = _leaves(gen, [(5, 3), (1, 3)], dev)
+    for act in (1, 2, 6):   # relu and sigmoid from out (where served), silu from x, y, bias
+        torch.library.opcheck(torch.ops.dlfuse.add_mul_activation.default, (x, y, bias, 0.5, act))
+    g, out = _rand(gen, (5, 3), dev), _rand(gen, (5, 3), dev)
+    if dft._amc_out_ok(out):
+        torch.library.opcheck(torch.ops.dlfuse.add_mul_activation_backward_from_out.default,
+                              (g, out, 0.5, 2, [5, 3], [1, 3], [3], True, True, False))
+    torch.library.opcheck(torch.ops.dlfuse.matmul_add_residual_backward.default,
+                          (g, a.detach(), b.detach(), [3], [5, 1], True, False, True, True, False))
+    torch.library.opcheck(torch.ops.dlfuse.matmul_add_activation_backward.default,
+                          (g, a.detach(), b.detach(), out, 3, False, [3], True, True, True, False))
+
+
+def test_custom_op_without_pre_refuses_a_gelu_gradient(dev):
+    _need("matmul_add_activation", dev)
+    gen = torch.Generator().manual_seed(2)
+    a, b, bias = _leaves(gen, [(5, 4), (4, 3), (3,)], dev)
+    with pytest.raises(RuntimeError, match="save_pre=True"):
+        torch.ops.dlfuse.matmul_add_activation(a, b, bias, 4, False, False)
+
+
+def test_torch_compile_fullgraph_abi11(dev):
+    _need("matmul_add_activation", dev)
+    _need("matmul_add_residual", dev)
+    torch.manual_seed(0)
+    lin1 = torch.nn.Linear(16, 32).to(dev)
+    lin2 = torch.nn.Linear(32, 32).to(dev)
+    lin3 = torch.nn.Linear(32, 32).to(dev)
+    bint = torch.randn(32, device=dev, requires_grad=True)
+    seen = []
+
+    def f(x):
+        h = dft.matmul_add_activation(x, lin1.weight.t(), lin1.bias, "gelu_tanh")
+        h2 = dft.matmul_add_activation(h, lin2.weight.t(), lin2.bias, "sigmoid")
+        h3 = dft.matmul_add_residual(h2, lin3.weight.t(), lin3.bias, h)
+        return dft.add_mul_activation(h3, h2, bint, 0.5, "relu").square().mean()
+
+    def ref(x):
+        h = F.gelu(x @ lin1.weight.t() + lin1.bias, approximate="tanh")
+        h2 = torch.sigmoid(h @ lin2.weight.t() + lin2.bias)
+        h3 = h2 @ lin3.weight.t() + lin3.bias + h
+        return torch.relu(h3 + bint + 0.5 * h2).square().mean()
+
+    def recording(gm, example_inputs):
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    x = torch.randn(12, 16, device=dev)
+    params = [lin1.weight, lin1.bias, lin2.weight, lin2.bias, lin3.weight, lin3.bias, bint]
+    want = ref(x)
+    wgrads = torch.autograd.grad(want, params)
+    for backend in ("inductor", recording):
+        torch._dynamo.reset()
+        got = torch.compile(f, fullgraph=True, backend=backend)(x)
+        grads = torch.autograd.grad(got, params)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+        for g, w in zip(grads, wgrads):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+    assert sum("dlfuse.matmul_add_activation" in s for s in seen) == 2, seen
+    assert sum("dlfuse.matmul_add_residual" in s for s in seen) == 1, seen
+
+
+def test_torch_compile_dynamic_shapes(dev):
+    """dynamic=True: the saved shapes are symbolic in the trace; one graph serves every
+    batch size (AOT autograd, so the backward ops are traced too)."""
+    _need("matmul_add_activation", dev)
+    _need("matmul_add_residual", dev)
+    gen = torch.Generator().manual_seed(600)
+    w1, b1, w2, b2, bi = _leaves(gen, [(8, 16), (16,), (16, 8), (8,), (8,)], dev)
+    params = [w1, b1, w2, b2, bi]
+
+    def f(x):
+        h = dft.matmul_add_activation(x, w1, b1, "silu")
+        r = dft.matmul_add_residual(h, w2, b2, x)
+        return dft.add_mul_activation(r, x, bi, 0.5, "tanh").square().sum()
+
+    def ref(x):
+        r = F.silu(x @ w1 + b1) @ w2 + b2 + x
+        return torch.tanh(r + bi + 0.5 * x).square().sum()
+
+    torch._dynamo.reset()
+    cf = torch.compile(f, fullgraph=True, dynamic=True, backend="aot_eager")
+    for n in (3, 5, 9):
+        x = _rand(gen, (n, 8), dev).requires_grad_()
+        got = torch.autograd.grad(cf(x), [x, *params])
+        want = torch.autograd.grad(ref(x), [x, *params])
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("act", ["relu", "tanh", "gelu_erf"])
+def test_fused_linear(dev, act):
+    _need("matmul_add_activation", dev)
+    torch.manual_seed(1)
+    layer = dft.FusedLinear(8, 5, activation=act, device=dev)
+    plain = torch.nn.Linear(8, 5, device=dev)
+    plain.load_state_dict(layer.state_dict())
+    x = torch.randn(2, 6, 8, device=dev)
+    out = layer(x)
+    ref = TORCH_ACT[act](plain(x))
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    out.square().sum().backward()
+    ref.square().sum().backward()
+    for p, q in zip(layer.parameters(), plain.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
