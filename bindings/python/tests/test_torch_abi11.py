@@ -66,9 +66,9 @@ def _need(op, device, dtype=torch.float32):
 def close(got, ref, scale, dtype=torch.float32):
     rtol, atol = TOL[dtype]
     assert got.shape == ref.shape, (got.shape, ref.shape)
-    got, ref = got.double(), ref.double()
+    got, ref, scale = got.double().cpu(), ref.double().cpu(), scale.double().cpu()  # references may be built on the CPU
     err = (got - ref).abs()
-    bad = (err > atol + rtol * torch.maximum(scale.double(), ref.abs())) | (got.isnan() != ref.isnan())
+    bad = (err > atol + rtol * torch.maximum(scale, ref.abs())) | (got.isnan() != ref.isnan())
     assert not bad.any(), f"{int(bad.sum())} bad of {bad.numel()}, max err {err.max().item()}"
 
 
