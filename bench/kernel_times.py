@@ -4,6 +4,7 @@ cuBLASLt's too). Needs torch with CUDA and the dlfuse package (DLFUSE_LIBRARY et
 Python tests).
 
     python3 bench/kernel_times.py [--shape 4096x1024x1024] [--dtype bfloat16] [--reps 50]
+    bash tools/gpu.sh python=profile        (on a GPU machine: builds, then runs it per dtype)
 
 Cases: matmul_add_activation gelu_tanh forward and backward (from pre), against
 gelu(addmm) and gelu_backward + dz @ b^T, a^T @ dz, dz.sum(0). Prints, per case, each

@@ -16,7 +16,8 @@
 #   bench[=ARGS]   bench/run.py: every plugin and peer (cuBLASLt, PyTorch), ceilings, dispatch;
 #                  ARGS are run.py's options, e.g. bench="--quick --plugins cuda --ops matmul_add_relu"
 #   python[=PARTS] bindings/python/tools/gpu_job.sh over this build; PARTS of tests (pytest with
-#                  CUDA required, CUDA graphs), bench (call overhead), dlrm, ddp (default: all)
+#                  CUDA required, CUDA graphs), bench (call overhead), dlrm, ddp (default: all);
+#                  profile (bench/kernel_times.py, per-kernel GPU time) only when named
 #   ab[=ARGS]      before/after in one run: the CUDA and OpenCL plugins built from the source
 #                  tree $AB_BASE (e.g. `mkdir .ab-base && git archive REV | tar -x -C .ab-base`,
 #                  carried) against this tree's, swapped in turn under the same driver, libdlfuse

@@ -10,6 +10,9 @@
 #   dlrm_*.log               the DLRM MLP: dlfuse vs plain PyTorch, eager and torch.compile,
 #                            batch 256 and 4096 (times printed in each log)
 #   ddp.log                  examples/dlrm_ddp.py under torchrun on every visible GPU
+#   kernel_times_*.log       (part "profile", not in the default) bench/kernel_times.py: the
+#                            GELU matmul forward/backward's GPU time kernel by kernel, dlfuse
+#                            against PyTorch eager
 #     bash bindings/python/tools/gpu_job.sh BUILD_DIR [PARTS]
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
@@ -59,6 +62,9 @@ want dlrm && for batch in 256 4096; do
     --steps 300 --batch "$batch"
   step "dlrm_compile_b$batch" 400 python3 bindings/python/examples/dlrm_mlp.py --device cuda \
     --steps 300 --batch "$batch" --compile
+done
+want profile && for dt in bfloat16 float32; do
+  step "kernel_times_$dt" 120 python3 bench/kernel_times.py --shape 4096x1024x1024 --dtype "$dt"
 done
 want ddp && step ddp 400 python3 -m torch.distributed.run --standalone --nproc_per_node=gpu \
   bindings/python/examples/dlrm_ddp.py --device cuda --steps 50
