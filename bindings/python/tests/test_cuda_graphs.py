@@ -1,7 +1,8 @@
 """CUDA graphs and multi-GPU training with dlfuse ops (GPU machine; skipped without CUDA,
 failing instead with DLFUSE_REQUIRE_CUDA=1):
   - a whole training step (forward, backward, optimizer) captured with torch.cuda.graph and
-    replayed gives the eager step's results, on new data copied into the static inputs;
+    replayed gives the eager step's results, on new data copied into the static inputs (a
+    network of the ABI 1.0 ops and one of ABI 1.1's: GELU epilogue, residual, out form);
   - torch.compile(mode="reduce-overhead") (CUDA graphs under inductor) matches eager;
   - the DLRM MLP under DistributedDataParallel on every visible GPU (torchrun) passes its
     checks (examples/dlrm_ddp.py)."""
@@ -49,9 +50,30 @@ class Net(torch.nn.Module):
         return self.head(z).squeeze(1)
 
 
-def _make(seed=0):
+class Net11(torch.nn.Module):
+    """The same shape of network through ABI 1.1's ops: a GELU epilogue, a residual GEMM and
+    an add_mul whose backward reads its out (tanh)."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1 = dft.FusedLinear(32, 64, "gelu_tanh")
+        self.l2 = torch.nn.Linear(64, 64)
+        self.b = torch.nn.Parameter(torch.randn(64) * 0.1)
+        self.head = torch.nn.Linear(64, 1)
+
+    def forward(self, x):
+        h = self.l1(x)
+        r = dft.matmul_add_residual(h, self.l2.weight.t(), self.l2.bias, h)
+        z = dft.add_mul_activation(r, h, self.b, 0.5, "tanh")
+        return self.head(z).squeeze(1)
+
+
+NETS = {"abi10": Net, "abi11": Net11}
+
+
+def _make(seed=0, net_cls=Net):
     torch.manual_seed(seed)
-    net = Net().cuda()
+    net = net_cls().cuda()
     opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
     return net, opt
 
@@ -64,14 +86,15 @@ def _step(net, opt, x, y):
     return loss
 
 
-def test_training_step_captured_and_replayed():
+@pytest.mark.parametrize("net_name", sorted(NETS))
+def test_training_step_captured_and_replayed(net_name):
     batches = [(torch.randn(128, 32, device="cuda"), torch.randn(128, device="cuda"))
                for _ in range(6)]
     # eager reference
-    net_e, opt_e = _make()
+    net_e, opt_e = _make(0, NETS[net_name])
     eager = [float(_step(net_e, opt_e, x, y)) for x, y in batches]
 
-    net, opt = _make()
+    net, opt = _make(0, NETS[net_name])
     sx = torch.zeros(128, 32, device="cuda")
     sy = torch.zeros(128, device="cuda")
     # warm-up on a side stream (as torch.cuda.graph asks): the plugins pick and cache
@@ -112,9 +135,10 @@ def test_training_step_captured_and_replayed():
         torch.testing.assert_close(pg, pe, rtol=1e-4, atol=1e-5)
 
 
-def test_compile_reduce_overhead():
-    net_e, _ = _make(1)
-    net_c, _ = _make(1)
+@pytest.mark.parametrize("net_name", sorted(NETS))
+def test_compile_reduce_overhead(net_name):
+    net_e, _ = _make(1, NETS[net_name])
+    net_c, _ = _make(1, NETS[net_name])
     f = torch.compile(net_c, mode="reduce-overhead", fullgraph=True)
     for i in range(4):
         x = torch.randn(64, 32, device="cuda", requires_grad=True)
