@@ -165,18 +165,37 @@ def test_only_needed_grads(dev):
 
 
 def test_parameters_take_the_eager_path(dev, monkeypatch):
-    """A layer's weight and bias are nn.Parameters: a training step must not fall back to
-    the dispatcher's custom op (which costs more than the kernel on small tensors)."""
+    """A layer's weight and bias are nn.Parameters: a training step must not go through a
+    Python custom op (which costs more than the kernel on small tensors): with the C++
+    operators its backward is a C++ node, without them the call skips the dispatcher."""
     lin = torch.nn.Linear(4, 3).to(dev)
     x = torch.randn(6, 4, device=dev, requires_grad=True)
-    assert dft._eager(x, lin.weight.t(), lin.bias)
-    called = []
-    real = torch.ops.dlfuse.matmul_add_relu
-    monkeypatch.setattr(torch.ops.dlfuse, "matmul_add_relu", lambda *a: called.append(1) or real(*a))
-    out = dft.matmul_add_relu(x, lin.weight.t(), lin.bias)
+    if dft.CPP_OPS:
+        out = dft.matmul_add_relu(x, lin.weight.t(), lin.bias)
+        assert "CppNode" in out.grad_fn.name(), out.grad_fn.name()
+    else:
+        assert dft._eager(x, lin.weight.t(), lin.bias)
+        called = []
+        real = torch.ops.dlfuse.matmul_add_relu
+        monkeypatch.setattr(torch.ops.dlfuse, "matmul_add_relu",
+                            lambda *a: called.append(1) or real(*a))
+        out = dft.matmul_add_relu(x, lin.weight.t(), lin.bias)
+        assert not called
     out.sum().backward()
-    assert not called and lin.weight.grad is not None and lin.bias.grad is not None
+    assert lin.weight.grad is not None and lin.bias.grad is not None
     close(out, torch.relu(x @ lin.weight.t() + lin.bias))
+
+
+def test_cpp_operators_in_use():
+    """Where the build made the C++ operators for this torch (DLFUSE_REQUIRE_TORCH_OPS=cpp,
+    set by the GPU job and CI), dlfuse.torch uses them; DLFUSE_TORCH_OPS=python turns them off."""
+    from dlfuse import _torch_cpp
+    if os.environ.get("DLFUSE_TORCH_OPS") == "python":
+        assert not dft.CPP_OPS and _torch_cpp.why_not == "DLFUSE_TORCH_OPS=python"
+    elif os.environ.get("DLFUSE_REQUIRE_TORCH_OPS") == "cpp":
+        assert dft.CPP_OPS, _torch_cpp.why_not
+    else:
+        assert dft.CPP_OPS or _torch_cpp.why_not
 
 
 def test_opcheck(dev):

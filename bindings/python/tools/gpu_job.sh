@@ -8,7 +8,10 @@
 #                            replay, torch.compile(mode="reduce-overhead"), DDP on every GPU
 #   overhead_*.json/.log     bench/python_overhead.py: torch CUDA, CuPy, NumPy + no-op plugin
 #   dlrm_*.log               the DLRM MLP: dlfuse vs plain PyTorch, eager and torch.compile,
-#                            batch 256 and 4096 (times printed in each log)
+#                            batch 256 and 4096 (times printed in each log); batch 256 also
+#                            with dlfuse.torch's Python operators (dlrm_*_pyops_*)
+#   dlrm_profile_*.log       bench/dlrm_profile.py: a step's host time by phase and operator,
+#                            C++ and Python operators
 #   ddp.log                  examples/dlrm_ddp.py under torchrun on every visible GPU
 #   kernel_times_*.log       (part "profile", not in the default) bench/kernel_times.py: the
 #                            GELU matmul forward/backward's GPU time kernel by kernel, dlfuse
@@ -32,7 +35,10 @@ python3 -c "import jax; print('jax', jax.__version__, jax.devices())" || true
 [ -f "$B/CMakeCache.txt" ] || { echo "$B is not a configured build: run this through tools/gpu.sh python"; exit 3; }
 grep -E "^DLPACK_INCLUDE_DIR" "$B/CMakeCache.txt"
 t0=$(date +%s)
-cmake --build "$B" -j "$(nproc)" --target dlfuse dlfuse_cuda dlfuse_pyext dlfuse_noop >>"$OUT/cmake.log" 2>&1 \
+targets="dlfuse dlfuse_cuda dlfuse_pyext dlfuse_noop"
+# the C++ torch operators: configured where python3 imports torch (bindings/python/CMakeLists.txt)
+cmake --build "$B" --target help | grep -q dlfuse_torch_ops && targets+=" dlfuse_torch_ops"
+cmake --build "$B" -j "$(nproc)" --target $targets >>"$OUT/cmake.log" 2>&1 \
   || { tail -30 "$OUT/cmake.log"; exit 3; }
 echo "build: $(( $(date +%s) - t0 )) s"
 export DLFUSE_LIBRARY=$B/lib/libdlfuse.so DLFUSE_EXT_DIR=$B/python/dlfuse
@@ -40,6 +46,9 @@ export DLFUSE_LIBRARY=$B/lib/libdlfuse.so DLFUSE_EXT_DIR=$B/python/dlfuse
 unset DLFUSE_PLUGIN_PATH DLFUSE_PREFER
 export PYTHONPATH=$ROOT/bindings/python/src${PYTHONPATH:+:$PYTHONPATH}
 python3 -c "import torch, dlfuse; from dlfuse import _ext; print('exchange API of torch.Tensor:', _ext.exchange_api(torch.Tensor)); print(dlfuse.plugins())"
+python3 -c "import dlfuse.torch as d; print('dlfuse.torch operators:', 'C++' if d.CPP_OPS else 'Python: ' + str(d._torch_cpp.why_not))"
+# the tests then require the C++ operators where they were built
+[[ $targets == *dlfuse_torch_ops* ]] && export DLFUSE_REQUIRE_TORCH_OPS=cpp
 
 rc=0
 step() {  # step NAME TIMEOUT CMD...: run, log to $OUT/NAME.log, show its tail
@@ -63,6 +72,13 @@ want dlrm && for batch in 256 4096; do
   step "dlrm_compile_b$batch" 400 python3 bindings/python/examples/dlrm_mlp.py --device cuda \
     --steps 300 --batch "$batch" --compile
 done
+want dlrm && for mode in eager compile; do
+  flag=""; [ $mode = compile ] && flag=--compile
+  step "dlrm_${mode}_pyops_b256" 400 env DLFUSE_TORCH_OPS=python python3 bindings/python/examples/dlrm_mlp.py \
+    --device cuda --steps 300 --batch 256 $flag
+done
+want dlrm && step dlrm_profile_cpp 200 python3 bench/dlrm_profile.py --device cuda --batch 256
+want dlrm && step dlrm_profile_pyops 200 env DLFUSE_TORCH_OPS=python python3 bench/dlrm_profile.py --device cuda --batch 256
 want profile && for dt in bfloat16 float32; do
   step "kernel_times_$dt" 120 python3 bench/kernel_times.py --shape 4096x1024x1024 --dtype "$dt"
 done

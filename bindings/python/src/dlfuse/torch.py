@@ -22,12 +22,18 @@ from typing import List, Tuple
 
 import torch
 
-from . import _capi, _core, _ext
+from . import _capi, _core, _ext, _torch_cpp
 
 __all__ = ["matmul_add_relu", "add_mul_activation", "matmul_add_activation",
            "matmul_add_residual", "MatmulAddRelu", "AddMulActivation", "MatmulAddActivation",
            "MatmulAddResidual", "FusedLinearReLU", "FusedLinear"]
 
+
+# True when dlfuse's C++ operators (csrc/torch_ops.cpp) serve torch.ops.dlfuse.*: then every
+# call, eager or compiled, and its backward run in torch's dispatcher and autograd engine
+# without Python. Else _torch_cpp.why_not says why, and the same operators are defined in
+# Python below.
+CPP_OPS = _torch_cpp.load()
 
 # Set True to hand the kernels contiguous copies of every input (a debugging aid: it takes
 # the plugins' strided-layout paths out of the picture; costs a copy per strided input).
@@ -199,272 +205,287 @@ def _mres_bwd(grad_out, a, b, bias_shape, residual_shape, needs, allow_tf32):
                                              needs=needs, stream=_stream(a), allow_tf32=allow_tf32)
 
 
-# ---- torch.library custom ops --------------------------------------------------------------
-
-@torch.library.custom_op("dlfuse::matmul_add_relu", mutates_args=())
-def _op_mar(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor,
-            allow_tf32: bool = False) -> torch.Tensor:
-    # Under torch.compile the outputs must come from torch.empty: CUDA-graph trees
-    # (mode="reduce-overhead") free them through the caching allocator's own deleter.
-    a, b, bias = _c(a, b, bias)
-    return _ext.matmul_add_relu(a, b, bias, a.new_empty(_mm_shape(a, b)), _stream(a),
-                                allow_tf32=allow_tf32)
-
-
-@_op_mar.register_fake
-def _(a, b, bias, allow_tf32=False):
-    return a.new_empty(_mm_shape(a, b))
-
-
-@torch.library.custom_op("dlfuse::matmul_add_relu_backward", mutates_args=())
-def _op_mar_bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
-                bias_shape: List[int], needs_a: bool, needs_b: bool, needs_bias: bool,
-                allow_tf32: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    grad_out, a, b, out = _c(grad_out, a, b, out)
-    # custom ops return tensors: an unwanted gradient is an empty one (allocated by torch,
-    # as in _op_mar)
-    ga, gb, gbias = (a.new_empty(a.shape if needs_a else (0,)), a.new_empty(b.shape if needs_b else (0,)),
-                     a.new_empty(tuple(bias_shape) if needs_bias else (0,)))
-    _ext.matmul_add_relu_backward(grad_out, a, b, out, bias_shape=tuple(bias_shape),
-                                  needs=(needs_a, needs_b, needs_bias), grad_a=ga if needs_a else None,
-                                  grad_b=gb if needs_b else None, grad_bias=gbias if needs_bias else None,
-                                  stream=_stream(a), allow_tf32=allow_tf32)
-    return ga, gb, gbias
-
-
-@_op_mar_bwd.register_fake
-def _(grad_out, a, b, out, bias_shape, needs_a, needs_b, needs_bias, allow_tf32=False):
-    return (a.new_empty(a.shape if needs_a else (0,)), a.new_empty(b.shape if needs_b else (0,)),
-            a.new_empty(tuple(bias_shape) if needs_bias else (0,)))
-
-
-def _mar_setup(ctx, inputs, output):
-    a, b, bias, allow_tf32 = inputs
-    ctx.save_for_backward(a, b, output)
-    ctx.bias_shape = list(bias.shape)
-    ctx.allow_tf32 = allow_tf32
-
-
-def _mar_backward(ctx, grad):
-    a, b, out = ctx.saved_tensors
-    na, nb, nbias = ctx.needs_input_grad[:3]
-    ga, gb, gbias = torch.ops.dlfuse.matmul_add_relu_backward(
-        grad, a, b, out, ctx.bias_shape, na, nb, nbias, ctx.allow_tf32)
-    return (ga if na else None, gb if nb else None, gbias if nbias else None, None)
-
-
-_op_mar.register_autograd(_mar_backward, setup_context=_mar_setup)
-
-
-@torch.library.custom_op("dlfuse::add_mul_activation", mutates_args=())
-def _op_amc(x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor, multiplier: float = 1.0,
-            activation: int = 1) -> torch.Tensor:
-    x, y, bias = _c(x, y, bias)  # outputs from torch.empty, as in _op_mar
-    out = x.new_empty(torch.broadcast_shapes(x.shape, y.shape, bias.shape))
-    return _ext.add_mul_activation(x, y, bias, multiplier, activation, out, _stream(x))
-
-
-@_op_amc.register_fake
-def _(x, y, bias, multiplier=1.0, activation=1):
-    return x.new_empty(torch.broadcast_shapes(x.shape, y.shape, bias.shape))
-
-
-@torch.library.custom_op("dlfuse::add_mul_activation_backward", mutates_args=())
-def _op_amc_bwd(grad_out: torch.Tensor, x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor,
-                multiplier: float, activation: int, needs_x: bool, needs_y: bool,
-                needs_bias: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    grad_out, x, y, bias = _c(grad_out, x, y, bias)  # outputs from torch.empty, as in _op_mar
-    gx, gy, gb = (x.new_empty(x.shape if needs_x else (0,)), x.new_empty(y.shape if needs_y else (0,)),
-                  x.new_empty(bias.shape if needs_bias else (0,)))
-    _ext.add_mul_activation_backward(grad_out, x, y, bias, multiplier, activation,
-                                     needs=(needs_x, needs_y, needs_bias), grad_x=gx if needs_x else None,
-                                     grad_y=gy if needs_y else None, grad_bias=gb if needs_bias else None,
-                                     stream=_stream(x))
-    return gx, gy, gb
-
-
-@_op_amc_bwd.register_fake
-def _(grad_out, x, y, bias, multiplier, activation, needs_x, needs_y, needs_bias):
-    return (x.new_empty(x.shape if needs_x else (0,)), x.new_empty(y.shape if needs_y else (0,)),
-            x.new_empty(bias.shape if needs_bias else (0,)))
-
+# ---- fake (meta) kernels: output shapes for torch.compile and opcheck ----------------------
 
 def _empty_grads(like, shapes, needs):
     """Custom ops return tensors: an unwanted gradient is an empty one."""
     return tuple(like.new_empty(tuple(sh) if n else (0,)) for sh, n in zip(shapes, needs))
 
 
-@torch.library.custom_op("dlfuse::add_mul_activation_backward_from_out", mutates_args=())
-def _op_amc_bwd_out(grad_out: torch.Tensor, out: torch.Tensor, multiplier: float, activation: int,
-                    x_shape: List[int], y_shape: List[int], bias_shape: List[int], needs_x: bool,
-                    needs_y: bool, needs_bias: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    grad_out, out = _c(grad_out, out)
-    shapes, needs = (x_shape, y_shape, bias_shape), (needs_x, needs_y, needs_bias)
-    gs = _empty_grads(out, shapes, needs)
-    _amc_bwd_out(grad_out, out, multiplier, activation, shapes, needs,
-                 tuple(g if n else None for g, n in zip(gs, needs)))
-    return gs
-
-
-@_op_amc_bwd_out.register_fake
-def _(grad_out, out, multiplier, activation, x_shape, y_shape, bias_shape, needs_x, needs_y,
-      needs_bias):
-    return _empty_grads(out, (x_shape, y_shape, bias_shape), (needs_x, needs_y, needs_bias))
-
-
-def _amc_setup(ctx, inputs, output):
-    x, y, bias, multiplier, activation = inputs
-    ctx.multiplier = multiplier
-    ctx.activation = activation
-    if activation in _OUT_FORM and _amc_out_ok(output):
-        # only `out`: autograd's version counter still catches an in-place change of it
-        ctx.save_for_backward(output)
-        ctx.shapes = (list(x.shape), list(y.shape), list(bias.shape))
-    else:
-        ctx.save_for_backward(x, y, bias)
-        ctx.shapes = None
-
-
-def _amc_backward(ctx, grad):
-    nx, ny, nb = ctx.needs_input_grad[:3]
-    if ctx.shapes is not None:
-        (out,) = ctx.saved_tensors
-        gx, gy, gb = torch.ops.dlfuse.add_mul_activation_backward_from_out(
-            grad, out, ctx.multiplier, ctx.activation, *ctx.shapes, nx, ny, nb)
-    else:
-        x, y, bias = ctx.saved_tensors
-        gx, gy, gb = torch.ops.dlfuse.add_mul_activation_backward(
-            grad, x, y, bias, ctx.multiplier, ctx.activation, nx, ny, nb)
-    return (gx if nx else None, gy if ny else None, gb if nb else None, None, None)
-
-
-_op_amc.register_autograd(_amc_backward, setup_context=_amc_setup)
-
-
-# matmul_add_activation returns (out, pre): pre is written only with save_pre (the backward
-# of gelu and silu reads it; the others read out), else it is an empty tensor.
-@torch.library.custom_op("dlfuse::matmul_add_activation", mutates_args=())
-def _op_maa(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, activation: int,
-            save_pre: bool = False, allow_tf32: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
-    a, b, bias = _c(a, b, bias)  # outputs from torch.empty, as in _op_mar
-    out = a.new_empty(_mm_shape(a, b))
-    if not save_pre:
-        _ext.matmul_add_activation(a, b, bias, activation, out, None, stream=_stream(a),
-                                   allow_tf32=allow_tf32)
-        return out, a.new_empty((0,))
-    pre = a.new_empty(_mm_shape(a, b))
-    _ext.matmul_add_activation(a, b, bias, activation, out, pre, stream=_stream(a),
-                               allow_tf32=allow_tf32)
-    return out, pre
-
-
-@_op_maa.register_fake
-def _(a, b, bias, activation, save_pre=False, allow_tf32=False):
-    return a.new_empty(_mm_shape(a, b)), a.new_empty(_mm_shape(a, b) if save_pre else (0,))
-
-
-@torch.library.custom_op("dlfuse::matmul_add_activation_backward", mutates_args=())
-def _op_maa_bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, saved: torch.Tensor,
-                activation: int, saved_is_pre: bool, bias_shape: List[int], needs_a: bool,
-                needs_b: bool, needs_bias: bool,
-                allow_tf32: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    grad_out, a, b, saved = _c(grad_out, a, b, saved)
-    needs = (needs_a, needs_b, needs_bias)
-    gs = _empty_grads(a, (a.shape, b.shape, bias_shape), needs)
-    ga, gb, gbias = (g if n else None for g, n in zip(gs, needs))
-    out, pre = (None, saved) if saved_is_pre else (saved, None)
-    _ext.matmul_add_activation_backward(grad_out, a, b, activation, out, pre,
-                                        bias_shape=tuple(bias_shape), needs=needs, grad_a=ga,
-                                        grad_b=gb, grad_bias=gbias, stream=_stream(a),
-                                        allow_tf32=allow_tf32)
-    return gs
-
-
-@_op_maa_bwd.register_fake
-def _(grad_out, a, b, saved, activation, saved_is_pre, bias_shape, needs_a, needs_b, needs_bias,
-      allow_tf32=False):
-    return _empty_grads(a, (a.shape, b.shape, bias_shape), (needs_a, needs_b, needs_bias))
-
-
-def _maa_setup(ctx, inputs, output):
-    a, b, bias, activation, save_pre, allow_tf32 = inputs
-    out, pre = output
-    ctx.mark_non_differentiable(pre)
-    ctx.saved_is_pre = activation not in _OUT_FORM
-    if ctx.saved_is_pre and not save_pre:
-        raise RuntimeError(
-            "dlfuse::matmul_add_activation: the gradient of this activation reads pre: call the "
-            "op with save_pre=True when an input requires grad (dlfuse.torch."
-            "matmul_add_activation does)")
-    ctx.save_for_backward(a, b, pre if ctx.saved_is_pre else out)
-    ctx.activation = activation
-    ctx.bias_shape = list(bias.shape)
-    ctx.allow_tf32 = allow_tf32
-
-
-def _maa_backward(ctx, grad, _grad_pre):
-    a, b, saved = ctx.saved_tensors
-    na, nb, nbias = ctx.needs_input_grad[:3]
-    ga, gb, gbias = torch.ops.dlfuse.matmul_add_activation_backward(
-        grad, a, b, saved, ctx.activation, ctx.saved_is_pre, ctx.bias_shape, na, nb, nbias,
-        ctx.allow_tf32)
-    return (ga if na else None, gb if nb else None, gbias if nbias else None, None, None, None)
-
-
-_op_maa.register_autograd(_maa_backward, setup_context=_maa_setup)
-
-
-@torch.library.custom_op("dlfuse::matmul_add_residual", mutates_args=())
-def _op_mres(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor,
-             allow_tf32: bool = False) -> torch.Tensor:
-    a, b, bias, residual = _c(a, b, bias, residual)  # outputs from torch.empty, as in _op_mar
-    return _ext.matmul_add_residual(a, b, bias, residual, a.new_empty(_mm_shape(a, b)),
-                                    stream=_stream(a), allow_tf32=allow_tf32)
-
-
-@_op_mres.register_fake
-def _(a, b, bias, residual, allow_tf32=False):
+def _fake_mar(a, b, bias, allow_tf32=False):
     return a.new_empty(_mm_shape(a, b))
 
 
-@torch.library.custom_op("dlfuse::matmul_add_residual_backward", mutates_args=())
-def _op_mres_bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias_shape: List[int],
-                 residual_shape: List[int], needs_a: bool, needs_b: bool, needs_bias: bool,
-                 needs_residual: bool, allow_tf32: bool = False
-                 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    grad_out, a, b = _c(grad_out, a, b)
-    needs = (needs_a, needs_b, needs_bias, needs_residual)
-    gs = _empty_grads(a, (a.shape, b.shape, bias_shape, residual_shape), needs)
-    g = [t if n else None for t, n in zip(gs, needs)]
-    _ext.matmul_add_residual_backward(grad_out, a, b, tuple(bias_shape), tuple(residual_shape),
-                                      needs=needs, grad_a=g[0], grad_b=g[1], grad_bias=g[2],
-                                      grad_residual=g[3], stream=_stream(a), allow_tf32=allow_tf32)
-    return gs
+def _fake_mar_bwd(grad_out, a, b, out, bias_shape, needs_a, needs_b, needs_bias, allow_tf32=False):
+    return (a.new_empty(a.shape if needs_a else (0,)), a.new_empty(b.shape if needs_b else (0,)),
+            a.new_empty(tuple(bias_shape) if needs_bias else (0,)))
 
 
-@_op_mres_bwd.register_fake
-def _(grad_out, a, b, bias_shape, residual_shape, needs_a, needs_b, needs_bias, needs_residual,
-      allow_tf32=False):
+def _fake_amc(x, y, bias, multiplier=1.0, activation=1):
+    return x.new_empty(torch.broadcast_shapes(x.shape, y.shape, bias.shape))
+
+
+def _fake_amc_bwd(grad_out, x, y, bias, multiplier, activation, needs_x, needs_y, needs_bias):
+    return (x.new_empty(x.shape if needs_x else (0,)), x.new_empty(y.shape if needs_y else (0,)),
+            x.new_empty(bias.shape if needs_bias else (0,)))
+
+
+def _fake_amc_bwd_out(grad_out, out, multiplier, activation, x_shape, y_shape, bias_shape, needs_x, needs_y,
+                      needs_bias):
+    return _empty_grads(out, (x_shape, y_shape, bias_shape), (needs_x, needs_y, needs_bias))
+
+
+def _fake_maa(a, b, bias, activation, save_pre=False, allow_tf32=False):
+    return a.new_empty(_mm_shape(a, b)), a.new_empty(_mm_shape(a, b) if save_pre else (0,))
+
+
+def _fake_maa_bwd(grad_out, a, b, saved, activation, saved_is_pre, bias_shape, needs_a, needs_b,
+                  needs_bias, allow_tf32=False):
+    return _empty_grads(a, (a.shape, b.shape, bias_shape), (needs_a, needs_b, needs_bias))
+
+
+def _fake_mres(a, b, bias, residual, allow_tf32=False):
+    return a.new_empty(_mm_shape(a, b))
+
+
+def _fake_mres_bwd(grad_out, a, b, bias_shape, residual_shape, needs_a, needs_b, needs_bias,
+                   needs_residual, allow_tf32=False):
     return _empty_grads(a, (a.shape, b.shape, bias_shape, residual_shape),
                         (needs_a, needs_b, needs_bias, needs_residual))
 
 
-def _mres_setup(ctx, inputs, output):
-    a, b, bias, residual, allow_tf32 = inputs
-    ctx.save_for_backward(a, b)  # bias and residual: their shapes are enough
-    ctx.shapes = (list(bias.shape), list(residual.shape))
-    ctx.allow_tf32 = allow_tf32
+_FAKES = {
+    "matmul_add_relu": _fake_mar,
+    "matmul_add_relu_backward": _fake_mar_bwd,
+    "add_mul_activation": _fake_amc,
+    "add_mul_activation_backward": _fake_amc_bwd,
+    "add_mul_activation_backward_from_out": _fake_amc_bwd_out,
+    "matmul_add_activation": _fake_maa,
+    "matmul_add_activation_backward": _fake_maa_bwd,
+    "matmul_add_residual": _fake_mres,
+    "matmul_add_residual_backward": _fake_mres_bwd,
+}
 
 
-def _mres_backward(ctx, grad):
-    a, b = ctx.saved_tensors
-    needs = ctx.needs_input_grad[:4]
-    gs = torch.ops.dlfuse.matmul_add_residual_backward(grad, a, b, *ctx.shapes, *needs,
-                                                       ctx.allow_tf32)
-    return (*(g if n else None for g, n in zip(gs, needs)), None)
+# ---- torch.library custom ops in Python (where the C++ operators are not loaded) ----------
+
+def _define_python_ops():
+    @torch.library.custom_op("dlfuse::matmul_add_relu", mutates_args=())
+    def _op_mar(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor,
+                allow_tf32: bool = False) -> torch.Tensor:
+        # Under torch.compile the outputs must come from torch.empty: CUDA-graph trees
+        # (mode="reduce-overhead") free them through the caching allocator's own deleter.
+        a, b, bias = _c(a, b, bias)
+        return _ext.matmul_add_relu(a, b, bias, a.new_empty(_mm_shape(a, b)), _stream(a),
+                                    allow_tf32=allow_tf32)
 
 
-_op_mres.register_autograd(_mres_backward, setup_context=_mres_setup)
+    @torch.library.custom_op("dlfuse::matmul_add_relu_backward", mutates_args=())
+    def _op_mar_bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
+                    bias_shape: List[int], needs_a: bool, needs_b: bool, needs_bias: bool,
+                    allow_tf32: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        grad_out, a, b, out = _c(grad_out, a, b, out)
+        # custom ops return tensors: an unwanted gradient is an empty one (allocated by torch,
+        # as in _op_mar)
+        ga, gb, gbias = (a.new_empty(a.shape if needs_a else (0,)), a.new_empty(b.shape if needs_b else (0,)),
+                         a.new_empty(tuple(bias_shape) if needs_bias else (0,)))
+        _ext.matmul_add_relu_backward(grad_out, a, b, out, bias_shape=tuple(bias_shape),
+                                      needs=(needs_a, needs_b, needs_bias), grad_a=ga if needs_a else None,
+                                      grad_b=gb if needs_b else None, grad_bias=gbias if needs_bias else None,
+                                      stream=_stream(a), allow_tf32=allow_tf32)
+        return ga, gb, gbias
+
+
+    def _mar_setup(ctx, inputs, output):
+        a, b, bias, allow_tf32 = inputs
+        ctx.save_for_backward(a, b, output)
+        ctx.bias_shape = list(bias.shape)
+        ctx.allow_tf32 = allow_tf32
+
+
+    def _mar_backward(ctx, grad):
+        a, b, out = ctx.saved_tensors
+        na, nb, nbias = ctx.needs_input_grad[:3]
+        ga, gb, gbias = torch.ops.dlfuse.matmul_add_relu_backward(
+            grad, a, b, out, ctx.bias_shape, na, nb, nbias, ctx.allow_tf32)
+        return (ga if na else None, gb if nb else None, gbias if nbias else None, None)
+
+
+    _op_mar.register_autograd(_mar_backward, setup_context=_mar_setup)
+
+
+    @torch.library.custom_op("dlfuse::add_mul_activation", mutates_args=())
+    def _op_amc(x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor, multiplier: float = 1.0,
+                activation: int = 1) -> torch.Tensor:
+        x, y, bias = _c(x, y, bias)  # outputs from torch.empty, as in _op_mar
+        out = x.new_empty(torch.broadcast_shapes(x.shape, y.shape, bias.shape))
+        return _ext.add_mul_activation(x, y, bias, multiplier, activation, out, _stream(x))
+
+
+    @torch.library.custom_op("dlfuse::add_mul_activation_backward", mutates_args=())
+    def _op_amc_bwd(grad_out: torch.Tensor, x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor,
+                    multiplier: float, activation: int, needs_x: bool, needs_y: bool,
+                    needs_bias: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        grad_out, x, y, bias = _c(grad_out, x, y, bias)  # outputs from torch.empty, as in _op_mar
+        gx, gy, gb = (x.new_empty(x.shape if needs_x else (0,)), x.new_empty(y.shape if needs_y else (0,)),
+                      x.new_empty(bias.shape if needs_bias else (0,)))
+        _ext.add_mul_activation_backward(grad_out, x, y, bias, multiplier, activation,
+                                         needs=(needs_x, needs_y, needs_bias), grad_x=gx if needs_x else None,
+                                         grad_y=gy if needs_y else None, grad_bias=gb if needs_bias else None,
+                                         stream=_stream(x))
+        return gx, gy, gb
+
+
+
+
+    @torch.library.custom_op("dlfuse::add_mul_activation_backward_from_out", mutates_args=())
+    def _op_amc_bwd_out(grad_out: torch.Tensor, out: torch.Tensor, multiplier: float, activation: int,
+                        x_shape: List[int], y_shape: List[int], bias_shape: List[int], needs_x: bool,
+                        needs_y: bool, needs_bias: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        grad_out, out = _c(grad_out, out)
+        shapes, needs = (x_shape, y_shape, bias_shape), (needs_x, needs_y, needs_bias)
+        gs = _empty_grads(out, shapes, needs)
+        _amc_bwd_out(grad_out, out, multiplier, activation, shapes, needs,
+                     tuple(g if n else None for g, n in zip(gs, needs)))
+        return gs
+
+
+    def _amc_setup(ctx, inputs, output):
+        x, y, bias, multiplier, activation = inputs
+        ctx.multiplier = multiplier
+        ctx.activation = activation
+        if activation in _OUT_FORM and _amc_out_ok(output):
+            # only `out`: autograd's version counter still catches an in-place change of it
+            ctx.save_for_backward(output)
+            ctx.shapes = (list(x.shape), list(y.shape), list(bias.shape))
+        else:
+            ctx.save_for_backward(x, y, bias)
+            ctx.shapes = None
+
+
+    def _amc_backward(ctx, grad):
+        nx, ny, nb = ctx.needs_input_grad[:3]
+        if ctx.shapes is not None:
+            (out,) = ctx.saved_tensors
+            gx, gy, gb = torch.ops.dlfuse.add_mul_activation_backward_from_out(
+                grad, out, ctx.multiplier, ctx.activation, *ctx.shapes, nx, ny, nb)
+        else:
+            x, y, bias = ctx.saved_tensors
+            gx, gy, gb = torch.ops.dlfuse.add_mul_activation_backward(
+                grad, x, y, bias, ctx.multiplier, ctx.activation, nx, ny, nb)
+        return (gx if nx else None, gy if ny else None, gb if nb else None, None, None)
+
+
+    _op_amc.register_autograd(_amc_backward, setup_context=_amc_setup)
+
+
+    # matmul_add_activation returns (out, pre): pre is written only with save_pre (the backward
+    # of gelu and silu reads it; the others read out), else it is an empty tensor.
+    @torch.library.custom_op("dlfuse::matmul_add_activation", mutates_args=())
+    def _op_maa(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, activation: int,
+                save_pre: bool = False, allow_tf32: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+        a, b, bias = _c(a, b, bias)  # outputs from torch.empty, as in _op_mar
+        out = a.new_empty(_mm_shape(a, b))
+        if not save_pre:
+            _ext.matmul_add_activation(a, b, bias, activation, out, None, stream=_stream(a),
+                                       allow_tf32=allow_tf32)
+            return out, a.new_empty((0,))
+        pre = a.new_empty(_mm_shape(a, b))
+        _ext.matmul_add_activation(a, b, bias, activation, out, pre, stream=_stream(a),
+                                   allow_tf32=allow_tf32)
+        return out, pre
+
+
+    @torch.library.custom_op("dlfuse::matmul_add_activation_backward", mutates_args=())
+    def _op_maa_bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, saved: torch.Tensor,
+                    activation: int, saved_is_pre: bool, bias_shape: List[int], needs_a: bool,
+                    needs_b: bool, needs_bias: bool,
+                    allow_tf32: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        grad_out, a, b, saved = _c(grad_out, a, b, saved)
+        needs = (needs_a, needs_b, needs_bias)
+        gs = _empty_grads(a, (a.shape, b.shape, bias_shape), needs)
+        ga, gb, gbias = (g if n else None for g, n in zip(gs, needs))
+        out, pre = (None, saved) if saved_is_pre else (saved, None)
+        _ext.matmul_add_activation_backward(grad_out, a, b, activation, out, pre,
+                                            bias_shape=tuple(bias_shape), needs=needs, grad_a=ga,
+                                            grad_b=gb, grad_bias=gbias, stream=_stream(a),
+                                            allow_tf32=allow_tf32)
+        return gs
+
+
+    def _maa_setup(ctx, inputs, output):
+        a, b, bias, activation, save_pre, allow_tf32 = inputs
+        out, pre = output
+        ctx.mark_non_differentiable(pre)
+        ctx.saved_is_pre = activation not in _OUT_FORM
+        if ctx.saved_is_pre and not save_pre:
+            raise RuntimeError(
+                "dlfuse::matmul_add_activation: the gradient of this activation reads pre: call the "
+                "op with save_pre=True when an input requires grad (dlfuse.torch."
+                "matmul_add_activation does)")
+        ctx.save_for_backward(a, b, pre if ctx.saved_is_pre else out)
+        ctx.activation = activation
+        ctx.bias_shape = list(bias.shape)
+        ctx.allow_tf32 = allow_tf32
+
+
+    def _maa_backward(ctx, grad, _grad_pre):
+        a, b, saved = ctx.saved_tensors
+        na, nb, nbias = ctx.needs_input_grad[:3]
+        ga, gb, gbias = torch.ops.dlfuse.matmul_add_activation_backward(
+            grad, a, b, saved, ctx.activation, ctx.saved_is_pre, ctx.bias_shape, na, nb, nbias,
+            ctx.allow_tf32)
+        return (ga if na else None, gb if nb else None, gbias if nbias else None, None, None, None)
+
+
+    _op_maa.register_autograd(_maa_backward, setup_context=_maa_setup)
+
+
+    @torch.library.custom_op("dlfuse::matmul_add_residual", mutates_args=())
+    def _op_mres(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor,
+                 allow_tf32: bool = False) -> torch.Tensor:
+        a, b, bias, residual = _c(a, b, bias, residual)  # outputs from torch.empty, as in _op_mar
+        return _ext.matmul_add_residual(a, b, bias, residual, a.new_empty(_mm_shape(a, b)),
+                                        stream=_stream(a), allow_tf32=allow_tf32)
+
+
+    @torch.library.custom_op("dlfuse::matmul_add_residual_backward", mutates_args=())
+    def _op_mres_bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias_shape: List[int],
+                     residual_shape: List[int], needs_a: bool, needs_b: bool, needs_bias: bool,
+                     needs_residual: bool, allow_tf32: bool = False
+                     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        grad_out, a, b = _c(grad_out, a, b)
+        needs = (needs_a, needs_b, needs_bias, needs_residual)
+        gs = _empty_grads(a, (a.shape, b.shape, bias_shape, residual_shape), needs)
+        g = [t if n else None for t, n in zip(gs, needs)]
+        _ext.matmul_add_residual_backward(grad_out, a, b, tuple(bias_shape), tuple(residual_shape),
+                                          needs=needs, grad_a=g[0], grad_b=g[1], grad_bias=g[2],
+                                          grad_residual=g[3], stream=_stream(a), allow_tf32=allow_tf32)
+        return gs
+
+
+    def _mres_setup(ctx, inputs, output):
+        a, b, bias, residual, allow_tf32 = inputs
+        ctx.save_for_backward(a, b)  # bias and residual: their shapes are enough
+        ctx.shapes = (list(bias.shape), list(residual.shape))
+        ctx.allow_tf32 = allow_tf32
+
+
+    def _mres_backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        needs = ctx.needs_input_grad[:4]
+        gs = torch.ops.dlfuse.matmul_add_residual_backward(grad, a, b, *ctx.shapes, *needs,
+                                                           ctx.allow_tf32)
+        return (*(g if n else None for g, n in zip(gs, needs)), None)
+
+
+    _op_mres.register_autograd(_mres_backward, setup_context=_mres_setup)
+
+
+if not CPP_OPS:
+    _define_python_ops()
+for _name, _fake in _FAKES.items():
+    torch.library.register_fake("dlfuse::" + _name)(_fake)
 
 
 # ---- plain autograd Functions (eager; the same kernels without the dispatcher) -------------
@@ -585,9 +606,26 @@ def _eager4(a, b, c, d):
 
 
 # ---- the public functions ------------------------------------------------------------------
+#
+# With the C++ operators every call is one dispatcher call (autograd included, in C++); a
+# dlfuse error comes back as the dlfuse exception the Python path raises.
+
+_ops = torch.ops.dlfuse
+_reraise = _torch_cpp.reraise
+_ERRS = (RuntimeError, ValueError, NotImplementedError)
+
 
 def matmul_add_relu(a, b, bias, allow_tf32=False):
     """relu(a @ b + bias), differentiable in a, b and bias; works under torch.compile."""
+    if CPP_OPS:
+        if FORCE_CONTIGUOUS:
+            a, b, bias = _c(a, b, bias)
+        if _compiling():
+            return _ops.matmul_add_relu(a, b, bias, bool(allow_tf32))
+        try:
+            return _ops.matmul_add_relu.default(a, b, bias, bool(allow_tf32))
+        except _ERRS as e:
+            _reraise(e)
     if not _compiling() and _eager(a, b, bias):
         if _grad_on() and (a.requires_grad or b.requires_grad or bias.requires_grad):
             return _mar_apply(a, b, bias, bool(allow_tf32))
@@ -600,6 +638,15 @@ def add_mul_activation(x, y, bias, multiplier=1.0, activation="relu"):
     sigmoid and tanh the backward reads the output (saved instead of x, y, bias) where the
     kernel serving the backward takes it."""
     act = activation if type(activation) is int else _core._act(activation)
+    if CPP_OPS:
+        if FORCE_CONTIGUOUS:
+            x, y, bias = _c(x, y, bias)
+        if _compiling():
+            return _ops.add_mul_activation(x, y, bias, float(multiplier), act)
+        try:
+            return _ops.add_mul_activation.default(x, y, bias, float(multiplier), act)
+        except _ERRS as e:
+            _reraise(e)
     if not _compiling() and _eager(x, y, bias):
         if _grad_on() and (x.requires_grad or y.requires_grad or bias.requires_grad):
             return _amc_apply(x, y, bias, float(multiplier), act)
@@ -612,6 +659,19 @@ def matmul_add_activation(a, b, bias, activation="relu", allow_tf32=False):
     backward reads out (identity, relu, sigmoid, tanh) or pre = a @ b + bias (gelu, silu),
     which the forward then also writes."""
     act = activation if type(activation) is int else _core._act(activation)
+    if CPP_OPS:
+        if FORCE_CONTIGUOUS:
+            a, b, bias = _c(a, b, bias)
+        # pre only where a backward may read it
+        pre = act not in _OUT_FORM and _grad_on() and (
+            _compiling() or not _eager(a, b, bias) or a.requires_grad or b.requires_grad
+            or bias.requires_grad)
+        if _compiling():
+            return _ops.matmul_add_activation(a, b, bias, act, pre, bool(allow_tf32))[0]
+        try:
+            return _ops.matmul_add_activation.default(a, b, bias, act, pre, bool(allow_tf32))[0]
+        except _ERRS as e:
+            _reraise(e)
     if not _compiling() and _eager(a, b, bias):
         if _grad_on() and (a.requires_grad or b.requires_grad or bias.requires_grad):
             return _maa_apply(a, b, bias, act, bool(allow_tf32))
@@ -623,6 +683,15 @@ def matmul_add_activation(a, b, bias, activation="relu", allow_tf32=False):
 
 def matmul_add_residual(a, b, bias, residual, allow_tf32=False):
     """a @ b + bias + residual, differentiable in all four; works under torch.compile."""
+    if CPP_OPS:
+        if FORCE_CONTIGUOUS:
+            a, b, bias, residual = _c(a, b, bias, residual)
+        if _compiling():
+            return _ops.matmul_add_residual(a, b, bias, residual, bool(allow_tf32))
+        try:
+            return _ops.matmul_add_residual.default(a, b, bias, residual, bool(allow_tf32))
+        except _ERRS as e:
+            _reraise(e)
     if not _compiling() and _eager4(a, b, bias, residual):
         if _grad_on() and (a.requires_grad or b.requires_grad or bias.requires_grad
                            or residual.requires_grad):

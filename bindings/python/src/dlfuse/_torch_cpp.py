@@ -1,0 +1,69 @@
+"""Loads dlfuse's C++ PyTorch operators (libdlfuse_torch.so, csrc/torch_ops.cpp) when they
+were built for the running torch: then ``torch.ops.dlfuse.*`` and their autograd are C++,
+and dlfuse.torch calls them directly. Otherwise dlfuse.torch defines the same operators in
+Python (torch.library.custom_op), slower per call but the same results.
+
+DLFUSE_TORCH_OPS=python forces the Python operators (a debugging and comparison aid).
+"""
+import ctypes
+import os
+import re
+
+import torch
+
+from . import _capi, _core, _ext
+
+LIBRARY = "libdlfuse_torch.so"
+_STATUS = re.compile(r"dlfuse status (\d+): (.*)", re.S)
+
+why_not = None  # why the C++ operators are not in use (None when they are)
+
+
+def _torch_version_of(path):
+    try:
+        with open(path + ".torch_version") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def load():
+    """True when the C++ operators are registered and initialized; else why_not says why."""
+    global why_not
+    if os.environ.get("DLFUSE_TORCH_OPS", "") == "python":
+        why_not = "DLFUSE_TORCH_OPS=python"
+        return False
+    path = os.path.join(os.path.dirname(os.path.abspath(_ext.__file__)), LIBRARY)
+    built_for = _torch_version_of(path)
+    if built_for is None:
+        why_not = f"{path} (or its .torch_version) is missing: built without torch"
+        return False
+    if built_for != torch.__version__:
+        # torch's C++ ABI changes between releases: loading it into another one could crash
+        why_not = f"{LIBRARY} was built for torch {built_for}, this is {torch.__version__}"
+        return False
+    try:
+        torch.ops.load_library(path)
+        lib = ctypes.CDLL(path)
+        lib.dlfuse_torch_ops_init.argtypes = [ctypes.c_char_p, ctypes.c_void_p,
+                                              ctypes.POINTER(ctypes.c_char_p)]
+        why = ctypes.c_char_p()
+        _capi.lib()  # libdlfuse loaded (raises LibraryNotFound with what it tried)
+        if lib.dlfuse_torch_ops_init(_capi.library_path().encode(), _core.registry()._h,
+                                     ctypes.byref(why)) != 0:
+            why_not = f"{LIBRARY}: init failed: {(why.value or b'').decode()}"
+            return False
+    except (OSError, RuntimeError) as e:
+        why_not = f"{LIBRARY}: {e}"
+        return False
+    why_not = None
+    return True
+
+
+def reraise(e):
+    """A C++ operator's error as the dlfuse exception the Python operators raise."""
+    m = _STATUS.search(str(e))
+    if m is None:
+        raise e
+    status, message = int(m.group(1)), m.group(2).split("\nException raised from")[0].rstrip()
+    raise _core._ERRORS.get(status, _core.Error)(status, message) from None
