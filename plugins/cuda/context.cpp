@@ -33,19 +33,73 @@ DeviceState& device_state(State* st, int device) {
   return ds;
 }
 
-Temp::Temp(DeviceState& ds, size_t bytes, cudaStream_t stream) : stream_(stream) {
-  if (bytes == 0) return;
-  DLF_CUDA(cudaMallocFromPoolAsync(&ptr_, bytes, ds.pool, stream));
-}
+Temp::Temp(DeviceState& ds, size_t bytes, cudaStream_t stream) : ds_(&ds), stream_(stream) { take(bytes); }
 
 void Temp::reset(DeviceState& ds, size_t bytes) {
-  if (ptr_) cudaFreeAsync(ptr_, stream_);
-  ptr_ = nullptr;
-  if (bytes) DLF_CUDA(cudaMallocFromPoolAsync(&ptr_, bytes, ds.pool, stream_));
+  give_back();
+  ds_ = &ds;
+  take(bytes);
 }
 
-Temp::~Temp() {
-  if (ptr_) cudaFreeAsync(ptr_, stream_);
+Temp::~Temp() { give_back(); }
+
+namespace {
+// Cached blocks are rounded up to a power of two (at least 64 KiB) so that neighbouring
+// sizes share them.
+size_t block_size(size_t bytes) {
+  size_t b = size_t(64) << 10;
+  while (b < bytes) b <<= 1;
+  return b;
+}
+}  // namespace
+
+void Temp::take(size_t bytes) {
+  ptr_ = nullptr;
+  cached_ = false;
+  if (bytes == 0) return;
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  const bool cacheable = bytes <= DeviceState::kCachedBlockMax &&
+                         cudaStreamIsCapturing(stream_, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone &&
+                         cudaStreamGetId(stream_, &sid_) == cudaSuccess;
+  cudaGetLastError();
+  if (!cacheable) {
+    bytes_ = bytes;
+    DLF_CUDA(cudaMallocFromPoolAsync(&ptr_, bytes, ds_->pool, stream_));
+    return;
+  }
+  bytes_ = block_size(bytes);
+  {
+    std::lock_guard<std::mutex> lk(ds_->scratch_mu);
+    auto it = ds_->scratch.find(sid_);
+    if (it != ds_->scratch.end()) {
+      auto& v = it->second;
+      for (size_t i = 0; i < v.size(); ++i)
+        if (v[i].bytes == bytes_) {
+          ptr_ = v[i].ptr;
+          v[i] = v.back();
+          v.pop_back();
+          ds_->scratch_bytes -= bytes_;
+          break;
+        }
+    }
+  }
+  if (!ptr_) DLF_CUDA(cudaMallocFromPoolAsync(&ptr_, bytes_, ds_->pool, stream_));
+  cached_ = true;
+}
+
+void Temp::give_back() {
+  if (!ptr_) return;
+  void* p = ptr_;
+  ptr_ = nullptr;
+  if (cached_) {
+    std::lock_guard<std::mutex> lk(ds_->scratch_mu);
+    if (ds_->scratch_bytes + bytes_ <= DeviceState::kCachedTotalMax) {
+      ds_->scratch[sid_].push_back(DeviceState::Block{bytes_, p});
+      ds_->scratch_bytes += bytes_;
+      return;
+    }
+  }
+  cudaFreeAsync(p, stream_);
 }
 
 LtPlan::~LtPlan() {
@@ -62,6 +116,10 @@ void destroy_state(State* st) noexcept {
     cudaGetDevice(&prev);
     cudaSetDevice(ds.id);
     ds.gemms.clear();
+    if (!ds.scratch.empty()) cudaDeviceSynchronize();  // the cached blocks' last uses are done
+    for (auto& kv : ds.scratch)
+      for (const auto& b : kv.second) cudaFree(b.ptr);
+    ds.scratch.clear();
     if (ds.lt) cublasLtDestroy(ds.lt);
     if (ds.pool) cudaMemPoolDestroy(ds.pool);
     cudaSetDevice(prev);

@@ -57,6 +57,20 @@ struct DeviceState {
   static constexpr size_t kIdlePlans = 8;
   std::mutex gemm_mu;
   std::unordered_map<std::string, GemmEntry> gemms;
+
+  // Temporaries handed back, per stream (its never-reused ID): a later temporary on the same
+  // stream takes one without a driver call (stream order makes that safe; another stream's
+  // would need an event). Each call of a small problem otherwise pays an allocation and a
+  // free per temporary, 4-5 us each on the H100 machine's host (docs/cuda.md).
+  struct Block {
+    size_t bytes;
+    void* ptr;
+  };
+  static constexpr size_t kCachedBlockMax = size_t(64) << 20;  // larger ones go back to the pool
+  static constexpr size_t kCachedTotalMax = size_t(512) << 20;
+  std::mutex scratch_mu;
+  std::unordered_map<unsigned long long, std::vector<Block>> scratch;
+  size_t scratch_bytes = 0;
 };
 
 struct State {
@@ -68,6 +82,8 @@ struct State {
 DeviceState& device_state(State* st, int device);
 
 // A temporary from the device's pool, allocated and freed in the order of `stream`.
+// Outside graph capture, small ones come from and go back to the device's per-stream
+// cache; under capture they are the graph's own (stream-ordered) allocations.
 class Temp {
  public:
   Temp(DeviceState& ds, size_t bytes, cudaStream_t stream);
@@ -79,7 +95,13 @@ class Temp {
   void* get() const { return ptr_; }
 
  private:
+  void take(size_t bytes);
+  void give_back();
+  DeviceState* ds_;
   void* ptr_ = nullptr;
+  size_t bytes_ = 0;              // the block's size (cached blocks are rounded up)
+  unsigned long long sid_ = 0;    // the stream's ID, for a block of the cache
+  bool cached_ = false;
   cudaStream_t stream_;
 };
 

@@ -207,6 +207,28 @@ def test_opcheck(dev):
     torch.library.opcheck(torch.ops.dlfuse.add_mul_activation.default, (x, x.detach().clone(), bias, 0.5, 6))
 
 
+def test_matmul_backward_operand_layout(dev):
+    """operand_layout=True: grad_b in b's layout (weight.t(): the weight's, which autograd
+    accumulates into .grad without a copy), the same values as the contiguous default; the
+    fake kernel agrees (opcheck). The eager backward of dlfuse.torch's C++ operators uses it."""
+    gen = torch.Generator().manual_seed(5)
+    a = torch.randn(6, 4, generator=gen).to(dev)
+    w = torch.randn(3, 4, generator=gen).to(dev)
+    bias = torch.randn(3, generator=gen).to(dev)
+    b = w.t()
+    out = dft.matmul_add_relu(a, b, bias)
+    g = torch.randn(6, 3, generator=gen).to(dev)
+    op = torch.ops.dlfuse.matmul_add_relu_backward.default
+    ga, gb, gc = op(g, a, b, out, [3], True, True, True, False, True)
+    ga0, gb0, gc0 = op(g, a, b, out, [3], True, True, True, False, False)
+    assert gb.stride() == b.stride() and gb0.is_contiguous() and ga.stride() == a.stride()
+    for x, y in ((ga, ga0), (gb, gb0), (gc, gc0)):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+    torch.testing.assert_close(gb, a.t() @ (g * (out > 0)), rtol=1e-5, atol=1e-5)
+    torch.library.opcheck(op, (g, a, b, out, [3], True, True, True, False, True),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
 def test_torch_compile_fullgraph(dev):
     lin1 = torch.nn.Linear(16, 32).to(dev)
     lin2 = torch.nn.Linear(32, 8).to(dev)

@@ -212,13 +212,22 @@ def _empty_grads(like, shapes, needs):
     return tuple(like.new_empty(tuple(sh) if n else (0,)) for sh, n in zip(shapes, needs))
 
 
+def _matmul_grads(a, b, rest, needs, operand_layout):
+    """grad_a, grad_b: with operand_layout in their operand's layout where it is dense (for
+    weight.t() the weight's, which autograd accumulates into .grad without a copy; the C++
+    operators' eager backward asks for it), else contiguous; then the others as _empty_grads."""
+    ab = tuple((torch.empty_like(t) if operand_layout else t.new_empty(t.shape)) if n else t.new_empty((0,))
+               for t, n in zip((a, b), needs))
+    return ab + _empty_grads(a, rest, needs[2:])
+
+
 def _fake_mar(a, b, bias, allow_tf32=False):
     return a.new_empty(_mm_shape(a, b))
 
 
-def _fake_mar_bwd(grad_out, a, b, out, bias_shape, needs_a, needs_b, needs_bias, allow_tf32=False):
-    return (a.new_empty(a.shape if needs_a else (0,)), a.new_empty(b.shape if needs_b else (0,)),
-            a.new_empty(tuple(bias_shape) if needs_bias else (0,)))
+def _fake_mar_bwd(grad_out, a, b, out, bias_shape, needs_a, needs_b, needs_bias, allow_tf32=False,
+                  operand_layout=False):
+    return _matmul_grads(a, b, (bias_shape,), (needs_a, needs_b, needs_bias), operand_layout)
 
 
 def _fake_amc(x, y, bias, multiplier=1.0, activation=1):
@@ -240,8 +249,8 @@ def _fake_maa(a, b, bias, activation, save_pre=False, allow_tf32=False):
 
 
 def _fake_maa_bwd(grad_out, a, b, saved, activation, saved_is_pre, bias_shape, needs_a, needs_b,
-                  needs_bias, allow_tf32=False):
-    return _empty_grads(a, (a.shape, b.shape, bias_shape), (needs_a, needs_b, needs_bias))
+                  needs_bias, allow_tf32=False, operand_layout=False):
+    return _matmul_grads(a, b, (bias_shape,), (needs_a, needs_b, needs_bias), operand_layout)
 
 
 def _fake_mres(a, b, bias, residual, allow_tf32=False):
@@ -249,9 +258,9 @@ def _fake_mres(a, b, bias, residual, allow_tf32=False):
 
 
 def _fake_mres_bwd(grad_out, a, b, bias_shape, residual_shape, needs_a, needs_b, needs_bias,
-                   needs_residual, allow_tf32=False):
-    return _empty_grads(a, (a.shape, b.shape, bias_shape, residual_shape),
-                        (needs_a, needs_b, needs_bias, needs_residual))
+                   needs_residual, allow_tf32=False, operand_layout=False):
+    return _matmul_grads(a, b, (bias_shape, residual_shape),
+                         (needs_a, needs_b, needs_bias, needs_residual), operand_layout)
 
 
 _FAKES = {
@@ -283,12 +292,12 @@ def _define_python_ops():
     @torch.library.custom_op("dlfuse::matmul_add_relu_backward", mutates_args=())
     def _op_mar_bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
                     bias_shape: List[int], needs_a: bool, needs_b: bool, needs_bias: bool,
-                    allow_tf32: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    allow_tf32: bool = False,
+                    operand_layout: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         grad_out, a, b, out = _c(grad_out, a, b, out)
         # custom ops return tensors: an unwanted gradient is an empty one (allocated by torch,
         # as in _op_mar)
-        ga, gb, gbias = (a.new_empty(a.shape if needs_a else (0,)), a.new_empty(b.shape if needs_b else (0,)),
-                         a.new_empty(tuple(bias_shape) if needs_bias else (0,)))
+        ga, gb, gbias = _matmul_grads(a, b, (bias_shape,), (needs_a, needs_b, needs_bias), operand_layout)
         _ext.matmul_add_relu_backward(grad_out, a, b, out, bias_shape=tuple(bias_shape),
                                       needs=(needs_a, needs_b, needs_bias), grad_a=ga if needs_a else None,
                                       grad_b=gb if needs_b else None, grad_bias=gbias if needs_bias else None,
@@ -399,11 +408,11 @@ def _define_python_ops():
     @torch.library.custom_op("dlfuse::matmul_add_activation_backward", mutates_args=())
     def _op_maa_bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, saved: torch.Tensor,
                     activation: int, saved_is_pre: bool, bias_shape: List[int], needs_a: bool,
-                    needs_b: bool, needs_bias: bool,
-                    allow_tf32: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    needs_b: bool, needs_bias: bool, allow_tf32: bool = False,
+                    operand_layout: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         grad_out, a, b, saved = _c(grad_out, a, b, saved)
         needs = (needs_a, needs_b, needs_bias)
-        gs = _empty_grads(a, (a.shape, b.shape, bias_shape), needs)
+        gs = _matmul_grads(a, b, (bias_shape,), needs, operand_layout)
         ga, gb, gbias = (g if n else None for g, n in zip(gs, needs))
         out, pre = (None, saved) if saved_is_pre else (saved, None)
         _ext.matmul_add_activation_backward(grad_out, a, b, activation, out, pre,
@@ -452,11 +461,11 @@ def _define_python_ops():
     @torch.library.custom_op("dlfuse::matmul_add_residual_backward", mutates_args=())
     def _op_mres_bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias_shape: List[int],
                      residual_shape: List[int], needs_a: bool, needs_b: bool, needs_bias: bool,
-                     needs_residual: bool, allow_tf32: bool = False
+                     needs_residual: bool, allow_tf32: bool = False, operand_layout: bool = False
                      ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         grad_out, a, b = _c(grad_out, a, b)
         needs = (needs_a, needs_b, needs_bias, needs_residual)
-        gs = _empty_grads(a, (a.shape, b.shape, bias_shape, residual_shape), needs)
+        gs = _matmul_grads(a, b, (bias_shape, residual_shape), needs, operand_layout)
         g = [t if n else None for t, n in zip(gs, needs)]
         _ext.matmul_add_residual_backward(grad_out, a, b, tuple(bias_shape), tuple(residual_shape),
                                           needs=needs, grad_a=g[0], grad_b=g[1], grad_bias=g[2],
