@@ -28,6 +28,7 @@ Model (as in the cuda-mode DLRM lecture's MLP sizes):
 import argparse
 import copy
 import os
+import statistics
 import sys
 import time
 
@@ -93,46 +94,72 @@ def make_data(steps, batch, device, seed):
     return dense.to(device), sparse.to(device), labels.to(device)
 
 
+class Trainer:
+    """One training run, a step at a time (so that two runs can be timed interleaved)."""
+
+    def __init__(self, model, data, lr, opt_name, compile_model, perm_seed=None):
+        dense, sparse, labels = data
+        if perm_seed is not None:  # the same batches, rows in another order
+            g = torch.Generator().manual_seed(perm_seed)
+            perm = torch.stack([torch.randperm(dense.shape[1], generator=g)
+                                for _ in range(dense.shape[0])]).to(dense.device)
+            idx = perm.unsqueeze(-1)
+            dense = torch.gather(dense, 1, idx.expand(-1, -1, dense.shape[2]))
+            sparse = torch.gather(sparse, 1, idx.expand(-1, -1, sparse.shape[2]))
+            labels = torch.gather(labels, 1, perm)
+        self.data = (dense, sparse, labels)
+        self.steps = dense.shape[0]
+        self.model = model
+        self.opt = opt = (torch.optim.Adam(model.parameters(), lr=lr) if opt_name == "adam"
+                          else torch.optim.SGD(model.parameters(), lr=lr))
+
+        def step(d, s, y):
+            opt.zero_grad(set_to_none=True)
+            loss = F.binary_cross_entropy_with_logits(model(d, s), y)
+            loss.backward()
+            return loss
+
+        self.fwd_bwd = torch.compile(step) if compile_model else step
+        self.losses = []
+
+    def sync(self):
+        if self.data[0].is_cuda:
+            torch.cuda.synchronize(self.data[0].device)
+
+    def step(self, i):
+        """Step i; returns its time in seconds, the GPU's work included."""
+        t0 = time.perf_counter()
+        loss = self.fwd_bwd(*(t[i] for t in self.data))
+        self.opt.step()
+        self.losses.append(loss.detach())
+        self.sync()
+        return time.perf_counter() - t0
+
+    def loss_values(self):
+        return [float(x) for x in torch.stack(self.losses).cpu()]
+
+
 def train(model, data, lr, opt_name, compile_model, perm_seed=None):
-    dense, sparse, labels = data
-    if perm_seed is not None:  # the same batches, rows in another order
-        g = torch.Generator().manual_seed(perm_seed)
-        perm = torch.stack([torch.randperm(dense.shape[1], generator=g)
-                            for _ in range(dense.shape[0])]).to(dense.device)
-        idx = perm.unsqueeze(-1)
-        dense = torch.gather(dense, 1, idx.expand(-1, -1, dense.shape[2]))
-        sparse = torch.gather(sparse, 1, idx.expand(-1, -1, sparse.shape[2]))
-        labels = torch.gather(labels, 1, perm)
-    opt = (torch.optim.Adam(model.parameters(), lr=lr) if opt_name == "adam"
-           else torch.optim.SGD(model.parameters(), lr=lr))
+    t = Trainer(model, data, lr, opt_name, compile_model, perm_seed)
+    for i in range(t.steps):
+        t.step(i)
+    return t.loss_values()
 
-    def step(d, s, y):
-        opt.zero_grad(set_to_none=True)
-        loss = F.binary_cross_entropy_with_logits(model(d, s), y)
-        loss.backward()
-        return loss
 
-    def sync():
-        if dense.is_cuda:
-            torch.cuda.synchronize(dense.device)
-
-    fwd_bwd = torch.compile(step) if compile_model else step
-    losses = []
-    # Steady state: the steps after the first fifth (at most 50): compilation, cuBLASLt's
-    # algorithm choice and allocator growth happen in those.
-    warm = min(50, dense.shape[0] // 5)
-    t0 = t_warm = time.perf_counter()
-    for i in range(dense.shape[0]):
-        if i == warm:
-            sync()
-            t_warm = time.perf_counter()
-        loss = fwd_bwd(dense[i], sparse[i], labels[i])
-        opt.step()
-        losses.append(loss.detach())
-    sync()
-    t_end = time.perf_counter()
-    losses = [float(x) for x in torch.stack(losses).cpu()]
-    return losses, t_end - t0, (t_end - t_warm) / max(1, dense.shape[0] - warm)
+def train_timed(runs):
+    """Trains the Trainers in lockstep, step i of each in turn (the order alternating between
+    steps), so that a drift of the machine's speed hits all alike. Returns each run's
+    median step time over the steps after the first fifth (at most 50: compilation,
+    cuBLASLt's algorithm choice and allocator growth happen in those) and its total time."""
+    n = runs[0].steps
+    warm = min(50, n // 5)
+    times = [[] for _ in runs]
+    for i in range(n):
+        order = range(len(runs)) if i % 2 == 0 else reversed(range(len(runs)))
+        for k in order:
+            times[k].append(runs[k].step(i))
+    return [(statistics.median(t[warm:]) if n > warm else statistics.median(t), sum(t))
+            for t in times]
 
 
 def main(argv=None):
@@ -173,13 +200,15 @@ def main(argv=None):
     data = make_data(args.steps, args.batch, args.device, args.seed + 1)
     data64 = (data[0].double(), data[1], data[2].double())
 
-    ref_losses, ref_t, ref_step = train(ref_model, data, lr, args.opt, args.compile)
-    dl_losses, dl_t, dl_step = train(dl_model, data, lr, args.opt, args.compile)
-    l64 = train(ref64, data64, lr, args.opt, False)[0]
+    ref_run = Trainer(ref_model, data, lr, args.opt, args.compile)
+    dl_run = Trainer(dl_model, data, lr, args.opt, args.compile)
+    (ref_step, ref_t), (dl_step, dl_t) = train_timed([ref_run, dl_run])
+    ref_losses, dl_losses = ref_run.loss_values(), dl_run.loss_values()
+    l64 = train(ref64, data64, lr, args.opt, False)
     spread = []
     for k in range(args.spread):
         m = copy.deepcopy(ref_model_init)
-        spread.append(train(m, data, lr, args.opt, False, perm_seed=1000 + k)[0])
+        spread.append(train(m, data, lr, args.opt, False, perm_seed=1000 + k))
 
     def rel(a, b):
         d = abs(a - b) / max(1.0, abs(b))
@@ -200,7 +229,8 @@ def main(argv=None):
           f"compile {args.compile}")
     print(f"time: torch {ref_t:.2f} s, dlfuse {dl_t:.2f} s (incl. warm-up/compile)")
     print(f"step: torch {ref_step * 1e3:.3f} ms, dlfuse {dl_step * 1e3:.3f} ms, "
-          f"dlfuse/torch {dl_step / ref_step:.3f} (steady state, after the first fifth of the steps)")
+          f"dlfuse/torch {dl_step / ref_step:.3f} (median step, GPU work included, the two runs "
+          f"interleaved step by step, after the first fifth of the steps)")
     print(f"loss first-10 mean {head:.4f} -> last-10 mean {tail:.4f}")
     a_worst = max(d_dl64[:early])
     a_spread = max([max(d_t64[:early])] + [max(rel(a, b) for a, b in zip(run[:early], l64))

@@ -616,8 +616,11 @@ def _eager4(a, b, c, d):
 
 # ---- the public functions ------------------------------------------------------------------
 #
-# With the C++ operators every call is one dispatcher call (autograd included, in C++); a
-# dlfuse error comes back as the dlfuse exception the Python path raises.
+# Plain tensors in eager mode: without grad the extension is called directly (the fastest
+# path); with grad, the C++ operator (one dispatcher call, autograd in C++) where loaded,
+# else the Python autograd Function. Anything else (torch.compile, subclasses, modes,
+# functorch) goes to torch.ops.dlfuse.*. A C++ operator's error comes back as the dlfuse
+# exception the Python path raises.
 
 _ops = torch.ops.dlfuse
 _reraise = _torch_cpp.reraise
@@ -626,20 +629,16 @@ _ERRS = (RuntimeError, ValueError, NotImplementedError)
 
 def matmul_add_relu(a, b, bias, allow_tf32=False):
     """relu(a @ b + bias), differentiable in a, b and bias; works under torch.compile."""
-    if CPP_OPS:
-        if FORCE_CONTIGUOUS:
-            a, b, bias = _c(a, b, bias)
-        if _compiling():
-            return _ops.matmul_add_relu(a, b, bias, bool(allow_tf32))
-        try:
-            return _ops.matmul_add_relu.default(a, b, bias, bool(allow_tf32))
-        except _ERRS as e:
-            _reraise(e)
     if not _compiling() and _eager(a, b, bias):
         if _grad_on() and (a.requires_grad or b.requires_grad or bias.requires_grad):
-            return _mar_apply(a, b, bias, bool(allow_tf32))
+            if not CPP_OPS:
+                return _mar_apply(a, b, bias, bool(allow_tf32))
+            try:
+                return _ops.matmul_add_relu.default(*_c(a, b, bias), bool(allow_tf32))
+            except _ERRS as e:
+                _reraise(e)
         return _mar_fwd(a, b, bias, bool(allow_tf32))
-    return torch.ops.dlfuse.matmul_add_relu(a, b, bias, bool(allow_tf32))
+    return _ops.matmul_add_relu(a, b, bias, bool(allow_tf32))
 
 
 def add_mul_activation(x, y, bias, multiplier=1.0, activation="relu"):
@@ -647,20 +646,16 @@ def add_mul_activation(x, y, bias, multiplier=1.0, activation="relu"):
     sigmoid and tanh the backward reads the output (saved instead of x, y, bias) where the
     kernel serving the backward takes it."""
     act = activation if type(activation) is int else _core._act(activation)
-    if CPP_OPS:
-        if FORCE_CONTIGUOUS:
-            x, y, bias = _c(x, y, bias)
-        if _compiling():
-            return _ops.add_mul_activation(x, y, bias, float(multiplier), act)
-        try:
-            return _ops.add_mul_activation.default(x, y, bias, float(multiplier), act)
-        except _ERRS as e:
-            _reraise(e)
     if not _compiling() and _eager(x, y, bias):
         if _grad_on() and (x.requires_grad or y.requires_grad or bias.requires_grad):
-            return _amc_apply(x, y, bias, float(multiplier), act)
+            if not CPP_OPS:
+                return _amc_apply(x, y, bias, float(multiplier), act)
+            try:
+                return _ops.add_mul_activation.default(*_c(x, y, bias), float(multiplier), act)
+            except _ERRS as e:
+                _reraise(e)
         return _amc_fwd(x, y, bias, float(multiplier), act)
-    return torch.ops.dlfuse.add_mul_activation(x, y, bias, float(multiplier), act)
+    return _ops.add_mul_activation(x, y, bias, float(multiplier), act)
 
 
 def matmul_add_activation(a, b, bias, activation="relu", allow_tf32=False):
@@ -668,45 +663,34 @@ def matmul_add_activation(a, b, bias, activation="relu", allow_tf32=False):
     backward reads out (identity, relu, sigmoid, tanh) or pre = a @ b + bias (gelu, silu),
     which the forward then also writes."""
     act = activation if type(activation) is int else _core._act(activation)
-    if CPP_OPS:
-        if FORCE_CONTIGUOUS:
-            a, b, bias = _c(a, b, bias)
-        # pre only where a backward may read it
-        pre = act not in _OUT_FORM and _grad_on() and (
-            _compiling() or not _eager(a, b, bias) or a.requires_grad or b.requires_grad
-            or bias.requires_grad)
-        if _compiling():
-            return _ops.matmul_add_activation(a, b, bias, act, pre, bool(allow_tf32))[0]
-        try:
-            return _ops.matmul_add_activation.default(a, b, bias, act, pre, bool(allow_tf32))[0]
-        except _ERRS as e:
-            _reraise(e)
     if not _compiling() and _eager(a, b, bias):
         if _grad_on() and (a.requires_grad or b.requires_grad or bias.requires_grad):
-            return _maa_apply(a, b, bias, act, bool(allow_tf32))
+            if not CPP_OPS:
+                return _maa_apply(a, b, bias, act, bool(allow_tf32))
+            try:
+                return _ops.matmul_add_activation.default(*_c(a, b, bias), act, act not in _OUT_FORM,
+                                                          bool(allow_tf32))[0]
+            except _ERRS as e:
+                _reraise(e)
         return _maa_fwd(a, b, bias, act, False, bool(allow_tf32))
     # pre only where a backward may read it (whether it will is not known under functorch)
-    return torch.ops.dlfuse.matmul_add_activation(
-        a, b, bias, act, act not in _OUT_FORM and _grad_on(), bool(allow_tf32))[0]
+    return _ops.matmul_add_activation(a, b, bias, act, act not in _OUT_FORM and _grad_on(),
+                                      bool(allow_tf32))[0]
 
 
 def matmul_add_residual(a, b, bias, residual, allow_tf32=False):
     """a @ b + bias + residual, differentiable in all four; works under torch.compile."""
-    if CPP_OPS:
-        if FORCE_CONTIGUOUS:
-            a, b, bias, residual = _c(a, b, bias, residual)
-        if _compiling():
-            return _ops.matmul_add_residual(a, b, bias, residual, bool(allow_tf32))
-        try:
-            return _ops.matmul_add_residual.default(a, b, bias, residual, bool(allow_tf32))
-        except _ERRS as e:
-            _reraise(e)
     if not _compiling() and _eager4(a, b, bias, residual):
         if _grad_on() and (a.requires_grad or b.requires_grad or bias.requires_grad
                            or residual.requires_grad):
-            return _mres_apply(a, b, bias, residual, bool(allow_tf32))
+            if not CPP_OPS:
+                return _mres_apply(a, b, bias, residual, bool(allow_tf32))
+            try:
+                return _ops.matmul_add_residual.default(*_c(a, b, bias, residual), bool(allow_tf32))
+            except _ERRS as e:
+                _reraise(e)
         return _mres_fwd(a, b, bias, residual, bool(allow_tf32))
-    return torch.ops.dlfuse.matmul_add_residual(a, b, bias, residual, bool(allow_tf32))
+    return _ops.matmul_add_residual(a, b, bias, residual, bool(allow_tf32))
 
 
 class FusedLinearReLU(torch.nn.Linear):
