@@ -143,21 +143,25 @@ dlfuse_status_t matmul_add_activation(void* state, void*, const dlfuse_kernel_ar
   });
 }
 
+void activation_backward(CallContext& cx, bool tf32, int act, bool from_out, const DLTensor* gout, const DLTensor* src,
+                         const DLTensor* a, const DLTensor* b, DLTensor* ga, DLTensor* gb, DLTensor* gbias) {
+  if (!ga && !gb && !gbias) return;
+  const std::vector<int64_t> oshape(gout->shape, gout->shape + gout->ndim);
+  Temp dz(*cx.ds, size_t(numel(gout)) * size_t(dsize(cx.dt)), cx.stream);
+  const bool bias_done = numel(gout) > 0 && activation_grad(cx, act, from_out, gout, src, oshape, dz.get(), gbias);
+  if (!bias_done) reduce_into(cx, dz.get(), oshape, gbias);
+  operand_grads(cx, tf32, compact_mat(dz.get(), oshape), oshape, a, b, ga, gb);
+}
+
 dlfuse_status_t matmul_add_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&]() -> dlfuse_status_t {
     // Inputs grad_out, a, b, out, pre: exactly one of out and pre (the registry checked).
     CallContext cx(state, args, 5, 3, 0x18u);
-    const int act = kit::activation(args);
-    const DLTensor *gout = args->inputs[0], *a = args->inputs[1], *b = args->inputs[2];
     const DLTensor *pre = args->inputs[4], *src = pre ? pre : args->inputs[3];
     DLTensor *ga = args->outputs[0], *gb = args->outputs[1], *gbias = args->outputs[2];
-    if (!ga && !gb && !gbias) return DLFUSE_STATUS_OK;
-    if (!src) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "neither out nor pre is given");
-    const std::vector<int64_t> oshape(gout->shape, gout->shape + gout->ndim);
-    Temp dz(*cx.ds, size_t(numel(gout)) * size_t(dsize(cx.dt)), cx.stream);
-    const bool bias_done = numel(gout) > 0 && activation_grad(cx, act, !pre, gout, src, oshape, dz.get(), gbias);
-    if (!bias_done) reduce_into(cx, dz.get(), oshape, gbias);
-    operand_grads(cx, read_tf32(args), compact_mat(dz.get(), oshape), oshape, a, b, ga, gb);
+    if (!src && (ga || gb || gbias)) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "neither out nor pre is given");
+    activation_backward(cx, read_tf32(args), kit::activation(args), !pre, args->inputs[0], src, args->inputs[1],
+                        args->inputs[2], ga, gb, gbias);
     return DLFUSE_STATUS_OK;
   });
 }

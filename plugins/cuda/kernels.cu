@@ -381,33 +381,6 @@ __global__ void finish_total_k(const float* partial, int64_t n, T* dst, float sc
   if (threadIdx.x == 0) dst[0] = Cv<T>::st(scale * sh[0]);
 }
 
-// ---- matmul relu gradient -----------------------------------------------------------------
-template <class T>
-__global__ void relu_grad_k(const T* g, View gv, const T* o, View ov, T* dz, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float f = Cv<T>::ld(o[offset_of(i, ov)]);
-    dz[i] = (f > 0.f || f != f) ? g[offset_of(i, gv)] : Cv<T>::st(0.f);
-  }
-}
-
-template <class T, int V> __global__ void relu_grad_compact_k(const T* g, const T* o, T* dz, int64_t nv) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < nv; i += int64_t(gridDim.x) * blockDim.x) {
-    if constexpr (V == 1) {
-      const float f = ldf(o + i);
-      dz[i] = (f > 0.f || f != f) ? g[i] : Cv<T>::st(0.f);
-    } else {
-      const Vec16<T> ov = ld16(o + i * V);
-      Vec16<T> gv = ld16(g + i * V);
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const float f = Cv<T>::ld(ov.e[j]);
-        if (!(f > 0.f || f != f)) gv.e[j] = Cv<T>::st(0.f);
-      }
-      *reinterpret_cast<uint4*>(dz + i * V) = gv.raw;  // dZ is read again by the GEMMs: keep it cached
-    }
-  }
-}
-
 // ---- add_mul_activation fast path -----------------------------------------------------------
 // Block: threads over column vectors; blockIdx.y: a chunk of rows. Operands in kRow/kScalar
 // mode are read once per thread; kFull ones once per element. U rows are loaded before any
@@ -702,34 +675,6 @@ void reduce_to(DType dt, const void* src, bool src_f32, const View& full, void* 
       launch(static_cast<const T*>(src));
   });
   DLF_LAUNCHED("reduce_to kernel");
-}
-
-void relu_grad(DType dt, const void* grad_out, const View& gv, const void* out, const View& ov, void* dz,
-               cudaStream_t s) {
-  const int64_t n = gv.numel();
-  if (n == 0) return;
-  const View cv = compact_view(gv.shape, gv.rank);
-  auto is_compact = [&](const View& v) {
-    for (int d = 0; d < v.rank; ++d)
-      if (v.shape[d] != 1 && v.stride[d] != cv.stride[d]) return false;
-    return true;
-  };
-  by_dtype(dt, [&](auto t) {
-    using T = decltype(t);
-    constexpr int V = 16 / sizeof(T);
-    const T* g = static_cast<const T*>(grad_out);
-    const T* o = static_cast<const T*>(out);
-    T* d = static_cast<T*>(dz);
-    if (is_compact(gv) && is_compact(ov)) {
-      if (n % V == 0 && aligned16(g) && aligned16(o) && aligned16(d))
-        relu_grad_compact_k<T, V><<<grid_for(n / V), kThreads, 0, s>>>(g, o, d, n / V);
-      else
-        relu_grad_compact_k<T, 1><<<grid_for(n), kThreads, 0, s>>>(g, o, d, n);
-    } else {
-      relu_grad_k<T><<<grid_for(n), kThreads, 0, s>>>(g, gv, o, ov, d, n);
-    }
-  });
-  DLF_LAUNCHED("relu_grad kernel");
 }
 
 int colsum_partials(DType dt, const void* m, int64_t R, int64_t C, float* partial, int max_chunks, cudaStream_t s) {

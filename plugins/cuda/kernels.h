@@ -42,10 +42,6 @@ void relu_compact(DType dt, void* p, int64_t n, cudaStream_t s);
 void reduce_to(DType dt, const void* src, bool src_f32, const View& full, void* dst,
                const View& dst_aligned, float scale, cudaStream_t s);
 
-// matmul backward: dZ = where(out > 0 or isnan(out), grad_out, 0), compact over gv's shape;
-// grad_out and out are read through their own views (aligned to that shape).
-void relu_grad(DType dt, const void* grad_out, const View& gv, const void* out, const View& ov,
-               void* dz, cudaStream_t s);
 // Column sums of a compact [R, C] matrix (dtype dt) into partial[nchunks, C] floats;
 // returns nchunks (<= max_chunks).
 int colsum_partials(DType dt, const void* m, int64_t R, int64_t C, float* partial, int max_chunks,

@@ -56,13 +56,9 @@ dlfuse_status_t matmul_add_relu_backward(void* state, void*, const dlfuse_kernel
     CallContext cx(state, args, 4, 3);
     const DLTensor *gout = args->inputs[0], *a = args->inputs[1], *b = args->inputs[2], *out = args->inputs[3];
     DLTensor *ga = args->outputs[0], *gb = args->outputs[1], *gbias = args->outputs[2];
-    if (!ga && !gb && !gbias) return DLFUSE_STATUS_OK;
-    const std::vector<int64_t> oshape(out->shape, out->shape + out->ndim);
-    Temp dz(*cx.ds, size_t(numel(out)) * size_t(dsize(cx.dt)), cx.stream);
-    relu_grad(cx.dt, base_of(gout), view_over(gout, oshape), base_of(out), view_over(out, oshape), dz.get(),
-              cx.stream);
-    reduce_into(cx, dz.get(), oshape, gbias);
-    operand_grads(cx, read_tf32(args), compact_mat(dz.get(), oshape), oshape, a, b, ga, gb);
+    // dZ = relu'(out) * grad_out and its column sums in one pass, then the two GEMMs: the
+    // path of matmul_add_activation's backward from out.
+    activation_backward(cx, read_tf32(args), DLFUSE_ACT_RELU, true, gout, out, a, b, ga, gb, gbias);
     return DLFUSE_STATUS_OK;
   });
 }

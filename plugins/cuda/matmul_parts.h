@@ -59,6 +59,12 @@ void operand_grads(CallContext& cx, bool tf32, const Mat& dz, const std::vector<
 
 bool read_tf32(const dlfuse_kernel_args_t* args);
 
+// The backward of act(a @ b + bias) from grad_out and src, the forward's out (from_out: for
+// identity, relu, sigmoid, tanh) or pre: one pass writes dZ and, for a row-vector bias, its
+// column sums; then grad_a and grad_b. Outputs may be NULL. (epilogue.cpp)
+void activation_backward(CallContext& cx, bool tf32, int act, bool from_out, const DLTensor* gout, const DLTensor* src,
+                         const DLTensor* a, const DLTensor* b, DLTensor* ga, DLTensor* gb, DLTensor* gbias);
+
 }  // namespace dlfuse_cuda
 
 #endif
