@@ -121,6 +121,7 @@ struct Case {
   std::string name;
   double flop = 0;   // for GFLOP/s (matmuls)
   double bytes = 0;  // for GB/s (pointwise)
+  int64_t tile = 0;  // > 0: the call is add_mul backward's tiled pass (see eltwise_bwd_case)
   std::function<Prepared(const engine&)> prepare;
 };
 
@@ -234,9 +235,16 @@ Case binary_case(const std::string& name, int64_t R, int64_t N, Act act, float m
 // add_mul_activation_backward's / grad.cpp's eltwise_backward over a 1-D tile: diff_src =
 // diff_dst * act'(src), src the pre-activation (the plugin uses 16384-element tiles in the
 // tiled pass and the whole tensor in grad.cpp's dz_eltwise).
-Case eltwise_bwd_case(const std::string& name, int64_t len, algorithm alg) {
+//
+// With `total` > 0 the case is that tiled pass as add_mul.cpp runs it: the primitive is
+// built for one tile of `len` elements and each call is an OpenMP parallel loop over the
+// total / len tiles, every tile executed from inside the region (oneDNN then runs it on
+// the calling thread) with its own memory objects and stream.
+Case eltwise_bwd_case(const std::string& name, int64_t len, algorithm alg, int64_t total = 0) {
   Case c;
   c.name = name;
+  c.tile = total > 0 ? len : 0;
+  if (total > 0) len = total;  // buffers for the whole tensor; the primitive below is per tile
   c.bytes = 4.0 * double(len) * 3;
   c.prepare = [=](const engine& eng) {
     struct Bufs {
@@ -247,7 +255,7 @@ Case eltwise_bwd_case(const std::string& name, int64_t len, algorithm alg) {
     bufs->dd = values(size_t(len), 9);
     bufs->ds.assign(size_t(len), 0.f);
     const auto tc = Clock::now();
-    const memory::desc m = md({len});
+    const memory::desc m = md({total > 0 ? c.tile : len});
 #if DNNL_VERSION_MAJOR >= 3
     const eltwise_forward::primitive_desc hint(eng, prop_kind::forward_training, alg, m, m, 0.f, 0.f);
     const eltwise_backward::primitive_desc pd(eng, alg, m, m, m, 0.f, 0.f, hint, base_attr());
@@ -286,6 +294,7 @@ std::vector<Case> all_cases() {
       binary_case("am_relu_nankeep_4096x4096", 4096, 4096, Act::relu_nankeep, 0.5f),
       eltwise_bwd_case("eltwise_bwd_gelu_tanh_16384", 16384, algorithm::eltwise_gelu_tanh),
       eltwise_bwd_case("eltwise_bwd_gelu_tanh_16M", int64_t(4096) * 4096, algorithm::eltwise_gelu_tanh),
+      eltwise_bwd_case("eltwise_bwd_gelu_tanh_tiled_16M", 16384, algorithm::eltwise_gelu_tanh, int64_t(4096) * 4096),
       matmul_case("mm_bf16_bias_relu_1024", 1024, 1024, 1024, Act::relu_nankeep, false, true, false, dt::bf16),
   };
 }
@@ -369,11 +378,29 @@ int main(int argc, char** argv) {
       p.prim.execute(s, args);
       s.wait();
     };
-    for (int i = 0; i < warmup; ++i) call();
+    const auto tiled_call = [&] {  // add_mul.cpp backward_fast: tiles over the OpenMP threads
+      const int64_t len = c.tile, ntiles = int64_t(c.bytes / 12.0) / len;
+      const auto& a = p.args;  // SRC, DIFF_DST, DIFF_SRC over the whole tensor; tile-sized desc
+#pragma omp parallel for schedule(static)
+      for (int64_t tile = 0; tile < ntiles; ++tile) {
+        std::unordered_map<int, memory> args;
+        for (const auto& x : a)
+          args[x.first] = memory(x.second.first, eng, static_cast<float*>(x.second.second) + tile * len);
+        stream s(eng);
+        p.prim.execute(s, args);
+        s.wait();
+      }
+    };
+    if (c.tile > 0 && p.scratch_bytes > 0) {
+      std::printf("{\"case\": \"%s\", \"error\": \"tiled case with a scratchpad is not handled\"}\n", c.name.c_str());
+      continue;
+    }
+    const std::function<void()> run = c.tile > 0 ? std::function<void()>(tiled_call) : std::function<void()>(call);
+    for (int i = 0; i < warmup; ++i) run();
     std::vector<double> t(static_cast<size_t>(reps));
     for (int i = 0; i < reps; ++i) {
       const auto t1 = Clock::now();
-      call();
+      run();
       t[size_t(i)] = ms_since(t1);
     }
     const double med = percentile(t, 0.5);
