@@ -128,8 +128,11 @@ struct Case {
 // Matmul cases. M x K x N, bias [1, N] as the bias argument (the plugin's kBiasArg), dst
 // [M, N]; `sum` adds dst's previous contents (matmul_add_residual); `wei_t` gives the
 // weights as the transpose of a row-major [N, K] (the backward's grad_a = dZ B^T).
+// Probes (names probe_*, run only when named in --cases): the layouts for which the plugin
+// works around 2.6.3 (docs/onednn.md): bias_kind 1 = a [1, 1] scalar bias, 2 = a [M, 1]
+// column bias, both as the bias argument; dst_t = a column-major dst.
 Case matmul_case(const std::string& name, int64_t M, int64_t K, int64_t N, Act act, bool sum, bool with_bias,
-                 bool wei_t = false, dt wdt = dt::f32) {
+                 bool wei_t = false, dt wdt = dt::f32, int bias_kind = 0, bool dst_t = false) {
   Case c;
   c.name = name;
   c.flop = 2.0 * double(M) * double(K) * double(N);
@@ -145,7 +148,9 @@ Case matmul_case(const std::string& name, int64_t M, int64_t K, int64_t N, Act a
     bufs->dst = values(size_t(M * N), 4);  // the residual for `sum`
     const memory::desc src = wdt == dt::f32 ? md({M, K}) : md({M, K}, wdt);
     const memory::desc wei = wei_t ? md_strided({K, N}, {1, K}, wdt) : md({K, N}, wdt);
-    const memory::desc bmd = md({1, N}), dmd = md({M, N});
+    const memory::desc bmd = bias_kind == 1 ? md({1, 1}) : bias_kind == 2 ? md({M, 1}) : md({1, N});
+    const memory::desc dmd = dst_t ? md_strided({M, N}, {1, M}) : md({M, N});
+    if (bias_kind == 2) bufs->bias = values(size_t(M), 3);
     void *pa = bufs->a.data(), *pb = bufs->b.data();
     if (wdt == dt::bf16) {
       bufs->a16 = to_bf16(bufs->a);
@@ -296,6 +301,9 @@ std::vector<Case> all_cases() {
       eltwise_bwd_case("eltwise_bwd_gelu_tanh_16M", int64_t(4096) * 4096, algorithm::eltwise_gelu_tanh),
       eltwise_bwd_case("eltwise_bwd_gelu_tanh_tiled_16M", 16384, algorithm::eltwise_gelu_tanh, int64_t(4096) * 4096),
       matmul_case("mm_bf16_bias_relu_1024", 1024, 1024, 1024, Act::relu_nankeep, false, true, false, dt::bf16),
+      matmul_case("probe_mm_bias_scalar_256", 256, 256, 256, Act::relu_nankeep, false, true, false, dt::f32, 1),
+      matmul_case("probe_mm_bias_col_256", 256, 256, 256, Act::relu_nankeep, false, true, false, dt::f32, 2),
+      matmul_case("probe_mm_dst_colmajor_256", 256, 256, 256, Act::relu_nankeep, false, true, false, dt::f32, 0, true),
   };
 }
 
@@ -358,7 +366,8 @@ int main(int argc, char** argv) {
   std::vector<unsigned char> scratch;
 
   for (const Case& c : cases) {
-    if (!want.empty() && std::find(want.begin(), want.end(), c.name) == want.end()) continue;
+    if (want.empty() ? c.name.rfind("probe_", 0) == 0 : std::find(want.begin(), want.end(), c.name) == want.end())
+      continue;
     Prepared p;
     try {
       p = c.prepare(eng);
