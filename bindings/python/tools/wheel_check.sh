@@ -5,6 +5,8 @@
 # source tree runs both ops forward and backward against a float64 reference, on the
 # libdlfuse and plugins inside the wheel. The CUDA plugin is left out unless
 # DLFUSE_WHEEL_CUDA=ON (nvcc takes minutes; CI has no GPU), OpenCL unless DLFUSE_WHEEL_OPENCL=ON.
+# Where the interpreter imports torch, the wheel must also hold the C++ torch operators, and
+# dlfuse.torch from the venv must use them for a forward and backward of both ops.
 #   wheel_check.sh <python3> <scratch dir>
 set -euo pipefail
 PY=$1 WORK=$2
@@ -54,4 +56,26 @@ np.testing.assert_allclose(gbb, a.T.astype(np.float64) @ dz, rtol=1e-4, atol=1e-
 np.testing.assert_allclose(gbias, dz.sum(0), rtol=1e-4, atol=1e-5)
 print("wheel OK: dlfuse", dlfuse.__version__, "from", os.path.dirname(dlfuse.__file__),
       "library", dlfuse.library_path(), "ran on", dlfuse.registry().resolve("add_mul_activation"))
+try:
+    import torch
+except ImportError:
+    print("torch not importable: the C++ torch operators were not built; not checked")
+    sys.exit(0)
+import dlfuse.torch as dft
+from dlfuse import _torch_cpp
+assert dft.CPP_OPS, _torch_cpp.why_not
+lin = torch.nn.Linear(4, 5)
+at = torch.tensor(a, requires_grad=True)
+out = dft.matmul_add_relu(at, lin.weight.t(), lin.bias)
+assert "CppNode" in out.grad_fn.name(), out.grad_fn.name()
+out.backward(torch.tensor(g2))
+ref = torch.relu(at.detach().double() @ lin.weight.detach().double().t() + lin.bias.detach().double())
+torch.testing.assert_close(out.detach().double(), ref, rtol=2e-5, atol=1e-5)
+mask = (ref > 0).double() * torch.tensor(g2).double()
+torch.testing.assert_close(lin.weight.grad.double(), mask.t() @ at.detach().double(), rtol=1e-4, atol=1e-5)
+xt = torch.tensor(x, requires_grad=True)
+z = dft.add_mul_activation(xt, torch.tensor(y), torch.tensor(bias), 0.5, "relu")
+z.backward(torch.tensor(g))
+torch.testing.assert_close(xt.grad.double(), torch.tensor(d).double(), rtol=2e-5, atol=1e-5)
+print("wheel OK: torch", torch.__version__, "with dlfuse's C++ operators from", os.path.dirname(dft.__file__))
 PYEOF
