@@ -8,6 +8,7 @@ torch's C apply), Function.apply, and the public function under a torch-function
 (the torch.library custom ops). CPU: oneDNN for float32/float16/bfloat16, the test
 plugin for float64; CUDA where a plugin serves the op (docs/ops.md)."""
 import gc
+import os
 import weakref
 
 import pytest
@@ -519,3 +520,50 @@ def test_fused_linear(dev, act):
     ref.square().sum().backward()
     for p, q in zip(layer.parameters(), plain.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+
+
+_OUT_FORM_FALLBACK = r"""
+import sys, torch, dlfuse, dlfuse.torch as dft
+dlfuse.load_plugin(sys.argv[1])
+reg = dlfuse.registry()
+gen = torch.Generator().manual_seed(31)
+x, y, b = (torch.randn(*s, generator=gen).requires_grad_() for s in ((3, 4, 6), (4, 1), (6,)))
+act_fns = {"identity": lambda p: p, "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh}
+for act, fn in act_fns.items():
+    out = dft.add_mul_activation(x, y, b, 0.5, act)
+    assert reg.resolve("add_mul_activation_backward") != "unit_echo"
+    reg.prefer("unit_echo", "add_mul_activation_backward")  # its kernel does not take `out`
+    assert reg.resolve("add_mul_activation_backward") == "unit_echo"
+    g = torch.randn(out.shape, generator=gen)
+    got = torch.autograd.grad(out, (x, y, b), g)
+    reg.prefer(None, "add_mul_activation_backward")
+    x64, y64, b64 = (t.detach().double().requires_grad_() for t in (x, y, b))
+    want = torch.autograd.grad(fn(x64 + b64 + 0.5 * y64), (x64, y64, b64), g.double())
+    for v, w in zip(got, want):
+        torch.testing.assert_close(v.double(), w, rtol=1e-5, atol=1e-5)
+print("fallback OK")
+"""
+
+
+def test_out_form_refused_by_a_preferred_plugin_falls_back():
+    """A forward saved `out` (the CPU kernel takes the out form), then a plugin whose kernel
+    lacks DLFUSE_KERNEL_TAKES_V1_1_INPUTS is preferred for the backward, which the registry
+    then refuses `out`: the backward computes the out form's formulas itself (ATen ops in
+    the C++ operators' amc_grads_from_out_torch, torch ops in the Python path) and matches
+    float64. A real registry change, unlike the monkeypatched test above, and so it covers
+    the C++ operators too. In a subprocess: the preference and the loaded test plugin must
+    not leak into other tests."""
+    import subprocess
+    import sys
+    v10 = os.path.join(os.environ.get("DLFUSE_TEST_PLUGIN_DIR", "/nonexistent"), "..", "unit_plugins",
+                       "libdlfuse_unit_echo.so")
+    if not os.path.exists(v10):
+        pytest.skip("no unit_echo test plugin in this build (a build with the unit tests has it)")
+    try:
+        if dlfuse.registry().resolve("add_mul_activation_backward", "cpu") is None:
+            raise dlfuse.Error(3, "none")
+    except dlfuse.Error:
+        pytest.skip("no CPU plugin")
+    r = subprocess.run([sys.executable, "-c", _OUT_FORM_FALLBACK, os.path.abspath(v10)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "fallback OK" in r.stdout, r.stdout + r.stderr
