@@ -57,11 +57,16 @@ void Temp::take(size_t bytes) {
   ptr_ = nullptr;
   cached_ = false;
   if (bytes == 0) return;
-  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  const bool cacheable = bytes <= DeviceState::kCachedBlockMax &&
-                         cudaStreamIsCapturing(stream_, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone &&
-                         cudaStreamGetId(stream_, &sid_) == cudaSuccess;
-  cudaGetLastError();
+  bool cacheable = bytes <= DeviceState::kCachedBlockMax;
+  if (cacheable) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    const cudaError_t e1 = cudaStreamIsCapturing(stream_, &cs);
+    const cudaError_t e2 = e1 == cudaSuccess ? cudaStreamGetId(stream_, &sid_) : e1;
+    // A failed query (e.g. the legacy stream while another captures) means: not cacheable;
+    // its error is ours to clear, and only then (a caller's pending error is not ours).
+    if (e1 != cudaSuccess || e2 != cudaSuccess) cudaGetLastError();
+    cacheable = e1 == cudaSuccess && e2 == cudaSuccess && cs == cudaStreamCaptureStatusNone;
+  }
   if (!cacheable) {
     bytes_ = bytes;
     DLF_CUDA(cudaMallocFromPoolAsync(&ptr_, bytes, ds_->pool, stream_));

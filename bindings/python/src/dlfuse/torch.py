@@ -288,7 +288,6 @@ def _define_python_ops():
         return _ext.matmul_add_relu(a, b, bias, a.new_empty(_mm_shape(a, b)), _stream(a),
                                     allow_tf32=allow_tf32)
 
-
     @torch.library.custom_op("dlfuse::matmul_add_relu_backward", mutates_args=())
     def _op_mar_bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
                     bias_shape: List[int], needs_a: bool, needs_b: bool, needs_bias: bool,
@@ -304,13 +303,11 @@ def _define_python_ops():
                                       stream=_stream(a), allow_tf32=allow_tf32)
         return ga, gb, gbias
 
-
     def _mar_setup(ctx, inputs, output):
         a, b, bias, allow_tf32 = inputs
         ctx.save_for_backward(a, b, output)
         ctx.bias_shape = list(bias.shape)
         ctx.allow_tf32 = allow_tf32
-
 
     def _mar_backward(ctx, grad):
         a, b, out = ctx.saved_tensors
@@ -319,9 +316,7 @@ def _define_python_ops():
             grad, a, b, out, ctx.bias_shape, na, nb, nbias, ctx.allow_tf32)
         return (ga if na else None, gb if nb else None, gbias if nbias else None, None)
 
-
     _op_mar.register_autograd(_mar_backward, setup_context=_mar_setup)
-
 
     @torch.library.custom_op("dlfuse::add_mul_activation", mutates_args=())
     def _op_amc(x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor, multiplier: float = 1.0,
@@ -329,7 +324,6 @@ def _define_python_ops():
         x, y, bias = _c(x, y, bias)  # outputs from torch.empty, as in _op_mar
         out = x.new_empty(torch.broadcast_shapes(x.shape, y.shape, bias.shape))
         return _ext.add_mul_activation(x, y, bias, multiplier, activation, out, _stream(x))
-
 
     @torch.library.custom_op("dlfuse::add_mul_activation_backward", mutates_args=())
     def _op_amc_bwd(grad_out: torch.Tensor, x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor,
@@ -344,9 +338,6 @@ def _define_python_ops():
                                          stream=_stream(x))
         return gx, gy, gb
 
-
-
-
     @torch.library.custom_op("dlfuse::add_mul_activation_backward_from_out", mutates_args=())
     def _op_amc_bwd_out(grad_out: torch.Tensor, out: torch.Tensor, multiplier: float, activation: int,
                         x_shape: List[int], y_shape: List[int], bias_shape: List[int], needs_x: bool,
@@ -357,7 +348,6 @@ def _define_python_ops():
         _amc_bwd_out(grad_out, out, multiplier, activation, shapes, needs,
                      tuple(g if n else None for g, n in zip(gs, needs)))
         return gs
-
 
     def _amc_setup(ctx, inputs, output):
         x, y, bias, multiplier, activation = inputs
@@ -371,7 +361,6 @@ def _define_python_ops():
             ctx.save_for_backward(x, y, bias)
             ctx.shapes = None
 
-
     def _amc_backward(ctx, grad):
         nx, ny, nb = ctx.needs_input_grad[:3]
         if ctx.shapes is not None:
@@ -384,9 +373,7 @@ def _define_python_ops():
                 grad, x, y, bias, ctx.multiplier, ctx.activation, nx, ny, nb)
         return (gx if nx else None, gy if ny else None, gb if nb else None, None, None)
 
-
     _op_amc.register_autograd(_amc_backward, setup_context=_amc_setup)
-
 
     # matmul_add_activation returns (out, pre): pre is written only with save_pre (the backward
     # of gelu and silu reads it; the others read out), else it is an empty tensor.
@@ -404,7 +391,6 @@ def _define_python_ops():
                                    allow_tf32=allow_tf32)
         return out, pre
 
-
     @torch.library.custom_op("dlfuse::matmul_add_activation_backward", mutates_args=())
     def _op_maa_bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, saved: torch.Tensor,
                     activation: int, saved_is_pre: bool, bias_shape: List[int], needs_a: bool,
@@ -421,7 +407,6 @@ def _define_python_ops():
                                             allow_tf32=allow_tf32)
         return gs
 
-
     def _maa_setup(ctx, inputs, output):
         a, b, bias, activation, save_pre, allow_tf32 = inputs
         out, pre = output
@@ -437,7 +422,6 @@ def _define_python_ops():
         ctx.bias_shape = list(bias.shape)
         ctx.allow_tf32 = allow_tf32
 
-
     def _maa_backward(ctx, grad, _grad_pre):
         a, b, saved = ctx.saved_tensors
         na, nb, nbias = ctx.needs_input_grad[:3]
@@ -446,9 +430,7 @@ def _define_python_ops():
             ctx.allow_tf32)
         return (ga if na else None, gb if nb else None, gbias if nbias else None, None, None, None)
 
-
     _op_maa.register_autograd(_maa_backward, setup_context=_maa_setup)
-
 
     @torch.library.custom_op("dlfuse::matmul_add_residual", mutates_args=())
     def _op_mres(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor,
@@ -456,7 +438,6 @@ def _define_python_ops():
         a, b, bias, residual = _c(a, b, bias, residual)  # outputs from torch.empty, as in _op_mar
         return _ext.matmul_add_residual(a, b, bias, residual, a.new_empty(_mm_shape(a, b)),
                                         stream=_stream(a), allow_tf32=allow_tf32)
-
 
     @torch.library.custom_op("dlfuse::matmul_add_residual_backward", mutates_args=())
     def _op_mres_bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias_shape: List[int],
@@ -472,13 +453,11 @@ def _define_python_ops():
                                           grad_residual=g[3], stream=_stream(a), allow_tf32=allow_tf32)
         return gs
 
-
     def _mres_setup(ctx, inputs, output):
         a, b, bias, residual, allow_tf32 = inputs
         ctx.save_for_backward(a, b)  # bias and residual: their shapes are enough
         ctx.shapes = (list(bias.shape), list(residual.shape))
         ctx.allow_tf32 = allow_tf32
-
 
     def _mres_backward(ctx, grad):
         a, b = ctx.saved_tensors
@@ -486,7 +465,6 @@ def _define_python_ops():
         gs = torch.ops.dlfuse.matmul_add_residual_backward(grad, a, b, *ctx.shapes, *needs,
                                                            ctx.allow_tf32)
         return (*(g if n else None for g, n in zip(gs, needs)), None)
-
 
     _op_mres.register_autograd(_mres_backward, setup_context=_mres_setup)
 
