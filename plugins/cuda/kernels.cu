@@ -506,6 +506,127 @@ __global__ void __launch_bounds__(kThreads) am_bwd_k(AmFast p, int64_t Cv_, int6
   }
 }
 
+
+// The backward's flat form for large x-only problems (out or pre form, 16-byte vectors):
+// a 1-D grid of short blocks, kFlatRows<T> rows x 256 column vectors each, column chunk
+// fastest, so the GPU sweeps memory in address order and a finished block frees its slot at
+// once. A single wave of long-lived blocks (am_bwd_k) stops at ~93% of the copy bandwidth on
+// the H100, this at ~95.6% (bench/cuda/am_bwd_variants, v11k). The column sums stay
+// deterministic: each block stores its sums to part[block row], the last block of a group of
+// kFlatGroup block rows (per column chunk; counted by an atomic) adds the group's rows in
+// order into gsum[group] and drops the consumed lines from L2 (they are never read again, so
+// they need not be written back); the finish kernel sums gsum over groups in order.
+constexpr int kFlatGroup = 16;
+template <class T> constexpr int flat_rows() { return 32 / (16 / int(sizeof(T))); }  // 8 for float, 4 for 16-bit
+
+struct FlatWs {
+  float* part = nullptr;      // [block rows, C]
+  float* gsum = nullptr;      // [groups, C]: the finish kernel's partials
+  unsigned* cnt = nullptr;    // [groups, column chunks], zero at launch
+  int64_t nrb = 0, groups = 0, chunks = 0;
+};
+
+template <class T, int V, int ACT, int FORM>
+__global__ void __launch_bounds__(kThreads) am_bwd_flat_k(AmFast p, FlatWs w) {
+  static_assert(FORM != kFormXYB, "the flat form holds x (and grad) rows only");
+  constexpr int ROWS = flat_rows<T>();
+  const int64_t Cv = p.C / V;
+  const int64_t cc = int64_t(blockIdx.x) % w.chunks, rb = int64_t(blockIdx.x) / w.chunks;
+  const int64_t cv = cc * kThreads + threadIdx.x;
+  const bool active = cv < Cv;
+  const int64_t r0 = rb * ROWS;
+  const bool reduce = (p.gxm == kRow || p.gxm == kScalar || p.gym == kRow || p.gym == kScalar ||
+                       p.gbm == kRow || p.gbm == kScalar);
+  Pack<T, V> hx, hg;
+  const T* x = static_cast<const T*>(p.x);
+  const T* g = static_cast<const T*>(p.g);
+  Pack<T, V> xs[ROWS], gs[ROWS];
+  if (active) {
+    load_hoisted(hx, p.x, p.xm, cv);
+    load_hoisted(hg, p.g, p.gm, cv);
+#pragma unroll
+    for (int u = 0; u < ROWS; ++u)
+      if (r0 + u < p.R) {
+        const int64_t off = (r0 + u) * p.C + cv * V;
+        if (p.xm == kFull) xs[u].load(x + off); else xs[u] = hx;
+        if (p.gm == kFull) gs[u].load(g + off); else gs[u] = hg;
+      }
+  }
+  float sum[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) sum[j] = 0.f;
+  Pack<T, V> ds[ROWS];
+  if (active) {
+#pragma unroll
+    for (int u = 0; u < ROWS; ++u)
+      if (r0 + u < p.R) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          ds[u].f[j] = act_grad_of<FORM == kFormOut, sizeof(T) == 2>(ACT, xs[u].f[j], gs[u].f[j]);
+          sum[j] += ds[u].f[j];
+        }
+      }
+  }
+  // The group's bookkeeping before the big stores: the fence then waits for this store only.
+  const int64_t grp = rb / kFlatGroup;
+  const int64_t members = min(int64_t(kFlatGroup), w.nrb - grp * kFlatGroup);
+  __shared__ bool last;
+  if (reduce) {
+    if (active) {
+      float* dst = w.part + rb * p.C + cv * V;
+#pragma unroll
+      for (int j = 0; j < V; j += 4) __stcg(reinterpret_cast<float4*>(dst + j), make_float4(sum[j], sum[j + 1], sum[j + 2], sum[j + 3]));
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(w.cnt + grp * w.chunks + cc, 1u) == unsigned(members - 1);
+  }
+  if (active) {
+    T* gx = static_cast<T*>(p.gx);
+    T* gy = static_cast<T*>(p.gy);
+    T* gb = static_cast<T*>(p.gb);
+#pragma unroll
+    for (int u = 0; u < ROWS; ++u)
+      if (r0 + u < p.R) {
+        const int64_t off = (r0 + u) * p.C + cv * V;
+        Pack<T, V> dy;
+#pragma unroll
+        for (int j = 0; j < V; ++j) dy.f[j] = p.mult * ds[u].f[j];
+        if (p.gxm == kFull) ds[u].store(gx + off, p.gx_cached);
+        if (p.gym == kFull) dy.store(gy + off);
+        if (p.gbm == kFull) ds[u].store(gb + off);
+      }
+  }
+  if (!reduce) return;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (active) {
+    float acc[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc[j] = 0.f;
+    for (int64_t m = 0; m < members; ++m) {
+      const float* src = w.part + (grp * kFlatGroup + m) * p.C + cv * V;
+#pragma unroll
+      for (int j = 0; j < V; j += 4) {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(src + j));
+        acc[j] += v.x; acc[j + 1] += v.y; acc[j + 2] += v.z; acc[j + 3] += v.w;
+      }
+    }
+    float* dst = w.gsum + grp * p.C + cv * V;
+#pragma unroll
+    for (int j = 0; j < V; j += 4) *reinterpret_cast<float4*>(dst + j) = make_float4(acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
+  }
+  __syncthreads();  // every thread has read its rows of part
+#if __CUDA_ARCH__ >= 800  // discard.global.L2 is sm_80+; older GPUs write the lines back
+  // Whole 128-byte lines only (row bases are line-aligned when C % 32 == 0).
+  constexpr int kPerLine = 32 / V;
+  if (active && p.C % 32 == 0 && cv % kPerLine == 0 && (cv + kPerLine) * V <= p.C)
+    for (int64_t m = 0; m < members; ++m)
+      asm volatile("discard.global.L2 [%0], 128;" ::"l"(w.part + (grp * kFlatGroup + m) * p.C + cv * V) : "memory");
+#endif
+}
+
 // Grid geometry of the fast path: threads over column vectors, blockIdx.y over row chunks,
 // about 8 blocks of 256 threads per multiprocessor in all.
 struct Geometry {
@@ -747,7 +868,45 @@ void am_forward_fast(DType dt, const AmFast& p, cudaStream_t s) {
   DLF_LAUNCHED("add_mul_activation forward kernel");
 }
 
+// The flat form serves large x-only problems with 16-byte vectors (measured there; the
+// three-operand form keeps am_bwd_k: its rows hold twice the registers).
+constexpr int64_t kFlatMinElems = int64_t(1) << 22;
+
+template <class T> FlatWs flat_layout(const AmFast& p, void* base) {
+  FlatWs w;
+  w.chunks = (p.C / (16 / int64_t(sizeof(T))) + kThreads - 1) / kThreads;
+  w.nrb = (p.R + flat_rows<T>() - 1) / flat_rows<T>();
+  w.groups = (w.nrb + kFlatGroup - 1) / kFlatGroup;
+  if (!base) return w;  // sizes only
+  char* c = static_cast<char*>(base);
+  w.part = reinterpret_cast<float*>(c);
+  c += size_t(w.nrb) * size_t(p.C) * sizeof(float);
+  w.gsum = reinterpret_cast<float*>(c);
+  c += size_t(w.groups) * size_t(p.C) * sizeof(float);
+  w.cnt = reinterpret_cast<unsigned*>(c);
+  return w;
+}
+
+bool use_flat(DType dt, const AmFast& p) {
+  if (!am_vectorizable(dt, p) || p.R * p.C < kFlatMinElems) return false;
+  if (!p.from_out && !(p.ym == kAbsent && p.bm == kAbsent)) return false;
+  const int64_t V = 16 / dsize(dt), rows = 32 / V;
+  const int64_t blocks = ((p.C / V + kThreads - 1) / kThreads) * ((p.R + rows - 1) / rows);
+  return blocks <= INT32_MAX;
+}
+
+size_t flat_bytes(DType dt, const AmFast& p) {
+  size_t n = 0;
+  by_dtype(dt, [&](auto t) {
+    using T = decltype(t);
+    const FlatWs w = flat_layout<T>(p, nullptr);
+    n = size_t(w.nrb + w.groups) * size_t(p.C) * sizeof(float) + size_t(w.groups * w.chunks) * sizeof(unsigned);
+  });
+  return n;
+}
+
 size_t am_backward_workspace(DType dt, const AmFast& p) {
+  if (use_flat(dt, p)) return flat_bytes(dt, p);
   const bool vec = am_vectorizable(dt, p);
   size_t chunks = 1;
   by_dtype(dt, [&](auto t) {
@@ -762,12 +921,40 @@ size_t am_backward_workspace(DType dt, const AmFast& p) {
   return chunks * size_t(p.C) * sizeof(float);
 }
 
+// Launches the flat form; returns its partials for the finish kernel (gsum, one row a group).
+float* am_backward_flat(DType dt, const AmFast& p, bool reduce, void* workspace, int& nchunks, cudaStream_t s) {
+  float* partial = nullptr;
+  by_dtype(dt, [&](auto t) {
+    using T = decltype(t);
+    constexpr int V = 16 / sizeof(T);
+    const FlatWs w = flat_layout<T>(p, reduce ? workspace : nullptr);
+    if (reduce) DLF_CUDA(cudaMemsetAsync(w.cnt, 0, size_t(w.groups * w.chunks) * sizeof(unsigned), s));
+    const unsigned blocks = unsigned(w.chunks * w.nrb);
+    if (p.from_out)
+      by_act_out(p.act, [&](auto a) {
+        constexpr int ACT = decltype(a)::value;
+        am_bwd_flat_k<T, V, ACT, kFormOut><<<blocks, kThreads, 0, s>>>(p, w);
+      });
+    else
+      by_act(p.act, [&](auto a) {
+        constexpr int ACT = decltype(a)::value;
+        am_bwd_flat_k<T, V, ACT, kFormPre><<<blocks, kThreads, 0, s>>>(p, w);
+      });
+    nchunks = int(w.groups);
+    partial = w.gsum;
+  });
+  return partial;
+}
+
 void am_backward_fast(DType dt, const AmFast& p, void* workspace, cudaStream_t s) {
   if (p.R * p.C == 0) return;
   const bool vec = am_vectorizable(dt, p);
   float* partial = static_cast<float*>(workspace);
   int nchunks = 0;
-  by_dtype(dt, [&](auto t) {
+  const bool reduce = p.gxm == kRow || p.gxm == kScalar || p.gym == kRow || p.gym == kScalar || p.gbm == kRow ||
+                      p.gbm == kScalar;
+  if (use_flat(dt, p)) partial = am_backward_flat(dt, p, reduce, workspace, nchunks, s);
+  else by_dtype(dt, [&](auto t) {
     using T = decltype(t);
     constexpr int V = 16 / sizeof(T);
     by_bwd_kernel(p, [&](auto a, auto fo) {

@@ -6,6 +6,7 @@
 //
 // Build: nvcc -O3 -arch=sm_90 -std=c++17 am_bwd_variants.cu -o am_bwd_variants && ./am_bwd_variants
 // Options: ./am_bwd_variants [--reps N] [--warmup N] [--only SUBSTRING]
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -375,6 +376,153 @@ __global__ void __launch_bounds__(NT, MINB) var_k(Args a) {
   }
 }
 
+
+// Deterministic grad_bias on the flat grid (v11): a 1-D grid of short blocks, ROWS rows x
+// 256 float4 columns each (column chunk fastest, so the GPU sweeps memory in address order as
+// v10c does). Each block stores its column sums to part[block row][C]; the last block of a
+// group of G consecutive block rows (per column chunk; counted by an atomic) adds the G
+// partials in member order 0..G-1 into gsum[group][C], resets the counter for the next launch,
+// and (DISCARD) drops the consumed partial lines from L2 so that they are never written back
+// to DRAM. The finish kernel sums gsum over groups in order: the result does not depend on
+// which block finishes when.
+struct GArgs {
+  const float* g;
+  const float* o;
+  float* gx;
+  float* gy;
+  float* part;      // [R / ROWS, C]
+  float* gsum;      // [groups, C]
+  unsigned* cnt;    // [groups, column chunks], zero between launches
+  int64_t R, C;
+  float mult;
+};
+
+template <int ROWS, int G, bool DISCARD, bool EARLY = false, int MINB = 0>
+__global__ void __launch_bounds__(256, MINB) grp_k(GArgs a) {
+  const int64_t C4 = a.C / 4;
+  const unsigned chunks = unsigned((C4 + 255) / 256);
+  const unsigned cc = blockIdx.x % chunks, rb = blockIdx.x / chunks;
+  const unsigned nrb = unsigned((a.R + ROWS - 1) / ROWS);
+  const int64_t cv = int64_t(cc) * 256 + threadIdx.x;
+  const bool active = cv < C4;
+  const int64_t r0 = int64_t(rb) * ROWS;
+  float4 gs[ROWS], os[ROWS];
+#pragma unroll
+  for (int u = 0; u < ROWS; ++u)
+    if (active && r0 + u < a.R) {
+      os[u] = __ldcs(reinterpret_cast<const float4*>(a.o) + (r0 + u) * C4 + cv);
+      gs[u] = __ldcs(reinterpret_cast<const float4*>(a.g) + (r0 + u) * C4 + cv);
+    }
+  float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+  float4 ds[ROWS];
+#pragma unroll
+  for (int u = 0; u < ROWS; ++u)
+    if (active && r0 + u < a.R) {
+      float4 d;
+      d.x = relu_out_grad(os[u].x, gs[u].x);
+      d.y = relu_out_grad(os[u].y, gs[u].y);
+      d.z = relu_out_grad(os[u].z, gs[u].z);
+      d.w = relu_out_grad(os[u].w, gs[u].w);
+      ds[u] = d;
+      if constexpr (!EARLY) {
+        __stcs(reinterpret_cast<float4*>(a.gx) + (r0 + u) * C4 + cv, d);
+        __stcs(reinterpret_cast<float4*>(a.gy) + (r0 + u) * C4 + cv,
+               make_float4(a.mult * d.x, a.mult * d.y, a.mult * d.z, a.mult * d.w));
+      }
+      sum.x += d.x; sum.y += d.y; sum.z += d.z; sum.w += d.w;
+    }
+  float4* part = reinterpret_cast<float4*>(a.part);
+  if (active) __stcg(part + int64_t(rb) * C4 + cv, sum);
+  __threadfence();  // EARLY: before the big stores, so the fence waits for this store only
+  __syncthreads();
+  const unsigned grp = rb / G, members = min(unsigned(G), nrb - grp * G);
+  __shared__ bool last;
+  if (threadIdx.x == 0) last = atomicAdd(a.cnt + int64_t(grp) * chunks + cc, 1u) == members - 1;
+  if constexpr (EARLY) {
+#pragma unroll
+    for (int u = 0; u < ROWS; ++u)
+      if (active && r0 + u < a.R) {
+        const float4 d = ds[u];
+        __stcs(reinterpret_cast<float4*>(a.gx) + (r0 + u) * C4 + cv, d);
+        __stcs(reinterpret_cast<float4*>(a.gy) + (r0 + u) * C4 + cv,
+               make_float4(a.mult * d.x, a.mult * d.y, a.mult * d.z, a.mult * d.w));
+      }
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (active) {
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (unsigned m = 0; m < members; ++m) {
+      const float4 v = __ldcg(part + (int64_t(grp) * G + m) * C4 + cv);
+      acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+    }
+    reinterpret_cast<float4*>(a.gsum)[int64_t(grp) * C4 + cv] = acc;
+  }
+  if (threadIdx.x == 0) a.cnt[int64_t(grp) * chunks + cc] = 0;
+  if constexpr (DISCARD) {
+    __syncthreads();  // every thread has read its partials
+    // One whole 128-byte line per 8 float4s (the row base is line-aligned when C % 32 == 0).
+    if (active && (cv & 7) == 0 && cv + 8 <= C4 && a.C % 32 == 0)
+      for (unsigned m = 0; m < members; ++m)
+        asm volatile("discard.global.L2 [%0], 128;" ::"l"(part + (int64_t(grp) * G + m) * C4 + cv) : "memory");
+  }
+}
+
+
+// v12: the group reduction inside a thread-block cluster (sm_90): CL consecutive row blocks of
+// one column chunk form a cluster; each puts its column sums in shared memory, and after a
+// cluster barrier rank m adds slice m of the columns over ranks 0..CL-1 in order (distributed
+// shared memory) into gsum[cluster row][C]. Partials never leave the SMs; no atomics, no
+// counters; deterministic.
+template <int ROWS, int CL>
+__global__ void __launch_bounds__(256) clu_k(GArgs a) {
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  __shared__ float4 sh[256];
+  const int64_t C4 = a.C / 4;
+  const int64_t cv = int64_t(blockIdx.x) * 256 + threadIdx.x;
+  const bool active = cv < C4;
+  const int64_t r0 = int64_t(blockIdx.y) * ROWS;
+  float4 gs[ROWS], os[ROWS];
+#pragma unroll
+  for (int u = 0; u < ROWS; ++u)
+    if (active && r0 + u < a.R) {
+      os[u] = __ldcs(reinterpret_cast<const float4*>(a.o) + (r0 + u) * C4 + cv);
+      gs[u] = __ldcs(reinterpret_cast<const float4*>(a.g) + (r0 + u) * C4 + cv);
+    }
+  float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int u = 0; u < ROWS; ++u)
+    if (active && r0 + u < a.R) {
+      float4 d;
+      d.x = relu_out_grad(os[u].x, gs[u].x);
+      d.y = relu_out_grad(os[u].y, gs[u].y);
+      d.z = relu_out_grad(os[u].z, gs[u].z);
+      d.w = relu_out_grad(os[u].w, gs[u].w);
+      __stcs(reinterpret_cast<float4*>(a.gx) + (r0 + u) * C4 + cv, d);
+      __stcs(reinterpret_cast<float4*>(a.gy) + (r0 + u) * C4 + cv,
+             make_float4(a.mult * d.x, a.mult * d.y, a.mult * d.z, a.mult * d.w));
+      sum.x += d.x; sum.y += d.y; sum.z += d.z; sum.w += d.w;
+    }
+  sh[threadIdx.x] = sum;
+  cluster.sync();
+  constexpr int kSlice = 256 / CL;
+  const unsigned rank = cluster.block_rank();
+  if (threadIdx.x < kSlice) {
+    const int t = int(rank) * kSlice + threadIdx.x;
+    float4 v[CL];
+#pragma unroll
+    for (int m = 0; m < CL; ++m) v[m] = cluster.map_shared_rank(sh, m)[t];
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int m = 0; m < CL; ++m) { acc.x += v[m].x; acc.y += v[m].y; acc.z += v[m].z; acc.w += v[m].w; }
+    const int64_t c = int64_t(blockIdx.x) * 256 + t;
+    if (c < C4) reinterpret_cast<float4*>(a.gsum)[int64_t(blockIdx.y / CL) * C4 + c] = acc;
+  }
+  cluster.sync();  // no block leaves while another may still read its shared memory
+}
+
 // =============================================================================================
 // 3. Ceiling kernels.
 // =============================================================================================
@@ -463,6 +611,9 @@ __global__ void count_diff_k(const uint32_t* a, const uint32_t* b, int64_t n, un
 struct Bufs {
   float *g, *o, *gx, *gy, *gx_ref, *gy_ref, *partial, *gb;
   size_t partial_floats;
+  float* grp_part;  // v11: one partial row per block row
+  size_t grp_part_floats;
+  unsigned* cnt;    // v11: group counters
 };
 
 struct Result {
@@ -588,6 +739,77 @@ static Variant make_var(const Bufs& b, const char* name, const std::string& what
   return v;
 }
 
+
+// v11: the deterministic flat-grid variant (grp_k). The launch includes zeroing nothing: the
+// counters reset themselves (zeroed once here), as a cached workspace would need a memset.
+template <int ROWS, int G, bool DISCARD, bool EARLY = false, int MINB = 0>
+static Variant make_grp(const Bufs& b, const char* name, const std::string& what, bool memset_counters) {
+  auto k = grp_k<ROWS, G, DISCARD, EARLY, MINB>;
+  const unsigned chunks = unsigned((kC / 4 + 255) / 256), nrb = unsigned((kR + ROWS - 1) / ROWS);
+  const unsigned groups = (nrb + G - 1) / G;
+  if (size_t(nrb) * kC > b.grp_part_floats || size_t(groups) * kC > b.partial_floats) {
+    std::fprintf(stderr, "%s: workspace too small\n", name);
+    std::exit(1);
+  }
+  Variant v;
+  v.name = name;
+  v.what = what;
+  v.regs = regs_of(k);
+  v.bps = plugin::blocks_per_sm(k, 256);
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "%u x256, %d rows/blk, G=%d", chunks * nrb, ROWS, G);
+  v.geo = buf;
+  GArgs a{b.g, b.o, b.gx, b.gy, b.grp_part, b.partial, b.cnt, kR, kC, kMult};
+  const size_t cnt_bytes = size_t(groups) * chunks * sizeof(unsigned);
+  CK(cudaMemset(b.cnt, 0, cnt_bytes));
+  float* gb = b.gb;
+  v.launch = [=](cudaStream_t s) {
+    if (memset_counters) cudaMemsetAsync(a.cnt, 0, cnt_bytes, s);
+    k<<<chunks * nrb, 256, 0, s>>>(a);
+    plugin::finish_colsums(a.gsum, int(groups), kC, gb, s);
+  };
+  return v;
+}
+
+
+template <int ROWS, int CL>
+static Variant make_clu(const Bufs& b, const char* name, const std::string& what) {
+  auto k = clu_k<ROWS, CL>;
+  const unsigned chunks = unsigned((kC / 4 + 255) / 256);
+  const unsigned nrb = unsigned((kR + ROWS - 1) / ROWS), gy = (nrb + CL - 1) / CL * CL, groups = gy / CL;
+  if (size_t(groups) * kC > b.partial_floats) {
+    std::fprintf(stderr, "%s: workspace too small\n", name);
+    std::exit(1);
+  }
+  if (CL > 8) CK(cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  Variant v;
+  v.name = name;
+  v.what = what;
+  v.regs = regs_of(k);
+  v.bps = plugin::blocks_per_sm(k, 256);
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "%ux%u x256, %d rows/blk, cluster %d", chunks, gy, ROWS, CL);
+  v.geo = buf;
+  GArgs a{b.g, b.o, b.gx, b.gy, nullptr, b.partial, nullptr, kR, kC, kMult};
+  float* gb = b.gb;
+  v.launch = [=](cudaStream_t s) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(chunks, gy);
+    cfg.blockDim = dim3(256);
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 1;
+    at[0].val.clusterDim.y = CL;
+    at[0].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    CK(cudaLaunchKernelEx(&cfg, k, a));
+    plugin::finish_colsums(a.gsum, int(groups), kC, gb, s);
+  };
+  return v;
+}
+
 int main(int argc, char** argv) {
   std::string only;
   for (int i = 1; i < argc; ++i) {
@@ -620,6 +842,9 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&b.gy_ref, bytes));
   CK(cudaMalloc(&b.partial, b.partial_floats * sizeof(float)));
   CK(cudaMalloc(&b.gb, kC * sizeof(float)));
+  b.grp_part_floats = size_t(kR / 2) * kC;  // down to 2 rows per block
+  CK(cudaMalloc(&b.grp_part, b.grp_part_floats * sizeof(float)));
+  CK(cudaMalloc(&b.cnt, 65536 * sizeof(unsigned)));
   const size_t cbytes = size_t(1) << 30;
   void *csrc = nullptr, *cdst = nullptr;
   CK(cudaMalloc(&csrc, cbytes));
@@ -739,6 +964,27 @@ int main(int argc, char** argv) {
   vars.push_back(make_var<4, 1, LD_CS, ST_CS, ST_CS, 1, 0, false, 256>(
       b, "v10d-flat-noreduce", "extra: v10c's flat grid without grad_bias (no atomics)", 1, 4));
 
+  vars.push_back(make_grp<4, 16, true>(b, "v11a-det-4rows-G16", "deterministic flat: 4 rows/blk, last block of 16 "
+                                       "sums the partials in order, L2 discard, counter memset per launch", true));
+  vars.push_back(make_grp<4, 16, false>(b, "v11b-det-4rows-G16-nodisc", "v11a without the L2 discard", true));
+  vars.push_back(make_grp<4, 32, true>(b, "v11c-det-4rows-G32", "v11a with groups of 32 blocks (128 rows)", true));
+  vars.push_back(make_grp<4, 8, true>(b, "v11d-det-4rows-G8", "v11a with groups of 8 blocks (32 rows)", true));
+  vars.push_back(make_grp<8, 8, true>(b, "v11e-det-8rows-G8", "8 rows/blk, groups of 8 (64 rows)", true));
+  vars.push_back(make_grp<4, 16, true>(b, "v11f-det-4rows-G16-nomemset", "v11a, counters self-reset (no memset)", false));
+  vars.push_back(make_grp<2, 32, true>(b, "v11g-det-2rows-G32", "2 rows/blk, groups of 32 (64 rows)", true));
+
+  vars.push_back(make_grp<4, 16, true, true>(b, "v11h-det-4rows-G16-early", "v11a with the partial store, fence and "
+                                             "atomic before the grad_x/grad_y stores", true));
+  vars.push_back(make_grp<8, 8, true, true>(b, "v11i-det-8rows-G8-early", "v11e with the early partial/fence/atomic", true));
+  vars.push_back(make_grp<8, 8, true, true, 3>(b, "v11j-det-8rows-G8-early-lb3", "v11i with __launch_bounds__(256, 3)", true));
+  vars.push_back(make_grp<8, 16, true, true>(b, "v11k-det-8rows-G16-early", "v11i with groups of 16 (128 rows)", true));
+  vars.push_back(make_grp<6, 8, true, true>(b, "v11l-det-6rows-G8-early", "6 rows/blk, groups of 8, early", true));
+  vars.push_back(make_clu<4, 8>(b, "v12a-cluster8-4rows", "4 rows/blk, cluster of 8 row blocks reduces in DSMEM"));
+  vars.push_back(make_clu<4, 4>(b, "v12b-cluster4-4rows", "4 rows/blk, cluster of 4"));
+  vars.push_back(make_clu<4, 16>(b, "v12c-cluster16-4rows", "4 rows/blk, cluster of 16 (non-portable size)"));
+  vars.push_back(make_clu<2, 16>(b, "v12d-cluster16-2rows", "2 rows/blk, cluster of 16"));
+  vars.push_back(make_clu<8, 8>(b, "v12e-cluster8-8rows", "8 rows/blk, cluster of 8"));
+
   // ---- ceilings --------------------------------------------------------------------------
   std::vector<Result> ceil_rows;
   auto add_ceiling = [&](const char* name, const char* what, double bytes_moved,
@@ -856,6 +1102,17 @@ int main(int argc, char** argv) {
       }
       fails += !ok;
     }
+    if (v.red != 0) {  // bit-identical repeats (the conformance suite's rule)
+      bool same = true;
+      for (int rep = 0; rep < 3 && same; ++rep) {
+        std::vector<float> again(kC);
+        v.launch(s);
+        CK(cudaStreamSynchronize(s));
+        CK(cudaMemcpy(again.data(), b.gb, kC * sizeof(float), cudaMemcpyDeviceToHost));
+        same = std::memcmp(again.data(), cur_gb.data(), kC * sizeof(float)) == 0;
+      }
+      std::strncat(chk, same ? " det" : " NONDET", sizeof chk - std::strlen(chk) - 1);
+    }
     r.check = chk;
     time_it(v.launch, s, r.med_ms, r.min_ms);
     r.gbps = moved / (r.med_ms * 1e-3) / 1e9;
@@ -908,7 +1165,7 @@ int main(int argc, char** argv) {
   std::printf("\n%s: %d failing check(s)\n", fails ? "FAIL" : "ALL PASS", fails);
 
   cudaFree(b.g); cudaFree(b.o); cudaFree(b.gx); cudaFree(b.gy); cudaFree(b.gx_ref); cudaFree(b.gy_ref);
-  cudaFree(b.partial); cudaFree(b.gb); cudaFree(csrc); cudaFree(cdst); cudaFree(dcnt);
+  cudaFree(b.partial); cudaFree(b.gb); cudaFree(b.grp_part); cudaFree(b.cnt); cudaFree(csrc); cudaFree(cdst); cudaFree(dcnt);
   cudaStreamDestroy(s);
   return fails ? 1 : 0;
 }
