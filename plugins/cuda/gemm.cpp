@@ -571,6 +571,7 @@ bool aux_compatible(const Mat& m, const Mat& D) {
 }
 
 bool gemm(Gemm g, DeviceState& ds, cudaStream_t s) {
+  if (small_gemm(g, s)) return true;
   GemmStatus st = run_gemm(g, ds, s);
   if (st == GemmStatus::kOk) return true;
   if (st == GemmStatus::kEpilogueUnusable) return false;

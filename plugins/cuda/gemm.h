@@ -72,6 +72,12 @@ bool same_orientation(const Mat& m, const Mat& D);
 // when cuBLASLt has no algorithm at all.
 bool gemm(Gemm g, DeviceState& ds, cudaStream_t s);
 
+// Tiny problems (at most 2^18 multiply-adds over the batch, K <= 1024, at most 65535 batch
+// instances and 6 batch dims of size > 1) in one own kernel launch, skipping cuBLASLt's
+// host cost: the same function, epilogue included, any strides. Returns false, having
+// enqueued nothing, for any other problem or when DLFUSE_CUDA_SMALL_GEMM=0. (small_gemm.cu)
+bool small_gemm(const Gemm& g, cudaStream_t s);
+
 }  // namespace dlfuse_cuda
 
 #endif

@@ -11,29 +11,12 @@
 #include <tuple>
 #include <type_traits>
 
+#include "device_math.cuh"
 #include "kernels.h"
 #include "ops.h"
 
 namespace dlfuse_cuda {
 namespace {
-
-// ---- element conversion ----------------------------------------------------------------
-template <class T> struct Cv;
-template <> struct Cv<float> {
-  static __device__ __forceinline__ float ld(float v) { return v; }
-  static __device__ __forceinline__ float st(float v) { return v; }
-};
-template <> struct Cv<__half> {
-  static __device__ __forceinline__ float ld(__half v) { return __half2float(v); }
-  static __device__ __forceinline__ __half st(float v) { return __float2half_rn(v); }
-};
-template <> struct Cv<__nv_bfloat16> {
-  static __device__ __forceinline__ float ld(__nv_bfloat16 v) { return __bfloat162float(v); }
-  static __device__ __forceinline__ __nv_bfloat16 st(float v) { return __float2bfloat16_rn(v); }
-};
-
-template <class T> __device__ __forceinline__ float ldf(const T* p) { return Cv<T>::ld(*p); }
-template <class T> __device__ __forceinline__ void stf(T* p, float v) { *p = Cv<T>::st(v); }
 
 // 16 bytes of T.
 template <class T> struct Vec16 {
@@ -84,32 +67,8 @@ template <class T, int V> struct Pack {
   }
 };
 
-// ---- activations (float) ----------------------------------------------------------------
-// FAST (16-bit data, whose rounding is 2^-9 / 2^-12): hardware exp and divide, a few ulp
-// of float; float32 data uses the accurate functions.
-template <bool FAST = false> __device__ __forceinline__ float sigm(float p) {
-  if constexpr (FAST) return __fdividef(1.f, 1.f + __expf(-p));
-  else return 1.f / (1.f + expf(-p));
-}
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kGeluC = 0.044715f;
+// ---- activations (float): sigm, act_fwd in device_math.cuh ------------------------------
 constexpr float kInvSqrt2Pi = 0.3989422804014327f;
-
-template <bool FAST = false> __device__ __forceinline__ float act_fwd(int act, float p) {
-  switch (act) {
-    case DLFUSE_ACT_IDENTITY: return p;
-    case DLFUSE_ACT_RELU: return (p > 0.f || p != p) ? p : 0.f;  // NaN stays NaN
-    case DLFUSE_ACT_SIGMOID: return sigm<FAST>(p);
-    case DLFUSE_ACT_TANH: return tanhf(p);
-    case DLFUSE_ACT_GELU_ERF: return p * normcdff(p);
-    case DLFUSE_ACT_GELU_TANH: {
-      // 0.5 p (1 + tanh u) = p sigmoid(2u): no cancellation for negative p.
-      const float u = kSqrt2OverPi * (p + kGeluC * p * p * p);
-      return p * sigm<FAST>(2.f * u);
-    }
-    default: return p * sigm<FAST>(p);  // SILU
-  }
-}
 
 // grad * act'(p); relu is a select so a NaN/Inf grad where p <= 0 gives exactly 0.
 template <bool FAST = false> __device__ __forceinline__ float act_bwd(int act, float p, float g) {
@@ -537,19 +496,16 @@ __global__ void __launch_bounds__(kThreads) am_bwd_flat_k(AmFast p, FlatWs w) {
   const int64_t r0 = rb * ROWS;
   const bool reduce = (p.gxm == kRow || p.gxm == kScalar || p.gym == kRow || p.gym == kScalar ||
                        p.gbm == kRow || p.gbm == kScalar);
-  Pack<T, V> hx, hg;
   const T* x = static_cast<const T*>(p.x);
   const T* g = static_cast<const T*>(p.g);
   Pack<T, V> xs[ROWS], gs[ROWS];
-  if (active) {
-    load_hoisted(hx, p.x, p.xm, cv);
-    load_hoisted(hg, p.g, p.gm, cv);
+  if (active) {  // x and grad_out full (use_flat): every load issued before any is used
 #pragma unroll
     for (int u = 0; u < ROWS; ++u)
       if (r0 + u < p.R) {
         const int64_t off = (r0 + u) * p.C + cv * V;
-        if (p.xm == kFull) xs[u].load(x + off); else xs[u] = hx;
-        if (p.gm == kFull) gs[u].load(g + off); else gs[u] = hg;
+        xs[u].load(x + off);
+        gs[u].load(g + off);
       }
   }
   float sum[V];
@@ -888,7 +844,7 @@ template <class T> FlatWs flat_layout(const AmFast& p, void* base) {
 }
 
 bool use_flat(DType dt, const AmFast& p) {
-  if (!am_vectorizable(dt, p) || p.R * p.C < kFlatMinElems) return false;
+  if (!am_vectorizable(dt, p) || p.R * p.C < kFlatMinElems || p.xm != kFull || p.gm != kFull) return false;
   if (!p.from_out && !(p.ym == kAbsent && p.bm == kAbsent)) return false;
   const int64_t V = 16 / dsize(dt), rows = 32 / V;
   const int64_t blocks = ((p.C / V + kThreads - 1) / kThreads) * ((p.R + rows - 1) / rows);
