@@ -61,7 +61,9 @@ void Temp::take(size_t bytes) {
   if (cacheable) {
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     const cudaError_t e1 = cudaStreamIsCapturing(stream_, &cs);
-    const cudaError_t e2 = e1 == cudaSuccess ? cudaStreamGetId(stream_, &sid_) : e1;
+    // Not while capturing: cudaStreamGetId there invalidates the capture (measured: every
+    // later call of the capture failed with cudaErrorStreamCaptureInvalidated).
+    const cudaError_t e2 = e1 == cudaSuccess && cs == cudaStreamCaptureStatusNone ? cudaStreamGetId(stream_, &sid_) : e1;
     // A failed query (e.g. the legacy stream while another captures) means: not cacheable;
     // its error is ours to clear, and only then (a caller's pending error is not ours).
     if (e1 != cudaSuccess || e2 != cudaSuccess) cudaGetLastError();
