@@ -9,7 +9,8 @@
 #   conform[=N]    the hardened conformance suite N times (default 1), each with a new seed, on
 #                  the CUDA plugin (also with DLFUSE_CUDA_SMALL_GEMM=0) and the OpenCL plugin
 #                  (every device: NVIDIA OpenCL, PoCL), plus forced float16 on the OpenCL GPU
-#   memcheck       compute-sanitizer memcheck over the CUDA plugin's bfloat16 conformance
+#   memcheck       compute-sanitizer memcheck over the CUDA plugin's bfloat16 conformance and its
+#                  float32 cases over 2^22 elements (--large)
 #   cuda-checks    the CUDA plugin as built holds device code for every listed architecture, is
 #                  listed available, passes the large-reduction and fault tests (plugins/cuda/tests),
 #                  the latter also under compute-sanitizer's leak check
@@ -78,7 +79,11 @@ job_memcheck() {
   timeout 500 compute-sanitizer --tool memcheck --print-limit 20 --error-exitcode 1 "$CLI" conform \
     "$PLUGINS/libdlfuse_cuda.so" --dtype bfloat16 >"$J/memcheck.txt" 2>&1
   local rc=$?
-  grep -E "ERROR SUMMARY|passed, " "$J/memcheck.txt" | tee -a "$LOGS/summary.txt"
+  # The large cases (the flat backward and its group reduction), once each, float32.
+  timeout 300 compute-sanitizer --tool memcheck --print-limit 20 --error-exitcode 1 "$CLI" conform \
+    "$PLUGINS/libdlfuse_cuda.so" --dtype float32 --large --case large --repeat 1 --sweep 0 --threads 0 \
+    --no-bad-inputs >"$J/memcheck_large.txt" 2>&1 || rc=1
+  grep -E "ERROR SUMMARY|passed, " "$J/memcheck.txt" "$J/memcheck_large.txt" | tee -a "$LOGS/summary.txt"
   return $rc
 }
 
