@@ -31,7 +31,8 @@ const char* const kUsage =
     "  --help                           this text\n"
     "\n"
     "ops: matmul_add_relu, matmul_add_relu_backward, add_mul_activation,\n"
-    "     add_mul_activation_backward\n";
+    "     add_mul_activation_backward, matmul_add_activation, matmul_add_activation_backward,\n"
+    "     matmul_add_residual, matmul_add_residual_backward\n";
 
 namespace {
 
