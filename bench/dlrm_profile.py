@@ -5,7 +5,7 @@ dlfuse ops and in plain PyTorch: the host time of forward, backward and optimize
 host-bound step these add up to the step), the wait for the GPU at the end of the step, and
 then torch.profiler's operators by self CPU time.
 
-    python3 bench/dlrm_profile.py --device cuda --batch 256 [--rows 20]
+    python3 bench/dlrm_profile.py --device cuda --batch 256 [--rows 20] [--compile]
 
 Run it twice, with DLFUSE_TORCH_OPS=python and without, to compare dlfuse.torch's Python
 and C++ operators (docs/python.md).
@@ -55,11 +55,13 @@ def main():
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--steps", type=int, default=200, help="timed steps (after 50 warm-up)")
     ap.add_argument("--rows", type=int, default=20, help="profiler table rows")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile both models (their forward and backward graphs; the optimizer stays eager)")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     print(f"dlfuse.torch operators: {'C++' if dft.CPP_OPS else 'Python'}"
           f"{'' if dft.CPP_OPS else ' (' + str(dft._torch_cpp.why_not) + ')'}; torch {torch.__version__}; "
-          f"device {args.device}; batch {args.batch}")
+          f"device {args.device}; batch {args.batch}{'; torch.compile' if args.compile else ''}")
     torch.manual_seed(0)
     base = dlrm_mlp.DLRM(use_dlfuse=False).to(args.device)
     data = dlrm_mlp.make_data(50 + args.steps + 10, args.batch, args.device, 1)
@@ -67,7 +69,7 @@ def main():
     for name, use in (("pytorch", False), ("dlfuse", True)):
         model = dlrm_mlp.DLRM(use_dlfuse=use).to(args.device)
         model.load_state_dict(base.state_dict())
-        runs[name] = Phases(model, args.device)
+        runs[name] = Phases(torch.compile(model) if args.compile else model, args.device)
     # The two models step in turn (warm-up: allocator, cuBLAS plans; then timed), so that the
     # host's drift hits both alike, and both are timed before any profiler runs (an earlier
     # version timed dlfuse after PyTorch's torch.profiler session and measured even the

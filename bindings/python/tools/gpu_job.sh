@@ -78,6 +78,7 @@ want dlrm && for mode in eager compile; do
     --device cuda --steps 300 --batch 256 $flag
 done
 want dlrm && step dlrm_profile_cpp 200 python3 bench/dlrm_profile.py --device cuda --batch 256
+want dlrm && step dlrm_profile_compile 300 python3 bench/dlrm_profile.py --device cuda --batch 256 --compile
 want dlrm && step dlrm_profile_pyops 200 env DLFUSE_TORCH_OPS=python python3 bench/dlrm_profile.py --device cuda --batch 256
 want profile && for dt in bfloat16 float32; do
   step "kernel_times_$dt" 120 python3 bench/kernel_times.py --shape 4096x1024x1024 --dtype "$dt"
