@@ -63,11 +63,12 @@ void Temp::take(size_t bytes) {
     const cudaError_t e1 = cudaStreamIsCapturing(stream_, &cs);
     // Not while capturing: cudaStreamGetId there invalidates the capture (measured: every
     // later call of the capture failed with cudaErrorStreamCaptureInvalidated).
-    const cudaError_t e2 = e1 == cudaSuccess && cs == cudaStreamCaptureStatusNone ? cudaStreamGetId(stream_, &sid_) : e1;
+    const bool idle = e1 == cudaSuccess && cs == cudaStreamCaptureStatusNone;
+    const cudaError_t e2 = idle ? cudaStreamGetId(stream_, &sid_) : e1;
     // A failed query (e.g. the legacy stream while another captures) means: not cacheable;
     // its error is ours to clear, and only then (a caller's pending error is not ours).
-    if (e1 != cudaSuccess || e2 != cudaSuccess) cudaGetLastError();
-    cacheable = e1 == cudaSuccess && e2 == cudaSuccess && cs == cudaStreamCaptureStatusNone;
+    if (e2 != cudaSuccess) cudaGetLastError();
+    cacheable = idle && e2 == cudaSuccess;
   }
   if (!cacheable) {
     bytes_ = bytes;

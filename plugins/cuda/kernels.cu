@@ -465,9 +465,8 @@ __global__ void __launch_bounds__(kThreads) am_bwd_k(AmFast p, int64_t Cv_, int6
   }
 }
 
-
 // The backward's flat form for large x-only problems (out or pre form, 16-byte vectors):
-// a 1-D grid of short blocks, kFlatRows<T> rows x 256 column vectors each, column chunk
+// a 1-D grid of short blocks, flat_rows<T>() rows x 256 column vectors each, column chunk
 // fastest, so the GPU sweeps memory in address order and a finished block frees its slot at
 // once. A single wave of long-lived blocks (am_bwd_k) stops at ~93% of the copy bandwidth on
 // the H100, this at ~95.6% (bench/cuda/am_bwd_variants, v11k). The column sums stay
@@ -531,7 +530,8 @@ __global__ void __launch_bounds__(kThreads) am_bwd_flat_k(AmFast p, FlatWs w) {
     if (active) {
       float* dst = w.part + rb * p.C + cv * V;
 #pragma unroll
-      for (int j = 0; j < V; j += 4) __stcg(reinterpret_cast<float4*>(dst + j), make_float4(sum[j], sum[j + 1], sum[j + 2], sum[j + 3]));
+      for (int j = 0; j < V; j += 4)
+        __stcg(reinterpret_cast<float4*>(dst + j), make_float4(sum[j], sum[j + 1], sum[j + 2], sum[j + 3]));
     }
     __threadfence();
     __syncthreads();
@@ -571,7 +571,8 @@ __global__ void __launch_bounds__(kThreads) am_bwd_flat_k(AmFast p, FlatWs w) {
     }
     float* dst = w.gsum + grp * p.C + cv * V;
 #pragma unroll
-    for (int j = 0; j < V; j += 4) *reinterpret_cast<float4*>(dst + j) = make_float4(acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
+    for (int j = 0; j < V; j += 4)
+      *reinterpret_cast<float4*>(dst + j) = make_float4(acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
   }
   __syncthreads();  // every thread has read its rows of part
 #if __CUDA_ARCH__ >= 800  // discard.global.L2 is sm_80+; older GPUs write the lines back

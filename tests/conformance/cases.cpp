@@ -87,7 +87,8 @@ std::vector<CaseSpec> matmul_cases(OpKind op) {
   c.push_back(with(bwd ? mm("accum_long_positive", op, 4096, 2, 2, {2}) : mm("accum_long_positive", op, 2, 4096, 2, {2}),
                    [](CaseSpec& s) { s.positive = true; }));
   // The longest sum the CUDA plugin's small-GEMM kernel takes (K = 1024, one thread's chain).
-  c.push_back(with(bwd ? mm("accum_k1024_positive", op, 1024, 3, 5, {5}) : mm("accum_k1024_positive", op, 3, 1024, 5, {5}),
+  c.push_back(with(bwd ? mm("accum_k1024_positive", op, 1024, 3, 5, {5})
+                       : mm("accum_k1024_positive", op, 3, 1024, 5, {5}),
                    [](CaseSpec& s) { s.positive = true; }));
   if (!bwd) {
     c.push_back(with(mm("nan_inf", op, 6, 5, 4, {4}), [](CaseSpec& s) { s.special = Special::kNanInf; }));
