@@ -164,8 +164,7 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
       p.mult = mult;
       const bool any_row = xm == kRow || ym == kRow || bm == kRow || gxm == kRow || gym == kRow || gbm == kRow;
       set_geometry(p, g, any_row);
-      const bool reduces = gxm == kRow || gxm == kScalar || gym == kRow || gym == kScalar || gbm == kRow || gbm == kScalar;
-      Temp partial(*cx.ds, reduces ? am_backward_workspace(cx.dt, p) : 0, cx.stream);
+      Temp partial(*cx.ds, am_reduces(p) ? am_backward_workspace(cx.dt, p) : 0, cx.stream);
       am_backward_fast(cx.dt, p, partial.get(), cx.stream);
       return DLFUSE_STATUS_OK;
     }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <new>
 #include <stdexcept>
@@ -37,6 +38,13 @@ inline void throw_cuda(cudaError_t e, const char* what) {
 #define DLF_CUDA(call) ::dlfuse_cuda::throw_cuda((call), #call)
 // After a launch: launch-configuration errors surface here (asynchronous faults later).
 #define DLF_LAUNCHED(name) ::dlfuse_cuda::throw_cuda(cudaGetLastError(), name)
+
+// False when the environment sets `name` to "0": the plugin's switches for turning a path
+// off (DLFUSE_CUDA_AUTOTUNE, DLFUSE_CUDA_SMALL_GEMM). Callers read it once.
+inline bool env_enabled(const char* name) {
+  const char* v = std::getenv(name);
+  return !(v && v[0] == '0' && v[1] == '\0');
+}
 
 inline dlfuse_status_t fail(char* err, size_t err_size, dlfuse_status_t status, const std::string& msg) {
   return kit::write_error("cuda", err, err_size, status, msg);

@@ -128,10 +128,7 @@ constexpr int kAutotuneCandidates = 8;
 constexpr double kAutotuneMinFlops = 8.0e9;
 
 bool autotune_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("DLFUSE_CUDA_AUTOTUNE");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  static const bool on = env_enabled("DLFUSE_CUDA_AUTOTUNE");
   return on;
 }
 

@@ -418,8 +418,7 @@ __global__ void __launch_bounds__(kThreads) am_bwd_k(AmFast p, int64_t Cv_, int6
   T* gx = static_cast<T*>(p.gx);
   T* gy = static_cast<T*>(p.gy);
   T* gb = static_cast<T*>(p.gb);
-  const bool reduce = (p.gxm == kRow || p.gxm == kScalar || p.gym == kRow || p.gym == kScalar ||
-                       p.gbm == kRow || p.gbm == kScalar);
+  const bool reduce = am_reduces(p);
   float sum[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) sum[j] = 0.f;
@@ -493,8 +492,7 @@ __global__ void __launch_bounds__(kThreads) am_bwd_flat_k(AmFast p, FlatWs w) {
   const int64_t cv = cc * kThreads + threadIdx.x;
   const bool active = cv < Cv;
   const int64_t r0 = rb * ROWS;
-  const bool reduce = (p.gxm == kRow || p.gxm == kScalar || p.gym == kRow || p.gym == kScalar ||
-                       p.gbm == kRow || p.gbm == kScalar);
+  const bool reduce = am_reduces(p);
   const T* x = static_cast<const T*>(p.x);
   const T* g = static_cast<const T*>(p.g);
   Pack<T, V> xs[ROWS], gs[ROWS];
@@ -847,9 +845,12 @@ template <class T> FlatWs flat_layout(const AmFast& p, void* base) {
 bool use_flat(DType dt, const AmFast& p) {
   if (!am_vectorizable(dt, p) || p.R * p.C < kFlatMinElems || p.xm != kFull || p.gm != kFull) return false;
   if (!p.from_out && !(p.ym == kAbsent && p.bm == kAbsent)) return false;
-  const int64_t V = 16 / dsize(dt), rows = 32 / V;
-  const int64_t blocks = ((p.C / V + kThreads - 1) / kThreads) * ((p.R + rows - 1) / rows);
-  return blocks <= INT32_MAX;
+  bool fits = false;  // the 1-D grid's blocks
+  by_dtype(dt, [&](auto t) {
+    const FlatWs w = flat_layout<decltype(t)>(p, nullptr);
+    fits = w.chunks * w.nrb <= INT32_MAX;
+  });
+  return fits;
 }
 
 size_t flat_bytes(DType dt, const AmFast& p) {
@@ -908,8 +909,7 @@ void am_backward_fast(DType dt, const AmFast& p, void* workspace, cudaStream_t s
   const bool vec = am_vectorizable(dt, p);
   float* partial = static_cast<float*>(workspace);
   int nchunks = 0;
-  const bool reduce = p.gxm == kRow || p.gxm == kScalar || p.gym == kRow || p.gym == kScalar || p.gbm == kRow ||
-                      p.gbm == kScalar;
+  const bool reduce = am_reduces(p);
   if (use_flat(dt, p)) partial = am_backward_flat(dt, p, reduce, workspace, nchunks, s);
   else by_dtype(dt, [&](auto t) {
     using T = decltype(t);

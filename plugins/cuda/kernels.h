@@ -87,6 +87,12 @@ struct AmFast {
   bool gx_cached = false;  // gx is read again right away (a matmul's dZ): normal, not streaming, stores
 };
 
+// True when a backward sums into some gradient (row or scalar mode): it needs the workspace.
+__host__ __device__ inline bool am_reduces(const AmFast& p) {
+  return p.gxm == kRow || p.gxm == kScalar || p.gym == kRow || p.gym == kScalar || p.gbm == kRow ||
+         p.gbm == kScalar;
+}
+
 // True if every pointer and C allow 16-byte vectors.
 bool am_vectorizable(DType dt, const AmFast& p);
 void am_forward_fast(DType dt, const AmFast& p, cudaStream_t s);

@@ -5,8 +5,6 @@
 // (gemm.cpp: describe / epilogue_of), epilogue included: per batch index and element (i, j)
 // pre = sum_k X[i,k] Y[k,j] (float, increasing k) + beta C[i,j] + bias, D = act(pre),
 // aux = pre. One thread per element of D, any strides (0 included), deterministic.
-#include <cstdlib>
-#include <cstring>
 
 #include "device_math.cuh"
 #include "gemm.h"
@@ -25,10 +23,7 @@ constexpr int kMaxBatchDims = 6;  // batch dims of size > 1
 constexpr int kThreads = 256;
 
 bool small_gemm_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("DLFUSE_CUDA_SMALL_GEMM");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  static const bool on = env_enabled("DLFUSE_CUDA_SMALL_GEMM");
   return on;
 }
 

@@ -397,24 +397,29 @@ struct GArgs {
   float mult;
 };
 
-template <int ROWS, int G, bool DISCARD, bool EARLY = false, int MINB = 0>
-__global__ void __launch_bounds__(256, MINB) grp_k(GArgs a) {
+// The shared per-row work of grp_k and clu_k: a block's ROWS rows at one float4 column.
+template <int ROWS>
+__device__ __forceinline__ void load_rows(const GArgs& a, int64_t r0, int64_t cv, bool active, float4 (&os)[ROWS],
+                                          float4 (&gs)[ROWS]) {
   const int64_t C4 = a.C / 4;
-  const unsigned chunks = unsigned((C4 + 255) / 256);
-  const unsigned cc = blockIdx.x % chunks, rb = blockIdx.x / chunks;
-  const unsigned nrb = unsigned((a.R + ROWS - 1) / ROWS);
-  const int64_t cv = int64_t(cc) * 256 + threadIdx.x;
-  const bool active = cv < C4;
-  const int64_t r0 = int64_t(rb) * ROWS;
-  float4 gs[ROWS], os[ROWS];
 #pragma unroll
   for (int u = 0; u < ROWS; ++u)
     if (active && r0 + u < a.R) {
       os[u] = __ldcs(reinterpret_cast<const float4*>(a.o) + (r0 + u) * C4 + cv);
       gs[u] = __ldcs(reinterpret_cast<const float4*>(a.g) + (r0 + u) * C4 + cv);
     }
+}
+__device__ __forceinline__ void store_row(const GArgs& a, int64_t r, int64_t cv, float4 d) {
+  const int64_t C4 = a.C / 4;
+  __stcs(reinterpret_cast<float4*>(a.gx) + r * C4 + cv, d);
+  __stcs(reinterpret_cast<float4*>(a.gy) + r * C4 + cv, make_float4(a.mult * d.x, a.mult * d.y, a.mult * d.z, a.mult * d.w));
+}
+// d of each row into ds (STORE: and grad_x / grad_y stored row by row); returns their column
+// sums (rows in order).
+template <int ROWS, bool STORE>
+__device__ __forceinline__ float4 grad_rows(const GArgs& a, int64_t r0, int64_t cv, bool active,
+                                            const float4 (&os)[ROWS], const float4 (&gs)[ROWS], float4 (&ds)[ROWS]) {
   float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-  float4 ds[ROWS];
 #pragma unroll
   for (int u = 0; u < ROWS; ++u)
     if (active && r0 + u < a.R) {
@@ -424,13 +429,31 @@ __global__ void __launch_bounds__(256, MINB) grp_k(GArgs a) {
       d.z = relu_out_grad(os[u].z, gs[u].z);
       d.w = relu_out_grad(os[u].w, gs[u].w);
       ds[u] = d;
-      if constexpr (!EARLY) {
-        __stcs(reinterpret_cast<float4*>(a.gx) + (r0 + u) * C4 + cv, d);
-        __stcs(reinterpret_cast<float4*>(a.gy) + (r0 + u) * C4 + cv,
-               make_float4(a.mult * d.x, a.mult * d.y, a.mult * d.z, a.mult * d.w));
-      }
+      if constexpr (STORE) store_row(a, r0 + u, cv, d);
       sum.x += d.x; sum.y += d.y; sum.z += d.z; sum.w += d.w;
     }
+  return sum;
+}
+template <int ROWS>
+__device__ __forceinline__ void store_rows(const GArgs& a, int64_t r0, int64_t cv, bool active,
+                                           const float4 (&ds)[ROWS]) {
+#pragma unroll
+  for (int u = 0; u < ROWS; ++u)
+    if (active && r0 + u < a.R) store_row(a, r0 + u, cv, ds[u]);
+}
+
+template <int ROWS, int G, bool DISCARD, bool EARLY = false, int MINB = 0>
+__global__ void __launch_bounds__(256, MINB) grp_k(GArgs a) {
+  const int64_t C4 = a.C / 4;
+  const unsigned chunks = unsigned((C4 + 255) / 256);
+  const unsigned cc = blockIdx.x % chunks, rb = blockIdx.x / chunks;
+  const unsigned nrb = unsigned((a.R + ROWS - 1) / ROWS);
+  const int64_t cv = int64_t(cc) * 256 + threadIdx.x;
+  const bool active = cv < C4;
+  const int64_t r0 = int64_t(rb) * ROWS;
+  float4 gs[ROWS], os[ROWS], ds[ROWS];
+  load_rows<ROWS>(a, r0, cv, active, os, gs);
+  const float4 sum = grad_rows<ROWS, !EARLY>(a, r0, cv, active, os, gs, ds);
   float4* part = reinterpret_cast<float4*>(a.part);
   if (active) __stcg(part + int64_t(rb) * C4 + cv, sum);
   __threadfence();  // EARLY: before the big stores, so the fence waits for this store only
@@ -438,16 +461,7 @@ __global__ void __launch_bounds__(256, MINB) grp_k(GArgs a) {
   const unsigned grp = rb / G, members = min(unsigned(G), nrb - grp * G);
   __shared__ bool last;
   if (threadIdx.x == 0) last = atomicAdd(a.cnt + int64_t(grp) * chunks + cc, 1u) == members - 1;
-  if constexpr (EARLY) {
-#pragma unroll
-    for (int u = 0; u < ROWS; ++u)
-      if (active && r0 + u < a.R) {
-        const float4 d = ds[u];
-        __stcs(reinterpret_cast<float4*>(a.gx) + (r0 + u) * C4 + cv, d);
-        __stcs(reinterpret_cast<float4*>(a.gy) + (r0 + u) * C4 + cv,
-               make_float4(a.mult * d.x, a.mult * d.y, a.mult * d.z, a.mult * d.w));
-      }
-  }
+  if constexpr (EARLY) store_rows<ROWS>(a, r0, cv, active, ds);
   __syncthreads();
   if (!last) return;
   __threadfence();
@@ -484,27 +498,9 @@ __global__ void __launch_bounds__(256) clu_k(GArgs a) {
   const int64_t cv = int64_t(blockIdx.x) * 256 + threadIdx.x;
   const bool active = cv < C4;
   const int64_t r0 = int64_t(blockIdx.y) * ROWS;
-  float4 gs[ROWS], os[ROWS];
-#pragma unroll
-  for (int u = 0; u < ROWS; ++u)
-    if (active && r0 + u < a.R) {
-      os[u] = __ldcs(reinterpret_cast<const float4*>(a.o) + (r0 + u) * C4 + cv);
-      gs[u] = __ldcs(reinterpret_cast<const float4*>(a.g) + (r0 + u) * C4 + cv);
-    }
-  float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-  for (int u = 0; u < ROWS; ++u)
-    if (active && r0 + u < a.R) {
-      float4 d;
-      d.x = relu_out_grad(os[u].x, gs[u].x);
-      d.y = relu_out_grad(os[u].y, gs[u].y);
-      d.z = relu_out_grad(os[u].z, gs[u].z);
-      d.w = relu_out_grad(os[u].w, gs[u].w);
-      __stcs(reinterpret_cast<float4*>(a.gx) + (r0 + u) * C4 + cv, d);
-      __stcs(reinterpret_cast<float4*>(a.gy) + (r0 + u) * C4 + cv,
-             make_float4(a.mult * d.x, a.mult * d.y, a.mult * d.z, a.mult * d.w));
-      sum.x += d.x; sum.y += d.y; sum.z += d.z; sum.w += d.w;
-    }
+  float4 gs[ROWS], os[ROWS], ds[ROWS];
+  load_rows<ROWS>(a, r0, cv, active, os, gs);
+  const float4 sum = grad_rows<ROWS, true>(a, r0, cv, active, os, gs, ds);
   sh[threadIdx.x] = sum;
   cluster.sync();
   constexpr int kSlice = 256 / CL;
@@ -740,8 +736,9 @@ static Variant make_var(const Bufs& b, const char* name, const std::string& what
 }
 
 
-// v11: the deterministic flat-grid variant (grp_k). The launch includes zeroing nothing: the
-// counters reset themselves (zeroed once here), as a cached workspace would need a memset.
+// v11: the deterministic flat-grid variant (grp_k). The counters reset themselves (zeroed
+// once here); memset_counters also zeroes them in every launch, as the plugin must (its
+// workspace is not kept between calls).
 template <int ROWS, int G, bool DISCARD, bool EARLY = false, int MINB = 0>
 static Variant make_grp(const Bufs& b, const char* name, const std::string& what, bool memset_counters) {
   auto k = grp_k<ROWS, G, DISCARD, EARLY, MINB>;
