@@ -155,10 +155,21 @@ Tensor grad_out_for(const Tensor& like, at::IntArrayRef shape, bool need) {
 // (a GEMM writes either orientation at the same cost): for `weight.t()` that is the weight's
 // layout, which autograd then accumulates into .grad without a copy. Only the eager backward
 // asks for it: under torch.compile an input's strides at run time may differ from the ones
-// the fake kernel saw.
-Tensor operand_grad(const Tensor& t, bool need, bool layout) {
+// the fake kernel saw. `transposed` is the traced backward's way to the same end: the
+// transpose of a contiguous tensor, decided when the graph is traced, never from the
+// strides of the run's input.
+Tensor operand_grad(const Tensor& t, bool need, bool layout, bool transposed = false) {
   if (!need) return at::empty({0}, t.options());
-  return layout ? at::empty_like(t, at::MemoryFormat::Preserve) : at::empty(t.sizes(), t.options());
+  if (layout) return at::empty_like(t, at::MemoryFormat::Preserve);
+  if (!transposed || t.dim() < 2) return at::empty(t.sizes(), t.options());
+  std::vector<int64_t> s = t.sizes().vec();
+  std::swap(s[s.size() - 2], s[s.size() - 1]);
+  return at::empty(s, t.options()).transpose(-2, -1);
+}
+
+// Whether t is the transpose of a contiguous tensor (`weight.t()`) and not contiguous itself.
+bool is_transposed(const Tensor& t) {
+  return t.dim() >= 2 && !t.is_contiguous() && t.transpose(-2, -1).is_contiguous();
 }
 
 // Whether autograd is running this backward on traced tensors (torch.compile's fake or
@@ -179,8 +190,9 @@ Tensor k_mar(const Tensor& a, const Tensor& b, const Tensor& bias, bool tf32) {
 
 std::tuple<Tensor, Tensor, Tensor> k_mar_bwd(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor& out,
                                              c10::SymIntArrayRef bias_shape, bool na, bool nb, bool nbias,
-                                             bool tf32, bool layout) {
-  Tensor ga = operand_grad(a, na, layout), gb = operand_grad(b, nb, layout), gc = grad_out_for(a, bias_shape, nbias);
+                                             bool tf32, bool layout, bool tb) {
+  Tensor ga = operand_grad(a, na, layout), gb = operand_grad(b, nb, layout, tb),
+         gc = grad_out_for(a, bias_shape, nbias);
   Dl G(g), A(a), B(b), O(out), GA, GB, GC;
   check(lib().mar_bwd(g_lib.reg, G.get(), A.get(), B.get(), O.get(), na ? opt(GA, ga) : nullptr,
                       nb ? opt(GB, gb) : nullptr, nbias ? opt(GC, gc) : nullptr, tf32, stream_of(a)));
@@ -262,8 +274,9 @@ std::tuple<Tensor, Tensor> k_maa(const Tensor& a, const Tensor& b, const Tensor&
 
 std::tuple<Tensor, Tensor, Tensor> k_maa_bwd(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor& saved,
                                              int64_t act, bool saved_is_pre, c10::SymIntArrayRef bias_shape, bool na,
-                                             bool nb, bool nbias, bool tf32, bool layout) {
-  Tensor ga = operand_grad(a, na, layout), gb = operand_grad(b, nb, layout), gc = grad_out_for(a, bias_shape, nbias);
+                                             bool nb, bool nbias, bool tf32, bool layout, bool tb) {
+  Tensor ga = operand_grad(a, na, layout), gb = operand_grad(b, nb, layout, tb),
+         gc = grad_out_for(a, bias_shape, nbias);
   Dl G(g), A(a), B(b), S(saved), GA, GB, GC;
   check(need(lib().maa_bwd, "matmul_add_activation_backward")(
       g_lib.reg, G.get(), A.get(), B.get(), saved_is_pre ? nullptr : S.get(), saved_is_pre ? S.get() : nullptr,
@@ -283,9 +296,9 @@ Tensor k_mres(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor
 std::tuple<Tensor, Tensor, Tensor, Tensor> k_mres_bwd(const Tensor& g, const Tensor& a, const Tensor& b,
                                                       c10::SymIntArrayRef bias_shape,
                                                       c10::SymIntArrayRef residual_shape, bool na, bool nb,
-                                                      bool nbias, bool nres, bool tf32, bool layout) {
-  Tensor ga = operand_grad(a, na, layout), gb = operand_grad(b, nb, layout), gc = grad_out_for(a, bias_shape, nbias),
-         gr = grad_out_for(a, residual_shape, nres);
+                                                      bool nbias, bool nres, bool tf32, bool layout, bool tb) {
+  Tensor ga = operand_grad(a, na, layout), gb = operand_grad(b, nb, layout, tb),
+         gc = grad_out_for(a, bias_shape, nbias), gr = grad_out_for(a, residual_shape, nres);
   Dl G(g), A(a), B(b), GA, GB, GC, GR;
   check(need(lib().mres_bwd, "matmul_add_residual_backward")(
       g_lib.reg, G.get(), A.get(), B.get(), na ? opt(GA, ga) : nullptr, nb ? opt(GB, gb) : nullptr,
@@ -360,12 +373,14 @@ struct MarFn : torch::autograd::Function<MarFn> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list g) {
     static auto bwd = op<std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                                            c10::SymIntArrayRef, bool, bool, bool, bool, bool)>(
-        "dlfuse::matmul_add_relu_backward");
+                                                            c10::SymIntArrayRef, bool, bool, bool, bool, bool,
+                                                            bool)>("dlfuse::matmul_add_relu_backward");
     const auto s = ctx->get_saved_variables();
     const auto bs = ctx->saved_data["bias_shape"].toSymIntVector();
+    const bool tr = traced(g[0]);
     auto [ga, gb, gc] = bwd.call(g[0], s[0], s[1], s[2], bs, ctx->needs_input_grad(0), ctx->needs_input_grad(1),
-                                 ctx->needs_input_grad(2), ctx->saved_data["tf32"].toBool(), !traced(g[0]));
+                                 ctx->needs_input_grad(2), ctx->saved_data["tf32"].toBool(), !tr,
+                                 tr && is_transposed(s[1]));
     return grads_if<3>({ga, gb, gc}, ctx, 1);
   }
 };
@@ -433,12 +448,13 @@ struct MaaFn : torch::autograd::Function<MaaFn> {
   static variable_list backward(AutogradContext* ctx, variable_list g) {
     static auto bwd = op<std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                                             int64_t, bool, c10::SymIntArrayRef, bool, bool, bool,
-                                                            bool, bool)>("dlfuse::matmul_add_activation_backward");
+                                                            bool, bool, bool)>("dlfuse::matmul_add_activation_backward");
     const auto s = ctx->get_saved_variables();
+    const bool tr = traced(g[0]);
     auto [ga, gb, gc] = bwd.call(g[0], s[0], s[1], s[2], ctx->saved_data["act"].toInt(),
                                  ctx->saved_data["is_pre"].toBool(), ctx->saved_data["bias_shape"].toSymIntVector(),
                                  ctx->needs_input_grad(0), ctx->needs_input_grad(1), ctx->needs_input_grad(2),
-                                 ctx->saved_data["tf32"].toBool(), !traced(g[0]));
+                                 ctx->saved_data["tf32"].toBool(), !tr, tr && is_transposed(s[1]));
     return grads_if<3>({ga, gb, gc}, ctx, 3);
   }
 };
@@ -458,14 +474,15 @@ struct MresFn : torch::autograd::Function<MresFn> {
   static variable_list backward(AutogradContext* ctx, variable_list g) {
     static auto bwd = op<std::tuple<Tensor, Tensor, Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&,
                                                                     c10::SymIntArrayRef, c10::SymIntArrayRef, bool,
-                                                                    bool, bool, bool, bool, bool)>(
+                                                                    bool, bool, bool, bool, bool, bool)>(
         "dlfuse::matmul_add_residual_backward");
     const auto s = ctx->get_saved_variables();
+    const bool tr = traced(g[0]);
     auto [ga, gb, gc, gr] =
         bwd.call(g[0], s[0], s[1], ctx->saved_data["bias_shape"].toSymIntVector(),
                  ctx->saved_data["residual_shape"].toSymIntVector(), ctx->needs_input_grad(0),
                  ctx->needs_input_grad(1), ctx->needs_input_grad(2), ctx->needs_input_grad(3),
-                 ctx->saved_data["tf32"].toBool(), !traced(g[0]));
+                 ctx->saved_data["tf32"].toBool(), !tr, tr && is_transposed(s[1]));
     return grads_if<4>({ga, gb, gc, gr}, ctx, 1);
   }
 };
@@ -495,7 +512,8 @@ TORCH_LIBRARY(dlfuse, m) {
   m.set_python_module("dlfuse.torch");  // where the fake kernels live
   m.def("matmul_add_relu(Tensor a, Tensor b, Tensor bias, bool allow_tf32=False) -> Tensor");
   m.def("matmul_add_relu_backward(Tensor grad_out, Tensor a, Tensor b, Tensor out, SymInt[] bias_shape, "
-        "bool needs_a, bool needs_b, bool needs_bias, bool allow_tf32=False, bool operand_layout=False) -> (Tensor, Tensor, Tensor)");
+        "bool needs_a, bool needs_b, bool needs_bias, bool allow_tf32=False, bool operand_layout=False, "
+        "bool transposed_b=False) -> (Tensor, Tensor, Tensor)");
   m.def("add_mul_activation(Tensor x, Tensor y, Tensor bias, float multiplier=1.0, int activation=1) -> Tensor");
   m.def("add_mul_activation_backward(Tensor grad_out, Tensor x, Tensor y, Tensor bias, float multiplier, "
         "int activation, bool needs_x, bool needs_y, bool needs_bias) -> (Tensor, Tensor, Tensor)");
@@ -506,11 +524,13 @@ TORCH_LIBRARY(dlfuse, m) {
         "bool allow_tf32=False) -> (Tensor, Tensor)");
   m.def("matmul_add_activation_backward(Tensor grad_out, Tensor a, Tensor b, Tensor saved, int activation, "
         "bool saved_is_pre, SymInt[] bias_shape, bool needs_a, bool needs_b, bool needs_bias, "
-        "bool allow_tf32=False, bool operand_layout=False) -> (Tensor, Tensor, Tensor)");
+        "bool allow_tf32=False, bool operand_layout=False, bool transposed_b=False) "
+        "-> (Tensor, Tensor, Tensor)");
   m.def("matmul_add_residual(Tensor a, Tensor b, Tensor bias, Tensor residual, bool allow_tf32=False) -> Tensor");
   m.def("matmul_add_residual_backward(Tensor grad_out, Tensor a, Tensor b, SymInt[] bias_shape, "
         "SymInt[] residual_shape, bool needs_a, bool needs_b, bool needs_bias, bool needs_residual, "
-        "bool allow_tf32=False, bool operand_layout=False) -> (Tensor, Tensor, Tensor, Tensor)");
+        "bool allow_tf32=False, bool operand_layout=False, bool transposed_b=False) "
+        "-> (Tensor, Tensor, Tensor, Tensor)");
 }
 
 #define DLFUSE_KERNELS(m)                                                        \

@@ -229,6 +229,61 @@ def test_matmul_backward_operand_layout(dev):
                           test_utils=("test_schema", "test_faketensor"))
 
 
+def test_matmul_backward_transposed_b(dev):
+    """transposed_b=True: grad_b as the transpose of a contiguous tensor whatever b's strides
+    (the traced backward's layout for weight.t(), fixed at trace time), same values; the
+    fake kernel agrees (opcheck)."""
+    gen = torch.Generator().manual_seed(6)
+    a = torch.randn(6, 4, generator=gen).to(dev)
+    bias = torch.randn(3, generator=gen).to(dev)
+    g = torch.randn(6, 3, generator=gen).to(dev)
+    ops = torch.ops.dlfuse
+    for b in (torch.randn(3, 4, generator=gen).to(dev).t(), torch.randn(4, 3, generator=gen).to(dev)):
+        out = dft.matmul_add_relu(a, b, bias)
+        args = (g, a, b, out, [3], True, True, True, False, False)
+        ga, gb, gc = ops.matmul_add_relu_backward.default(*args, True)
+        ga0, gb0, gc0 = ops.matmul_add_relu_backward.default(*args)
+        assert gb.t().is_contiguous() and not gb.is_contiguous() and gb0.is_contiguous()
+        for x, y in ((ga, ga0), (gb, gb0), (gc, gc0)):
+            torch.testing.assert_close(x, y, rtol=0, atol=0)
+        torch.library.opcheck(ops.matmul_add_relu_backward.default, (*args, True),
+                              test_utils=("test_schema", "test_faketensor"))
+        saved = dft.matmul_add_activation(a, b, bias, "relu")
+        gs = ops.matmul_add_activation_backward.default(g, a, b, saved, 1, False, [3], True, True, True,
+                                                        False, False, True)
+        assert gs[1].t().is_contiguous() and not gs[1].is_contiguous()
+        torch.testing.assert_close(gs[1], gb0, rtol=0, atol=0)
+        gs = ops.matmul_add_residual_backward.default(g, a, b, [3], [6, 3], True, True, True, True,
+                                                      False, False, True)
+        assert gs[1].t().is_contiguous() and not gs[1].is_contiguous()
+        torch.testing.assert_close(gs[1], a.t() @ g, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["relu", "activation", "residual"])
+def test_compiled_weight_grad_in_weight_layout(dev, op):
+    """Under torch.compile the gradient of `x @ weight.t()` reaches the weight (a leaf hook
+    sees it before autograd accumulates it) in the weight's own layout, so no copy kernel
+    runs per layer and step; and it equals eager's."""
+    torch._dynamo.reset()
+    lin = torch.nn.Linear(8, 5).to(dev)
+    res = torch.randn(7, 5, device=dev)
+    fn = {"relu": lambda x: dft.matmul_add_relu(x, lin.weight.t(), lin.bias),
+          "activation": lambda x: dft.matmul_add_activation(x, lin.weight.t(), lin.bias, "gelu"),
+          "residual": lambda x: dft.matmul_add_residual(x, lin.weight.t(), lin.bias, res)}[op]
+    seen = []
+    h = lin.weight.register_hook(lambda grad: seen.append(grad.stride()))
+    try:
+        x = torch.randn(7, 8, device=dev)
+        torch.compile(fn, fullgraph=True)(x).square().sum().backward()
+        compiled = lin.weight.grad.clone()
+        lin.weight.grad = None
+        fn(x).square().sum().backward()
+    finally:
+        h.remove()
+    assert seen[0] == lin.weight.stride(), seen
+    torch.testing.assert_close(compiled, lin.weight.grad, rtol=1e-5, atol=1e-6)
+
+
 def test_torch_compile_fullgraph(dev):
     lin1 = torch.nn.Linear(16, 32).to(dev)
     lin2 = torch.nn.Linear(32, 8).to(dev)

@@ -212,13 +212,30 @@ def _empty_grads(like, shapes, needs):
     return tuple(like.new_empty(tuple(sh) if n else (0,)) for sh, n in zip(shapes, needs))
 
 
-def _matmul_grads(a, b, rest, needs, operand_layout):
+def _is_transposed(t):
+    """t is the transpose of a contiguous tensor (weight.t()), not contiguous itself."""
+    return t.dim() >= 2 and not t.is_contiguous() and t.transpose(-2, -1).is_contiguous()
+
+
+def _operand_grad(t, need, layout, transposed):
+    if not need:
+        return t.new_empty((0,))
+    if layout:
+        return torch.empty_like(t)
+    if transposed and t.dim() >= 2:
+        return t.new_empty((*t.shape[:-2], t.shape[-1], t.shape[-2])).transpose(-2, -1)
+    return t.new_empty(t.shape)
+
+
+def _matmul_grads(a, b, rest, needs, operand_layout, transposed_b):
     """grad_a, grad_b: with operand_layout in their operand's layout where it is dense (for
     weight.t() the weight's, which autograd accumulates into .grad without a copy; the C++
-    operators' eager backward asks for it), else contiguous; then the others as _empty_grads."""
-    ab = tuple((torch.empty_like(t) if operand_layout else t.new_empty(t.shape)) if n else t.new_empty((0,))
-               for t, n in zip((a, b), needs))
-    return ab + _empty_grads(a, rest, needs[2:])
+    operators' eager backward asks for it); else grad_b with transposed_b as the transpose of
+    a contiguous tensor (the traced backward's way to the weight's layout: fixed when the
+    graph is traced, not read from the run's strides); else contiguous. Then the others as
+    _empty_grads."""
+    return (_operand_grad(a, needs[0], operand_layout, False),
+            _operand_grad(b, needs[1], operand_layout, transposed_b)) + _empty_grads(a, rest, needs[2:])
 
 
 def _fake_mar(a, b, bias, allow_tf32=False):
@@ -226,8 +243,8 @@ def _fake_mar(a, b, bias, allow_tf32=False):
 
 
 def _fake_mar_bwd(grad_out, a, b, out, bias_shape, needs_a, needs_b, needs_bias, allow_tf32=False,
-                  operand_layout=False):
-    return _matmul_grads(a, b, (bias_shape,), (needs_a, needs_b, needs_bias), operand_layout)
+                  operand_layout=False, transposed_b=False):
+    return _matmul_grads(a, b, (bias_shape,), (needs_a, needs_b, needs_bias), operand_layout, transposed_b)
 
 
 def _fake_amc(x, y, bias, multiplier=1.0, activation=1):
@@ -249,8 +266,8 @@ def _fake_maa(a, b, bias, activation, save_pre=False, allow_tf32=False):
 
 
 def _fake_maa_bwd(grad_out, a, b, saved, activation, saved_is_pre, bias_shape, needs_a, needs_b,
-                  needs_bias, allow_tf32=False, operand_layout=False):
-    return _matmul_grads(a, b, (bias_shape,), (needs_a, needs_b, needs_bias), operand_layout)
+                  needs_bias, allow_tf32=False, operand_layout=False, transposed_b=False):
+    return _matmul_grads(a, b, (bias_shape,), (needs_a, needs_b, needs_bias), operand_layout, transposed_b)
 
 
 def _fake_mres(a, b, bias, residual, allow_tf32=False):
@@ -258,9 +275,9 @@ def _fake_mres(a, b, bias, residual, allow_tf32=False):
 
 
 def _fake_mres_bwd(grad_out, a, b, bias_shape, residual_shape, needs_a, needs_b, needs_bias,
-                   needs_residual, allow_tf32=False, operand_layout=False):
+                   needs_residual, allow_tf32=False, operand_layout=False, transposed_b=False):
     return _matmul_grads(a, b, (bias_shape, residual_shape),
-                         (needs_a, needs_b, needs_bias, needs_residual), operand_layout)
+                         (needs_a, needs_b, needs_bias, needs_residual), operand_layout, transposed_b)
 
 
 _FAKES = {
@@ -291,12 +308,13 @@ def _define_python_ops():
     @torch.library.custom_op("dlfuse::matmul_add_relu_backward", mutates_args=())
     def _op_mar_bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
                     bias_shape: List[int], needs_a: bool, needs_b: bool, needs_bias: bool,
-                    allow_tf32: bool = False,
-                    operand_layout: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    allow_tf32: bool = False, operand_layout: bool = False,
+                    transposed_b: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         grad_out, a, b, out = _c(grad_out, a, b, out)
         # custom ops return tensors: an unwanted gradient is an empty one (allocated by torch,
         # as in _op_mar)
-        ga, gb, gbias = _matmul_grads(a, b, (bias_shape,), (needs_a, needs_b, needs_bias), operand_layout)
+        ga, gb, gbias = _matmul_grads(a, b, (bias_shape,), (needs_a, needs_b, needs_bias), operand_layout,
+                                      transposed_b)
         _ext.matmul_add_relu_backward(grad_out, a, b, out, bias_shape=tuple(bias_shape),
                                       needs=(needs_a, needs_b, needs_bias), grad_a=ga if needs_a else None,
                                       grad_b=gb if needs_b else None, grad_bias=gbias if needs_bias else None,
@@ -313,7 +331,7 @@ def _define_python_ops():
         a, b, out = ctx.saved_tensors
         na, nb, nbias = ctx.needs_input_grad[:3]
         ga, gb, gbias = torch.ops.dlfuse.matmul_add_relu_backward(
-            grad, a, b, out, ctx.bias_shape, na, nb, nbias, ctx.allow_tf32)
+            grad, a, b, out, ctx.bias_shape, na, nb, nbias, ctx.allow_tf32, False, _is_transposed(b))
         return (ga if na else None, gb if nb else None, gbias if nbias else None, None)
 
     _op_mar.register_autograd(_mar_backward, setup_context=_mar_setup)
@@ -395,10 +413,11 @@ def _define_python_ops():
     def _op_maa_bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, saved: torch.Tensor,
                     activation: int, saved_is_pre: bool, bias_shape: List[int], needs_a: bool,
                     needs_b: bool, needs_bias: bool, allow_tf32: bool = False,
-                    operand_layout: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    operand_layout: bool = False,
+                    transposed_b: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         grad_out, a, b, saved = _c(grad_out, a, b, saved)
         needs = (needs_a, needs_b, needs_bias)
-        gs = _matmul_grads(a, b, (bias_shape,), needs, operand_layout)
+        gs = _matmul_grads(a, b, (bias_shape,), needs, operand_layout, transposed_b)
         ga, gb, gbias = (g if n else None for g, n in zip(gs, needs))
         out, pre = (None, saved) if saved_is_pre else (saved, None)
         _ext.matmul_add_activation_backward(grad_out, a, b, activation, out, pre,
@@ -427,7 +446,7 @@ def _define_python_ops():
         na, nb, nbias = ctx.needs_input_grad[:3]
         ga, gb, gbias = torch.ops.dlfuse.matmul_add_activation_backward(
             grad, a, b, saved, ctx.activation, ctx.saved_is_pre, ctx.bias_shape, na, nb, nbias,
-            ctx.allow_tf32)
+            ctx.allow_tf32, False, _is_transposed(b))
         return (ga if na else None, gb if nb else None, gbias if nbias else None, None, None, None)
 
     _op_maa.register_autograd(_maa_backward, setup_context=_maa_setup)
@@ -442,11 +461,12 @@ def _define_python_ops():
     @torch.library.custom_op("dlfuse::matmul_add_residual_backward", mutates_args=())
     def _op_mres_bwd(grad_out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias_shape: List[int],
                      residual_shape: List[int], needs_a: bool, needs_b: bool, needs_bias: bool,
-                     needs_residual: bool, allow_tf32: bool = False, operand_layout: bool = False
+                     needs_residual: bool, allow_tf32: bool = False, operand_layout: bool = False,
+                     transposed_b: bool = False
                      ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         grad_out, a, b = _c(grad_out, a, b)
         needs = (needs_a, needs_b, needs_bias, needs_residual)
-        gs = _matmul_grads(a, b, (bias_shape, residual_shape), needs, operand_layout)
+        gs = _matmul_grads(a, b, (bias_shape, residual_shape), needs, operand_layout, transposed_b)
         g = [t if n else None for t, n in zip(gs, needs)]
         _ext.matmul_add_residual_backward(grad_out, a, b, tuple(bias_shape), tuple(residual_shape),
                                           needs=needs, grad_a=g[0], grad_b=g[1], grad_bias=g[2],
@@ -463,7 +483,7 @@ def _define_python_ops():
         a, b = ctx.saved_tensors
         needs = ctx.needs_input_grad[:4]
         gs = torch.ops.dlfuse.matmul_add_residual_backward(grad, a, b, *ctx.shapes, *needs,
-                                                           ctx.allow_tf32)
+                                                           ctx.allow_tf32, False, _is_transposed(b))
         return (*(g if n else None for g, n in zip(gs, needs)), None)
 
     _op_mres.register_autograd(_mres_backward, setup_context=_mres_setup)
