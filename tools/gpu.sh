@@ -7,7 +7,8 @@
 # Jobs (each logs to $LOGS/<job>/, summary lines to $LOGS/summary.txt):
 #   main           dlfuse list + run both ops fwd+bwd on every device and dtype (the README's main job)
 #   conform[=N]    the hardened conformance suite N times (default 1), each with a new seed, on
-#                  the CUDA plugin (also with DLFUSE_CUDA_SMALL_GEMM=0) and the OpenCL plugin
+#                  the CUDA plugin (also with its small forms off: DLFUSE_CUDA_SMALL_GEMM=0
+#                  DLFUSE_CUDA_SMALL_BACKWARD=0) and the OpenCL plugin
 #                  (every device: NVIDIA OpenCL, PoCL), plus forced float16 on the OpenCL GPU
 #   memcheck       compute-sanitizer memcheck over the CUDA plugin's bfloat16 conformance and its
 #                  float32 cases over 2^22 elements (--large)
@@ -62,10 +63,11 @@ job_conform() {
           --sweep 0 --threads 0 --no-bad-inputs >>"$J/$p.$r.log" 2>&1 ||
         { rc=1; summary "conform $p run $r ($(grep -m1 -o 'seed [0-9]*' "$J/$p.$r.log")) FAILED"; }
     done
-    # The conformance cases are small: most of the CUDA plugin's GEMMs take its own small-GEMM
-    # kernel, so the cuBLASLt path gets a run of its own.
-    DLFUSE_CUDA_SMALL_GEMM=0 timeout 600 "$CLI" conform "$PLUGINS/libdlfuse_cuda.so" --seed random \
-      >"$J/cuda_cublaslt.$r.log" 2>&1 || { rc=1; summary "conform cuda (DLFUSE_CUDA_SMALL_GEMM=0) run $r FAILED"; }
+    # The conformance cases are small: most of the CUDA plugin's GEMMs and elementwise
+    # backwards take its small forms, so the cuBLASLt path and the partial-sum kernels get a
+    # run of their own.
+    DLFUSE_CUDA_SMALL_GEMM=0 DLFUSE_CUDA_SMALL_BACKWARD=0 timeout 600 "$CLI" conform "$PLUGINS/libdlfuse_cuda.so" \
+      --seed random >"$J/cuda_cublaslt.$r.log" 2>&1 || { rc=1; summary "conform cuda (small forms off) run $r FAILED"; }
     # NVIDIA does not report cl_khr_fp16; the kernels use only core vload_half/vstore_half.
     DLFUSE_OPENCL_DEVICE=0 DLFUSE_OPENCL_FP16=force timeout 600 "$CLI" conform "$PLUGINS/libdlfuse_opencl.so" \
       --dtype float16 --seed random >"$J/opencl0_f16.$r.log" 2>&1 || { rc=1; summary "conform opencl f16 run $r FAILED"; }

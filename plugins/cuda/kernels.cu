@@ -464,6 +464,51 @@ __global__ void __launch_bounds__(kThreads) am_bwd_k(AmFast p, int64_t Cv_, int6
   }
 }
 
+// The backward's small form (am_bwd_small_k, use_small): one launch, the column sums
+// finished inside the block, so no partials and no finish kernel. A launch costs 4-10 us
+// of host time on the H100 machine, more than a small problem's work on the GPU, and a
+// training step of small layers is bound by the host (docs/performance.md, DLRM). A block
+// is kSmallLanes columns x kSmallLanes row lanes; lane l takes rows l, l + 32, ... and the
+// lanes' sums are added in lane order, so the sums are deterministic.
+constexpr int kSmallLanes = 32;
+
+template <class T> __device__ __forceinline__ float operand_at(const void* ptr, int mode, int64_t off, int64_t c) {
+  const T* t = static_cast<const T*>(ptr);
+  return mode == kFull ? ldf(t + off) : mode == kRow ? ldf(t + c) : mode == kScalar ? ldf(t) : 0.f;
+}
+
+template <class T, int ACT, int FORM>
+__global__ void __launch_bounds__(kSmallLanes * kSmallLanes) am_bwd_small_k(AmFast p) {
+  __shared__ float lane[kSmallLanes][kSmallLanes + 1];
+  const int64_t c = blockIdx.x * int64_t(kSmallLanes) + threadIdx.x;
+  const bool active = c < p.C;
+  T* gx = static_cast<T*>(p.gx);
+  T* gy = static_cast<T*>(p.gy);
+  T* gb = static_cast<T*>(p.gb);
+  float sum = 0.f;
+  for (int64_t r = threadIdx.y; active && r < p.R; r += kSmallLanes) {
+    const int64_t off = r * p.C + c;
+    const float x = operand_at<T>(p.x, p.xm, off, c);
+    const float v = FORM == kFormXYB ? pre_of(x, operand_at<T>(p.b, p.bm, off, c), p.bm != kAbsent,
+                                              operand_at<T>(p.y, p.ym, off, c), p.ym != kAbsent, p.mult)
+                                     : x;
+    const float d = act_grad_of<FORM == kFormOut, sizeof(T) == 2>(ACT, v, operand_at<T>(p.g, p.gm, off, c));
+    sum += d;
+    if (p.gxm == kFull) gx[off] = Cv<T>::st(d);
+    if (p.gym == kFull) gy[off] = Cv<T>::st(p.mult * d);
+    if (p.gbm == kFull) gb[off] = Cv<T>::st(d);
+  }
+  lane[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y != 0 || !active) return;
+  float s = 0.f;
+#pragma unroll 8
+  for (int j = 0; j < kSmallLanes; ++j) s += lane[j][threadIdx.x];
+  if (p.gxm == kRow) gx[c * p.gx_stride] = Cv<T>::st(s);
+  if (p.gym == kRow) gy[c * p.gy_stride] = Cv<T>::st(p.mult * s);
+  if (p.gbm == kRow) gb[c * p.gb_stride] = Cv<T>::st(s);
+}
+
 // The backward's flat form for large x-only problems (out or pre form, 16-byte vectors):
 // a 1-D grid of short blocks, flat_rows<T>() rows x 256 column vectors each, column chunk
 // fastest, so the GPU sweeps memory in address order and a finished block frees its slot at
@@ -863,7 +908,29 @@ size_t flat_bytes(DType dt, const AmFast& p) {
   return n;
 }
 
+// The small form: at most 2^18 elements and 64 rows a lane, sums into rows only (a scalar
+// gradient sums over the block's columns too). DLFUSE_CUDA_SMALL_BACKWARD=0 turns it off.
+bool use_small(const AmFast& p) {
+  static const bool on = env_enabled("DLFUSE_CUDA_SMALL_BACKWARD");
+  return on && p.R * p.C <= (int64_t(1) << 18) && p.R <= 64 * kSmallLanes && p.gxm != kScalar &&
+         p.gym != kScalar && p.gbm != kScalar;
+}
+
+void am_backward_small(DType dt, const AmFast& p, cudaStream_t s) {
+  const unsigned blocks = unsigned((p.C + kSmallLanes - 1) / kSmallLanes);
+  by_dtype(dt, [&](auto t) {
+    using T = decltype(t);
+    by_bwd_kernel(p, [&](auto a, auto fo) {
+      constexpr int ACT = decltype(a)::value;
+      constexpr int FO = decltype(fo)::value;
+      am_bwd_small_k<T, ACT, FO><<<blocks, dim3(kSmallLanes, kSmallLanes), 0, s>>>(p);
+    });
+  });
+  DLF_LAUNCHED("add_mul_activation backward kernel (small form)");
+}
+
 size_t am_backward_workspace(DType dt, const AmFast& p) {
+  if (use_small(p)) return 0;
   if (use_flat(dt, p)) return flat_bytes(dt, p);
   const bool vec = am_vectorizable(dt, p);
   size_t chunks = 1;
@@ -906,6 +973,7 @@ float* am_backward_flat(DType dt, const AmFast& p, bool reduce, void* workspace,
 
 void am_backward_fast(DType dt, const AmFast& p, void* workspace, cudaStream_t s) {
   if (p.R * p.C == 0) return;
+  if (use_small(p)) return am_backward_small(dt, p, s);
   const bool vec = am_vectorizable(dt, p);
   float* partial = static_cast<float*>(workspace);
   int nchunks = 0;

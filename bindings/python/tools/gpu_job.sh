@@ -6,6 +6,7 @@
 #   pytest.log               every Python test, CUDA required (DLFUSE_REQUIRE_CUDA=1: the
 #                            CUDA cases fail instead of skipping), CUDA graph capture and
 #                            replay, torch.compile(mode="reduce-overhead"), DDP on every GPU
+#   pytest_pyops.log         the torch tests again with DLFUSE_TORCH_OPS=python
 #   overhead_*.json/.log     bench/python_overhead.py: torch CUDA, CuPy, NumPy + no-op plugin
 #   dlrm_*.log               the DLRM MLP: dlfuse vs plain PyTorch, eager and torch.compile,
 #                            batch 256 and 4096 (times printed in each log); batch 256 also
@@ -59,6 +60,9 @@ step() {  # step NAME TIMEOUT CMD...: run, log to $OUT/NAME.log, show its tail
 }
 
 want tests && step pytest 540 env DLFUSE_REQUIRE_CUDA=1 python3 -m pytest -v -rs -p no:cacheprovider bindings/python/tests
+# the torch tests again on dlfuse.torch's Python operators (the path without the C++ library)
+want tests && step pytest_pyops 300 env DLFUSE_REQUIRE_CUDA=1 DLFUSE_TORCH_OPS=python DLFUSE_REQUIRE_TORCH_OPS= \
+  python3 -m pytest -v -rs -p no:cacheprovider bindings/python/tests/test_torch.py bindings/python/tests/test_torch_abi11.py
 NOOP=$B/bench/plugins/libdlfuse_noop.so
 want bench && step overhead_torch 300 python3 bench/python_overhead.py --framework torch --device cuda \
   --json "$OUT/overhead_torch_cuda.json"

@@ -135,11 +135,18 @@ def _mar_fwd(a, b, bias, allow_tf32):
     return _ext.matmul_add_relu(a, b, bias, None, _stream(a), allow_tf32=allow_tf32)
 
 
+def _grad_b_for(b, needs):
+    """For weight.t(), grad_b in the weight's layout (autograd then accumulates it without a
+    copy); else None: the extension allocates it contiguous."""
+    return _operand_grad(b, True, False, True) if needs[1] and _is_transposed(b) else None
+
+
 def _mar_bwd(grad_out, a, b, out, bias_shape, needs, allow_tf32):
     if FORCE_CONTIGUOUS:
         grad_out, a, b, out = _c(grad_out, a, b, out)
     return _ext.matmul_add_relu_backward(grad_out, a, b, out, bias_shape=bias_shape, needs=needs,
-                                         stream=_stream(a), allow_tf32=allow_tf32)
+                                         grad_b=_grad_b_for(b, needs), stream=_stream(a),
+                                         allow_tf32=allow_tf32)
 
 
 def _amc_fwd(x, y, bias, multiplier, activation):
@@ -188,7 +195,8 @@ def _maa_bwd(grad_out, a, b, saved, activation, saved_is_pre, bias_shape, needs,
     out, pre = (None, saved) if saved_is_pre else (saved, None)
     return _ext.matmul_add_activation_backward(grad_out, a, b, activation, out, pre,
                                                bias_shape=bias_shape, needs=needs,
-                                               stream=_stream(a), allow_tf32=allow_tf32)
+                                               grad_b=_grad_b_for(b, needs), stream=_stream(a),
+                                               allow_tf32=allow_tf32)
 
 
 def _mres_fwd(a, b, bias, residual, allow_tf32):
@@ -202,7 +210,8 @@ def _mres_bwd(grad_out, a, b, bias_shape, residual_shape, needs, allow_tf32):
     if FORCE_CONTIGUOUS:
         grad_out, a, b = _c(grad_out, a, b)
     return _ext.matmul_add_residual_backward(grad_out, a, b, bias_shape, residual_shape,
-                                             needs=needs, stream=_stream(a), allow_tf32=allow_tf32)
+                                             needs=needs, grad_b=_grad_b_for(b, needs),
+                                             stream=_stream(a), allow_tf32=allow_tf32)
 
 
 # ---- fake (meta) kernels: output shapes for torch.compile and opcheck ----------------------
