@@ -13,7 +13,7 @@ aten.gelu_backward then the two GEMMs and the bias sum, compiled); matmul_add_re
 (plain GEMM, eager addmm + residual, compiled). The plain GEMM is timed once per shape and
 dtype and reported under each op, as the floor an epilogue is measured against.
 Timing: the method of bench/driver/dlfuse_bench.cpp, so that the rows compare like for
-like with the plugins': warm-up, then batches of about 2 ms of back-to-back calls (at most
+like with the plugins': warm-up, then batches of about 20 ms of back-to-back calls (at most
 100), each batch closed by torch.cuda.synchronize() and timed by the host clock; median and
 10th/90th percentiles of the per-call times over the batches (about 2 s per case, 0.3 s
 with --quick); inputs rotate over several sets when a set is smaller than 128 MiB.
@@ -45,6 +45,10 @@ def sets_for(set_bytes):
     return max(1, min(want, 8, cap))
 
 
+# bench/driver/timing.hpp's kBatchSeconds: a batch's target length.
+BATCH_SECONDS = 0.020
+
+
 def bench(call):
     """call(i) runs repetition i (rotating over input sets itself)."""
     budget, min_rounds, max_rounds = (0.3, 3, 30) if QUICK else (2.0, 7, 300)
@@ -62,7 +66,7 @@ def bench(call):
         call(3)
         sync()
         one = min(one, time.perf_counter() - t0)
-    batch = int(min(100, max(1, 0.002 / max(one, 1e-7))))
+    batch = int(min(100, max(1, BATCH_SECONDS / max(one, 1e-7))))
     rounds = int(min(max_rounds, max(min_rounds if one <= 0.5 else 3, budget / max(one * batch, 1e-7))))
     per_call, rep = [], 0
     for _ in range(rounds):

@@ -2,9 +2,9 @@
 // (dlfuse_bench) and the peer programs in bench/peers/, so that their rows compare like
 // for like. Header-only: each program is one translation unit.
 //
-// A case: one warm-up call, then `rounds` batches of `batch` back-to-back calls, each batch
-// closed by a device synchronize and timed by the host's steady clock; the per-call time of
-// a batch is its time / batch. Medians and the 10th/90th percentiles are over the batches.
+// A case: one warm-up call, then `rounds` batches of `batch` back-to-back calls (about 20 ms
+// each, kBatchSeconds), each batch closed by a device synchronize and timed by the host's
+// steady clock; the per-call time of a batch is its time / batch. Medians and the 10th/90th percentiles are over the batches.
 // Batches keep small GPU calls from being timed as launch + sync latency (like CUDA events
 // around back-to-back calls); a CPU call returns when done, so a batch of a slow CPU case
 // is one call.
@@ -51,6 +51,12 @@ inline Stats stats_of(std::vector<double> v) {
   return {q(0.5), q(0.1), q(0.9), v.front(), int(v.size())};
 }
 
+// A batch's target length. Each batch pays the host's latency to its first launch and the
+// synchronize once (20-40 us on the H100 machine's host); 2 ms batches left half of that in
+// the per-call time of a 0.7 ms call (bench/cuda/am_bwd_variants/README.md: 0.748 ms timed
+// with events, 0.763 ms through this method), 20 ms ones leave about a tenth.
+constexpr double kBatchSeconds = 0.020;
+
 // call(i) enqueues repetition i; sync() waits for the device.
 inline Stats time_calls(const std::function<void(int)>& call, const std::function<void()>& sync, int* batch_out) {
   call(0);  // warm-up (first-call costs: compilation, plans, workspaces)
@@ -70,8 +76,8 @@ inline Stats time_calls(const std::function<void(int)>& call, const std::functio
   const double seconds = g_mode == Mode::smoke ? 0.0 : g_mode == Mode::quick ? 0.3 : 2.0;
   const int min_r = g_mode == Mode::smoke ? 3 : g_mode == Mode::quick ? 3 : 7;
   const int max_r = g_mode == Mode::smoke ? 3 : g_mode == Mode::quick ? 30 : 300;
-  // Batches of about 2 ms (at most 100 calls); slow calls run one per batch.
-  const int batch = g_mode == Mode::smoke ? 1 : int(std::clamp(0.002 / std::max(one, 1e-7), 1.0, 100.0));
+  // Batches of about kBatchSeconds (at most 100 calls); slow calls run one per batch.
+  const int batch = g_mode == Mode::smoke ? 1 : int(std::clamp(kBatchSeconds / std::max(one, 1e-7), 1.0, 100.0));
   // Calls slower than half a second (CPU backward at 16384x8192 on 2 cores) get 3 rounds.
   const int min_rounds = one > 0.5 ? std::min(3, min_r) : min_r;
   const int rounds = int(std::clamp(seconds / std::max(one * batch, 1e-7), double(min_rounds), double(max_r)));
