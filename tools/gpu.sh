@@ -11,7 +11,7 @@
 #                  DLFUSE_CUDA_SMALL_BACKWARD=0) and the OpenCL plugin
 #                  (every device: NVIDIA OpenCL, PoCL), plus forced float16 on the OpenCL GPU
 #   memcheck       compute-sanitizer memcheck over the CUDA plugin's bfloat16 conformance and its
-#                  float32 cases over 2^22 elements (--large)
+#                  float32 cases of 2^26 elements or more (--large)
 #   cuda-checks    the CUDA plugin as built holds device code for every listed architecture, is
 #                  listed available, passes the large-reduction and fault tests (plugins/cuda/tests),
 #                  the latter also under compute-sanitizer's leak check
@@ -56,7 +56,7 @@ job_conform() {
   export POCL_CACHE_DIR=$B/pocl-cache
   for r in $(seq 1 "$n"); do
     for p in cuda opencl; do
-      # --large (cases over 2^22 elements) on CUDA only: the OpenCL plugin also lists PoCL's CPU.
+      # --large (cases of 2^26 elements or more) on CUDA only: the OpenCL plugin also lists PoCL's CPU.
       timeout 600 "$CLI" conform "$PLUGINS/libdlfuse_$p.so" --seed random --sweep 64 $([ "$p" = cuda ] && echo --large) \
         >"$J/$p.$r.log" 2>&1 &&
         "$CLI" conform "$PLUGINS/libdlfuse_$p.so" --op add_mul_activation_backward --case rows_chunks --repeat 64 \

@@ -869,8 +869,11 @@ void am_forward_fast(DType dt, const AmFast& p, cudaStream_t s) {
 }
 
 // The flat form serves large x-only problems with 16-byte vectors (measured there; the
-// three-operand form keeps am_bwd_k: its rows hold twice the registers).
-constexpr int64_t kFlatMinElems = int64_t(1) << 22;
+// three-operand form keeps am_bwd_k: its rows hold twice the registers). Its counter memset
+// and group bookkeeping cost more than its better bandwidth gains on small problems: at 2^22
+// elements (4096x1024) the one-wave kernel was 8-24% faster, at 2^27 the flat form 3.7%
+// (H100, docs/performance.md, eighth session); between them it is not measured.
+constexpr int64_t kFlatMinElems = int64_t(1) << 26;
 
 template <class T> FlatWs flat_layout(const AmFast& p, void* base) {
   FlatWs w;

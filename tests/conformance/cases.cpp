@@ -185,9 +185,9 @@ std::vector<CaseSpec> matmul_activation_backward_cases() {
   c.push_back(with(with(mm("from_out_absent_grad_a", op, 5, 4, 6, {6}), out_form(DLFUSE_ACT_TANH)),
                    [](CaseSpec& s) { s.absent = {"grad_a"}; }));
   c.push_back(with(mm("from_out_zero_K", op, 4, 0, 3, {4, 3}), out_form(DLFUSE_ACT_SIGMOID)));
-  // Outputs of over 2^22 elements: the CUDA plugin's dZ pass takes its flat, group-reduced
-  // form there (2049 rows: a last group of one row block).
-  c.push_back(with(mm("large_pre_gelu_tanh", op, 2049, 3, 2048, {2048}), [](CaseSpec& s) {
+  // Outputs of 2^26 elements or more: the CUDA plugin's dZ pass takes its flat, group-reduced
+  // form there (8193 rows: a last group of one row block).
+  c.push_back(with(mm("large_pre_gelu_tanh", op, 8193, 3, 8192, {8192}), [](CaseSpec& s) {
     s.act = DLFUSE_ACT_GELU_TANH;
     s.large = true;
   }));
@@ -356,12 +356,12 @@ std::vector<CaseSpec> add_mul_cases(OpKind op) {
   c.push_back(with(am("from_out_zero_M", op, {0, 5}, {0, 5}, {5}, DLFUSE_ACT_TANH), out_form));
   c.push_back(with(am("from_out_reduce_long_positive", op, {8192, 2}, {8192, 2}, {2}, DLFUSE_ACT_IDENTITY, 0.5),
                    [](CaseSpec& s) { s.from_out = true; s.positive = true; }));
-  // Over 2^22 elements: the CUDA plugin's flat, group-reduced backward. 2049 rows leave a last
-  // group of one row block; 4072 columns (not a multiple of 32) a partly idle column chunk.
+  // 2^26 elements or more: the CUDA plugin's flat, group-reduced backward. 8193 rows leave a
+  // last group of one row block; 4072 columns (not a multiple of 32) a partly idle column chunk.
   auto large_out_form = [](CaseSpec& s) { s.from_out = true; s.large = true; };
-  c.push_back(with(am("from_out_large_relu", op, {2049, 2048}, {2049, 2048}, {2048}, DLFUSE_ACT_RELU, 0.5),
+  c.push_back(with(am("from_out_large_relu", op, {8193, 8192}, {8193, 8192}, {8192}, DLFUSE_ACT_RELU, 0.5),
                    large_out_form));
-  c.push_back(with(am("from_out_large_bcast_x_tanh", op, {4072}, {1031, 4072}, {4072}, DLFUSE_ACT_TANH, -0.75),
+  c.push_back(with(am("from_out_large_bcast_x_tanh", op, {4072}, {16481, 4072}, {4072}, DLFUSE_ACT_TANH, -0.75),
                    large_out_form));
   c.push_back(with(am("from_out_generic_call", op, {5, 6}, {5, 6}, {6}, DLFUSE_ACT_RELU, 1.0),
                    [](CaseSpec& s) { s.from_out = true; s.generic_call = true; }));

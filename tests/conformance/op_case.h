@@ -69,7 +69,7 @@ struct CaseSpec {
   // Every input in [0.5, 1): long sums of same-signed terms, where accumulating in the
   // storage dtype stalls far outside the tolerance (docs/ops.md, "Tolerances").
   bool positive = false;
-  // Over 2^22 elements, for the large-problem paths of GPU plugins: run with --large only
+  // 2^26 elements or more, for the large-problem paths of GPU plugins: run with --large only
   // (ConformOptions::large), as they take tens of seconds on a CPU.
   bool large = false;
   std::string note;  // how a generated (sweep) case was built, for its failure report

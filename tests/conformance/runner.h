@@ -23,7 +23,7 @@ struct ConformOptions {
   uint64_t seed = kDefaultSeed;  // the sweep's cases and every case's data
   bool verbose = false;     // details for passing rows too
   bool bad_inputs = true;
-  bool large = false;       // also the cases of over 2^22 elements (CaseSpec::large)
+  bool large = false;       // also the cases of 2^26 elements or more (CaseSpec::large)
   // Runs of every valid case, each after poisoning stale device memory (stale.h); runs
   // after the first must be bit-identical to it unless the op is in `nondeterministic`.
   int repeats = kDefaultRepeats;
