@@ -70,7 +70,7 @@ struct CaseSpec {
   // storage dtype stalls far outside the tolerance (docs/ops.md, "Tolerances").
   bool positive = false;
   // 2^26 elements or more, for the large-problem paths of GPU plugins: run with --large only
-  // (ConformOptions::large), as they take tens of seconds on a CPU.
+  // (ConformOptions::large), as they take minutes on a CPU.
   bool large = false;
   std::string note;  // how a generated (sweep) case was built, for its failure report
 };
