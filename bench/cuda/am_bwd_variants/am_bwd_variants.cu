@@ -662,6 +662,22 @@ template <class K> static std::string regs_of(K k) {
   return r;
 }
 
+// A variant's common part: its names, the kernel's registers and resident blocks, and the
+// check that the benchmark's workspace holds what its launch needs.
+template <class K>
+static Variant variant_of(K k, const char* name, const std::string& what, int bps, bool fits) {
+  if (!fits) {
+    std::fprintf(stderr, "%s: workspace too small\n", name);
+    std::exit(1);
+  }
+  Variant v;
+  v.name = name;
+  v.what = what;
+  v.regs = regs_of(k);
+  v.bps = bps;
+  return v;
+}
+
 template <int MINB = 0> static Variant make_plugin(const Bufs& b, const char* name, const char* what) {
   using namespace plugin;
   auto k = am_bwd_k<float, 4, ACT_RELU, kFormOut, MINB>;
@@ -680,12 +696,7 @@ template <int MINB = 0> static Variant make_plugin(const Bufs& b, const char* na
   const int bx = int(std::min<int64_t>(kThreads, ((kC / 4 + 31) / 32) * 32));
   const int bps = blocks_per_sm(k, bx);
   const Geometry g = geometry(kR, kC, 4, bps);
-  if (size_t(g.gy) * kC > b.partial_floats) { std::fprintf(stderr, "workspace too small\n"); std::exit(1); }
-  Variant v;
-  v.name = name;
-  v.what = what;
-  v.regs = regs_of(k);
-  v.bps = bps;
+  Variant v = variant_of(k, name, what, bps, size_t(g.gy) * kC <= b.partial_floats);
   char buf[128];
   std::snprintf(buf, sizeof buf, "%ux%u x%u, %lld rows/blk", g.gx, g.gy, g.bx, (long long)((kR + g.gy - 1) / g.gy));
   v.geo = buf;
@@ -712,15 +723,7 @@ static Variant make_var(const Bufs& b, const char* name, const std::string& what
     g.rows_per_chunk = rpc_fixed;
     g.gy = unsigned((kR + rpc_fixed - 1) / rpc_fixed);
   }
-  if (RED == 1 && size_t(g.gy) * kC > b.partial_floats) {
-    std::fprintf(stderr, "%s: workspace too small\n", name);
-    std::exit(1);
-  }
-  Variant v;
-  v.name = name;
-  v.what = what;
-  v.regs = regs_of(k);
-  v.bps = bps;
+  Variant v = variant_of(k, name, what, bps, RED != 1 || size_t(g.gy) * kC <= b.partial_floats);
   v.red = RED;
   char buf[128];
   std::snprintf(buf, sizeof buf, "%ux%u x%u, %lld rows/blk", g.gx, g.gy, g.bx,
@@ -744,15 +747,8 @@ static Variant make_grp(const Bufs& b, const char* name, const std::string& what
   auto k = grp_k<ROWS, G, DISCARD, EARLY, MINB>;
   const unsigned chunks = unsigned((kC / 4 + 255) / 256), nrb = unsigned((kR + ROWS - 1) / ROWS);
   const unsigned groups = (nrb + G - 1) / G;
-  if (size_t(nrb) * kC > b.grp_part_floats || size_t(groups) * kC > b.partial_floats) {
-    std::fprintf(stderr, "%s: workspace too small\n", name);
-    std::exit(1);
-  }
-  Variant v;
-  v.name = name;
-  v.what = what;
-  v.regs = regs_of(k);
-  v.bps = plugin::blocks_per_sm(k, 256);
+  Variant v = variant_of(k, name, what, plugin::blocks_per_sm(k, 256),
+                         size_t(nrb) * kC <= b.grp_part_floats && size_t(groups) * kC <= b.partial_floats);
   char buf[128];
   std::snprintf(buf, sizeof buf, "%u x256, %d rows/blk, G=%d", chunks * nrb, ROWS, G);
   v.geo = buf;
@@ -774,16 +770,8 @@ static Variant make_clu(const Bufs& b, const char* name, const std::string& what
   auto k = clu_k<ROWS, CL>;
   const unsigned chunks = unsigned((kC / 4 + 255) / 256);
   const unsigned nrb = unsigned((kR + ROWS - 1) / ROWS), gy = (nrb + CL - 1) / CL * CL, groups = gy / CL;
-  if (size_t(groups) * kC > b.partial_floats) {
-    std::fprintf(stderr, "%s: workspace too small\n", name);
-    std::exit(1);
-  }
   if (CL > 8) CK(cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  Variant v;
-  v.name = name;
-  v.what = what;
-  v.regs = regs_of(k);
-  v.bps = plugin::blocks_per_sm(k, 256);
+  Variant v = variant_of(k, name, what, plugin::blocks_per_sm(k, 256), size_t(groups) * kC <= b.partial_floats);
   char buf[128];
   std::snprintf(buf, sizeof buf, "%ux%u x256, %d rows/blk, cluster %d", chunks, gy, ROWS, CL);
   v.geo = buf;
