@@ -465,9 +465,9 @@ __global__ void __launch_bounds__(kThreads) am_bwd_k(AmFast p, int64_t Cv_, int6
 }
 
 // The backward's small form (am_bwd_small_k, use_small): one launch, the column sums
-// finished inside the block, so no partials and no finish kernel. A launch costs 4-10 us
-// of host time on the H100 machine, more than a small problem's work on the GPU, and a
-// training step of small layers is bound by the host (docs/performance.md, DLRM). A block
+// finished inside the block, so no partials and no finish kernel: one launch less per call,
+// where a training step of small layers is bound by the host (the DLRM example's compiled
+// step on the H100: 1.027 -> 0.997 of PyTorch's, docs/performance.md, eighth session). A block
 // is kSmallLanes columns x kSmallLanes row lanes; lane l takes rows l, l + 32, ... and the
 // lanes' sums are added in lane order, so the sums are deterministic.
 constexpr int kSmallLanes = 32;
