@@ -98,7 +98,8 @@ job_cuda-checks() {
   (unset DLFUSE_PLUGIN_PATH DLFUSE_PREFER; "$CLI" list) | grep -Eq "^cuda +[^ ]+ +available +cuda x[1-9]" ||
     { echo "cuda is not listed available"; rc=1; }
   g++ -std=c++17 -O1 -g plugins/cuda/tests/large_reduce.cpp -o "$B/large_reduce" -Iabi/include -I"$DLINC" \
-    -L"$B/lib" -ldlfuse -Wl,-rpath,"$B/lib" && "$B/large_reduce" "$p" || rc=1
+    -I"$CUDA_HOME/include" -L"$B/lib" -ldlfuse -L"$CUDA_HOME/lib64" -lcudart -Wl,-rpath,"$B/lib:$CUDA_HOME/lib64" &&
+    "$B/large_reduce" "$p" || rc=1
   g++ -std=c++17 -O1 -g plugins/cuda/tests/faults.cpp -o "$B/faults" -Iabi/include -I"$DLINC" -I"$CUDA_HOME/include" \
     -L"$B/lib" -ldlfuse -L"$CUDA_HOME/lib64" -lcudart -Wl,-rpath,"$B/lib:$CUDA_HOME/lib64" && "$B/faults" "$p" || rc=1
   # Leaks and bad accesses in the fault paths (no memory exhaustion under the sanitizer).

@@ -8,6 +8,15 @@
 #include "ops.h"
 
 namespace dlfuse_cuda {
+
+static_assert(kZeroedCounters * sizeof(unsigned) <= kZeroedCounterBytes, "the per-stream counter block");
+
+void am_backward(CallContext& cx, const AmFast& p) {
+  Temp partial(*cx.ds, am_reduces(p) ? am_backward_workspace(cx.dt, p) : 0, cx.stream);
+  void* zeroed = am_backward_counts(cx.dt, p) ? zeroed_counters(*cx.ds, cx.stream) : nullptr;
+  am_backward_fast(cx.dt, p, partial.get(), static_cast<unsigned*>(zeroed), cx.stream);
+}
+
 namespace {
 
 // A tensor's view aligned to the output's shape (its own shape, broadcast dims stride 0).
@@ -164,8 +173,7 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
       p.mult = mult;
       const bool any_row = xm == kRow || ym == kRow || bm == kRow || gxm == kRow || gym == kRow || gbm == kRow;
       set_geometry(p, g, any_row);
-      Temp partial(*cx.ds, am_reduces(p) ? am_backward_workspace(cx.dt, p) : 0, cx.stream);
-      am_backward_fast(cx.dt, p, partial.get(), cx.stream);
+      am_backward(cx, p);
       return DLFUSE_STATUS_OK;
     }
     // Generic: d_pre (float) over the output's shape, then one reduce_to per gradient.

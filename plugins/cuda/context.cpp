@@ -51,25 +51,45 @@ size_t block_size(size_t bytes) {
   while (b < bytes) b <<= 1;
   return b;
 }
+
+// The stream's ID, when it has one and is not being captured. Not while capturing:
+// cudaStreamGetId there invalidates the capture (measured: every later call of the capture
+// failed with cudaErrorStreamCaptureInvalidated).
+bool idle_stream_id(cudaStream_t stream, unsigned long long* sid) {
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  const cudaError_t e1 = cudaStreamIsCapturing(stream, &cs);
+  const bool idle = e1 == cudaSuccess && cs == cudaStreamCaptureStatusNone;
+  const cudaError_t e2 = idle ? cudaStreamGetId(stream, sid) : e1;
+  // A failed query (e.g. the legacy stream while another captures) means: no; its error is
+  // ours to clear, and only then (a caller's pending error is not ours).
+  if (e2 != cudaSuccess) cudaGetLastError();
+  return idle && e2 == cudaSuccess;
+}
 }  // namespace
+
+void* zeroed_counters(DeviceState& ds, cudaStream_t stream) {
+  unsigned long long sid = 0;
+  if (!idle_stream_id(stream, &sid)) return nullptr;
+  std::lock_guard<std::mutex> lk(ds.scratch_mu);
+  auto it = ds.zeroed.find(sid);
+  if (it != ds.zeroed.end()) return it->second;
+  if (ds.zeroed.size() >= DeviceState::kZeroedStreamsMax) return nullptr;
+  void* p = nullptr;
+  DLF_CUDA(cudaMallocFromPoolAsync(&p, kZeroedCounterBytes, ds.pool, stream));
+  const cudaError_t e = cudaMemsetAsync(p, 0, kZeroedCounterBytes, stream);
+  if (e != cudaSuccess) {
+    cudaFreeAsync(p, stream);
+    throw_cuda(e, "cudaMemsetAsync of the zeroed counters");
+  }
+  ds.zeroed.emplace(sid, p);
+  return p;
+}
 
 void Temp::take(size_t bytes) {
   ptr_ = nullptr;
   cached_ = false;
   if (bytes == 0) return;
-  bool cacheable = bytes <= DeviceState::kCachedBlockMax;
-  if (cacheable) {
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    const cudaError_t e1 = cudaStreamIsCapturing(stream_, &cs);
-    // Not while capturing: cudaStreamGetId there invalidates the capture (measured: every
-    // later call of the capture failed with cudaErrorStreamCaptureInvalidated).
-    const bool idle = e1 == cudaSuccess && cs == cudaStreamCaptureStatusNone;
-    const cudaError_t e2 = idle ? cudaStreamGetId(stream_, &sid_) : e1;
-    // A failed query (e.g. the legacy stream while another captures) means: not cacheable;
-    // its error is ours to clear, and only then (a caller's pending error is not ours).
-    if (e2 != cudaSuccess) cudaGetLastError();
-    cacheable = idle && e2 == cudaSuccess;
-  }
+  const bool cacheable = bytes <= DeviceState::kCachedBlockMax && idle_stream_id(stream_, &sid_);
   if (!cacheable) {
     bytes_ = bytes;
     DLF_CUDA(cudaMallocFromPoolAsync(&ptr_, bytes, ds_->pool, stream_));
@@ -128,6 +148,8 @@ void destroy_state(State* st) noexcept {
     for (auto& kv : ds.scratch)
       for (const auto& b : kv.second) cudaFree(b.ptr);
     ds.scratch.clear();
+    for (auto& kv : ds.zeroed) cudaFree(kv.second);
+    ds.zeroed.clear();
     if (ds.lt) cublasLtDestroy(ds.lt);
     if (ds.pool) cudaMemPoolDestroy(ds.pool);
     cudaSetDevice(prev);

@@ -71,6 +71,10 @@ struct DeviceState {
   std::mutex scratch_mu;
   std::unordered_map<unsigned long long, std::vector<Block>> scratch;
   size_t scratch_bytes = 0;
+  // Per stream ID (under scratch_mu): a block of counters that is zero whenever the stream
+  // is idle (zeroed_counters), kept until the plugin closes.
+  static constexpr size_t kZeroedStreamsMax = 64;
+  std::unordered_map<unsigned long long, void*> zeroed;
 };
 
 struct State {
@@ -80,6 +84,14 @@ struct State {
 
 // The device's state, initialized on first use (the device must be current). Throws on failure.
 DeviceState& device_state(State* st, int device);
+
+// kZeroedCounterBytes of counters for kernels on `stream` that leave them zero when they
+// end (so the next call needs no memset): made zero once per stream, then only that
+// stream's calls use them, in stream order. Null when none can be had: the stream is being
+// captured (a graph replayed elsewhere must not share them), has no ID, or
+// kZeroedStreamsMax streams hold one already.
+constexpr size_t kZeroedCounterBytes = size_t(64) << 10;
+void* zeroed_counters(DeviceState& ds, cudaStream_t stream);
 
 // A temporary from the device's pool, allocated and freed in the order of `stream`.
 // Outside graph capture, small ones come from and go back to the device's per-stream

@@ -100,8 +100,7 @@ bool activation_grad(CallContext& cx, int act, bool from_out, const DLTensor* go
     p.from_out = from_out;
     p.C = N;
     p.R = N == 0 ? 0 : n / N;
-    Temp partial(*cx.ds, am_reduces(p) ? am_backward_workspace(cx.dt, p) : 0, cx.stream);
-    am_backward_fast(cx.dt, p, partial.get(), cx.stream);
+    am_backward(cx, p);
     return gbm != kAbsent;
   }
   const View none;

@@ -514,19 +514,92 @@ __global__ void __launch_bounds__(kSmallLanes * kSmallLanes) am_bwd_small_k(AmFa
 // fastest, so the GPU sweeps memory in address order and a finished block frees its slot at
 // once. A single wave of long-lived blocks (am_bwd_k) stops at ~93% of the copy bandwidth on
 // the H100, this at ~95.6% (bench/cuda/am_bwd_variants, v11k). The column sums stay
-// deterministic: each block stores its sums to part[block row], the last block of a group of
-// kFlatGroup block rows (per column chunk; counted by an atomic) adds the group's rows in
-// order into gsum[group] and drops the consumed lines from L2 (they are never read again, so
-// they need not be written back); the finish kernel sums gsum over groups in order.
+// deterministic and need no second kernel: each block stores its sums to a row of level 0;
+// per column chunk, the last block (counted by an atomic) of each node of kFlatGroup rows
+// adds the node's rows in order into a row of the next level, and so on up a tree, until the
+// last block of the root writes the gradients. Level 0's consumed lines are dropped from L2
+// (never read again, so never written back). Each counter is reset by the block that counts
+// last, so the counters are zero again when the kernel ends: a block of counters kept zero
+// per stream (zeroed_counters) needs no memset before the next call.
 constexpr int kFlatGroup = 16;
+constexpr int kFlatLevels = 8;  // 16^8 block rows: more than a grid holds
 template <class T> constexpr int flat_rows() { return 32 / (16 / int(sizeof(T))); }  // 8 for float, 4 for 16-bit
 
 struct FlatWs {
-  float* part = nullptr;      // [block rows, C]
-  float* gsum = nullptr;      // [groups, C]: the finish kernel's partials
-  unsigned* cnt = nullptr;    // [groups, column chunks], zero at launch
-  int64_t nrb = 0, groups = 0, chunks = 0;
+  float* rows[kFlatLevels] = {};     // level l: count[l] rows of C sums; level 0 one per block row
+  unsigned* cnt[kFlatLevels] = {};   // level l: one per (node of kFlatGroup rows, column chunk), zero at launch
+  int64_t count[kFlatLevels] = {};
+  float* total = nullptr;            // [C]: the root's column sums, for a scalar gradient's finish
+  int64_t nrb = 0, chunks = 0;
+  int levels = 0;                    // the root is level levels - 1 (count <= kFlatGroup)
 };
+
+// The column sums `s` (V columns from cv * V) into the row-mode gradients, and into w.total
+// when a gradient is a scalar.
+template <class T, int V>
+__device__ void flat_write_sums(const AmFast& p, const FlatWs& w, int64_t cv, const float* s) {
+  for (int j = 0; j < V; ++j) {
+    const int64_t c = cv * V + j;
+    if (p.gxm == kRow) static_cast<T*>(p.gx)[c * p.gx_stride] = Cv<T>::st(s[j]);
+    if (p.gym == kRow) static_cast<T*>(p.gy)[c * p.gy_stride] = Cv<T>::st(p.mult * s[j]);
+    if (p.gbm == kRow) static_cast<T*>(p.gb)[c * p.gb_stride] = Cv<T>::st(s[j]);
+    if (w.total) w.total[c] = s[j];
+  }
+}
+
+// Called by every thread of a block whose row at `level` (index idx) is stored and fenced:
+// counts the block in its node; the node's last block sums the node's rows and climbs.
+template <class T, int V>
+__device__ void flat_climb(const AmFast& p, const FlatWs& w, int64_t cc, int64_t cv, bool active, int64_t idx) {
+  __shared__ bool last;
+  for (int l = 0; l < w.levels; ++l) {
+    const int64_t node = idx / kFlatGroup, first = node * kFlatGroup;
+    const int64_t members = min(int64_t(kFlatGroup), w.count[l] - first);
+    __syncthreads();  // every thread's row stored and fenced (and `last` read by all)
+    if (threadIdx.x == 0) {
+      unsigned* c = w.cnt[l] + node * w.chunks + cc;
+      last = atomicAdd(c, 1u) == unsigned(members - 1);
+      if (last) atomicExch(c, 0u);  // every member has counted: zero for the next call
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    float acc[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc[j] = 0.f;
+    if (active)
+      for (int64_t m = 0; m < members; ++m) {
+        const float* src = w.rows[l] + (first + m) * p.C + cv * V;
+#pragma unroll
+        for (int j = 0; j < V; j += 4) {
+          const float4 v = __ldcg(reinterpret_cast<const float4*>(src + j));
+          acc[j] += v.x; acc[j + 1] += v.y; acc[j + 2] += v.z; acc[j + 3] += v.w;
+        }
+      }
+#if __CUDA_ARCH__ >= 800  // discard.global.L2 is sm_80+; older GPUs write the lines back
+    if (l == 0) {
+      __syncthreads();  // every thread has read its rows
+      // Whole 128-byte lines only (row bases are line-aligned when C % 32 == 0).
+      constexpr int kPerLine = 32 / V;
+      if (active && p.C % 32 == 0 && cv % kPerLine == 0 && (cv + kPerLine) * V <= p.C)
+        for (int64_t m = 0; m < members; ++m)
+          asm volatile("discard.global.L2 [%0], 128;" ::"l"(w.rows[0] + (first + m) * p.C + cv * V) : "memory");
+    }
+#endif
+    if (l == w.levels - 1) {
+      if (active) flat_write_sums<T, V>(p, w, cv, acc);
+      return;
+    }
+    if (active) {
+      float* dst = w.rows[l + 1] + node * p.C + cv * V;
+#pragma unroll
+      for (int j = 0; j < V; j += 4)
+        __stcg(reinterpret_cast<float4*>(dst + j), make_float4(acc[j], acc[j + 1], acc[j + 2], acc[j + 3]));
+    }
+    __threadfence();
+    idx = node;
+  }
+}
 
 template <class T, int V, int ACT, int FORM>
 __global__ void __launch_bounds__(kThreads) am_bwd_flat_k(AmFast p, FlatWs w) {
@@ -565,21 +638,14 @@ __global__ void __launch_bounds__(kThreads) am_bwd_flat_k(AmFast p, FlatWs w) {
         }
       }
   }
-  // The group's bookkeeping before the big stores: the fence then waits for this store only.
-  const int64_t grp = rb / kFlatGroup;
-  const int64_t members = min(int64_t(kFlatGroup), w.nrb - grp * kFlatGroup);
-  __shared__ bool last;
-  if (reduce) {
-    if (active) {
-      float* dst = w.part + rb * p.C + cv * V;
+  // The block's sums before the big stores: the fence then waits for this store only.
+  if (reduce && active) {
+    float* dst = w.rows[0] + rb * p.C + cv * V;
 #pragma unroll
-      for (int j = 0; j < V; j += 4)
-        __stcg(reinterpret_cast<float4*>(dst + j), make_float4(sum[j], sum[j + 1], sum[j + 2], sum[j + 3]));
-    }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(w.cnt + grp * w.chunks + cc, 1u) == unsigned(members - 1);
+    for (int j = 0; j < V; j += 4)
+      __stcg(reinterpret_cast<float4*>(dst + j), make_float4(sum[j], sum[j + 1], sum[j + 2], sum[j + 3]));
   }
+  if (reduce) __threadfence();
   if (active) {
     T* gx = static_cast<T*>(p.gx);
     T* gy = static_cast<T*>(p.gy);
@@ -596,35 +662,7 @@ __global__ void __launch_bounds__(kThreads) am_bwd_flat_k(AmFast p, FlatWs w) {
         if (p.gbm == kFull) ds[u].store(gb + off);
       }
   }
-  if (!reduce) return;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  if (active) {
-    float acc[V];
-#pragma unroll
-    for (int j = 0; j < V; ++j) acc[j] = 0.f;
-    for (int64_t m = 0; m < members; ++m) {
-      const float* src = w.part + (grp * kFlatGroup + m) * p.C + cv * V;
-#pragma unroll
-      for (int j = 0; j < V; j += 4) {
-        const float4 v = __ldcg(reinterpret_cast<const float4*>(src + j));
-        acc[j] += v.x; acc[j + 1] += v.y; acc[j + 2] += v.z; acc[j + 3] += v.w;
-      }
-    }
-    float* dst = w.gsum + grp * p.C + cv * V;
-#pragma unroll
-    for (int j = 0; j < V; j += 4)
-      *reinterpret_cast<float4*>(dst + j) = make_float4(acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
-  }
-  __syncthreads();  // every thread has read its rows of part
-#if __CUDA_ARCH__ >= 800  // discard.global.L2 is sm_80+; older GPUs write the lines back
-  // Whole 128-byte lines only (row bases are line-aligned when C % 32 == 0).
-  constexpr int kPerLine = 32 / V;
-  if (active && p.C % 32 == 0 && cv % kPerLine == 0 && (cv + kPerLine) * V <= p.C)
-    for (int64_t m = 0; m < members; ++m)
-      asm volatile("discard.global.L2 [%0], 128;" ::"l"(w.part + (grp * kFlatGroup + m) * p.C + cv * V) : "memory");
-#endif
+  if (reduce) flat_climb<T, V>(p, w, cc, cv, active, rb);
 }
 
 // Grid geometry of the fast path: threads over column vectors, blockIdx.y over row chunks,
@@ -875,40 +913,50 @@ void am_forward_fast(DType dt, const AmFast& p, cudaStream_t s) {
 // (H100, docs/performance.md, eighth session); between them it is not measured.
 constexpr int64_t kFlatMinElems = int64_t(1) << 26;
 
-template <class T> FlatWs flat_layout(const AmFast& p, void* base) {
+// The flat form's tree and, with `base`, its rows (then its counters, when `zeroed` is
+// null) in the workspace at `base`; sizes only without.
+template <class T> FlatWs flat_layout(const AmFast& p, void* base, unsigned* zeroed, size_t* bytes, size_t* counters) {
   FlatWs w;
   w.chunks = (p.C / (16 / int64_t(sizeof(T))) + kThreads - 1) / kThreads;
   w.nrb = (p.R + flat_rows<T>() - 1) / flat_rows<T>();
-  w.groups = (w.nrb + kFlatGroup - 1) / kFlatGroup;
-  if (!base) return w;  // sizes only
+  size_t nrows = 0, ncnt = 0;
+  for (int64_t n = w.nrb; w.levels < kFlatLevels; n = (n + kFlatGroup - 1) / kFlatGroup) {
+    w.count[w.levels++] = n;
+    nrows += size_t(n);
+    ncnt += size_t((n + kFlatGroup - 1) / kFlatGroup * w.chunks);
+    if (n <= kFlatGroup) break;
+  }
+  const bool scalar = p.gxm == kScalar || p.gym == kScalar || p.gbm == kScalar;
+  if (scalar) ++nrows;  // the total row
+  if (counters) *counters = ncnt;
+  if (bytes) *bytes = nrows * size_t(p.C) * sizeof(float) + ncnt * sizeof(unsigned);
+  if (!base) return w;
   char* c = static_cast<char*>(base);
-  w.part = reinterpret_cast<float*>(c);
-  c += size_t(w.nrb) * size_t(p.C) * sizeof(float);
-  w.gsum = reinterpret_cast<float*>(c);
-  c += size_t(w.groups) * size_t(p.C) * sizeof(float);
-  w.cnt = reinterpret_cast<unsigned*>(c);
+  for (int l = 0; l < w.levels; ++l) {
+    w.rows[l] = reinterpret_cast<float*>(c);
+    c += size_t(w.count[l]) * size_t(p.C) * sizeof(float);
+  }
+  if (scalar) {
+    w.total = reinterpret_cast<float*>(c);
+    c += size_t(p.C) * sizeof(float);
+  }
+  unsigned* cnt = zeroed ? zeroed : reinterpret_cast<unsigned*>(c);
+  for (int l = 0; l < w.levels; ++l) {
+    w.cnt[l] = cnt;
+    cnt += (w.count[l] + kFlatGroup - 1) / kFlatGroup * w.chunks;
+  }
   return w;
 }
 
 bool use_flat(DType dt, const AmFast& p) {
   if (!am_vectorizable(dt, p) || p.R * p.C < kFlatMinElems || p.xm != kFull || p.gm != kFull) return false;
   if (!p.from_out && !(p.ym == kAbsent && p.bm == kAbsent)) return false;
-  bool fits = false;  // the 1-D grid's blocks
+  bool fits = false;  // the 1-D grid's blocks, and a tree of at most kFlatLevels
   by_dtype(dt, [&](auto t) {
-    const FlatWs w = flat_layout<decltype(t)>(p, nullptr);
-    fits = w.chunks * w.nrb <= INT32_MAX;
+    const FlatWs w = flat_layout<decltype(t)>(p, nullptr, nullptr, nullptr, nullptr);
+    fits = w.chunks * w.nrb <= INT32_MAX && w.count[w.levels - 1] <= kFlatGroup;
   });
   return fits;
-}
-
-size_t flat_bytes(DType dt, const AmFast& p) {
-  size_t n = 0;
-  by_dtype(dt, [&](auto t) {
-    using T = decltype(t);
-    const FlatWs w = flat_layout<T>(p, nullptr);
-    n = size_t(w.nrb + w.groups) * size_t(p.C) * sizeof(float) + size_t(w.groups * w.chunks) * sizeof(unsigned);
-  });
-  return n;
 }
 
 // The small form: at most 2^18 elements and 64 rows a lane, sums into rows only (a scalar
@@ -934,7 +982,11 @@ void am_backward_small(DType dt, const AmFast& p, cudaStream_t s) {
 
 size_t am_backward_workspace(DType dt, const AmFast& p) {
   if (use_small(p)) return 0;
-  if (use_flat(dt, p)) return flat_bytes(dt, p);
+  if (use_flat(dt, p)) {
+    size_t n = 0;
+    by_dtype(dt, [&](auto t) { flat_layout<decltype(t)>(p, nullptr, nullptr, &n, nullptr); });
+    return n;
+  }
   const bool vec = am_vectorizable(dt, p);
   size_t chunks = 1;
   by_dtype(dt, [&](auto t) {
@@ -949,14 +1001,22 @@ size_t am_backward_workspace(DType dt, const AmFast& p) {
   return chunks * size_t(p.C) * sizeof(float);
 }
 
-// Launches the flat form; returns its partials for the finish kernel (gsum, one row a group).
-float* am_backward_flat(DType dt, const AmFast& p, bool reduce, void* workspace, int& nchunks, cudaStream_t s) {
-  float* partial = nullptr;
+bool am_backward_counts(DType dt, const AmFast& p) {
+  return p.R * p.C > 0 && am_reduces(p) && !use_small(p) && use_flat(dt, p);
+}
+
+// Launches the flat form, which writes the row gradients itself; returns its column sums
+// for a scalar gradient's finish (null when there is none).
+float* am_backward_flat(DType dt, const AmFast& p, bool reduce, void* workspace, unsigned* zeroed, cudaStream_t s) {
+  float* total = nullptr;
   by_dtype(dt, [&](auto t) {
     using T = decltype(t);
     constexpr int V = 16 / sizeof(T);
-    const FlatWs w = flat_layout<T>(p, reduce ? workspace : nullptr);
-    if (reduce) DLF_CUDA(cudaMemsetAsync(w.cnt, 0, size_t(w.groups * w.chunks) * sizeof(unsigned), s));
+    size_t ncnt = 0;
+    flat_layout<T>(p, nullptr, nullptr, nullptr, &ncnt);
+    if (ncnt > kZeroedCounters) zeroed = nullptr;
+    const FlatWs w = flat_layout<T>(p, reduce ? workspace : nullptr, zeroed, nullptr, nullptr);
+    if (reduce && !zeroed) DLF_CUDA(cudaMemsetAsync(w.cnt[0], 0, ncnt * sizeof(unsigned), s));
     const unsigned blocks = unsigned(w.chunks * w.nrb);
     if (p.from_out)
       by_act_out(p.act, [&](auto a) {
@@ -968,21 +1028,32 @@ float* am_backward_flat(DType dt, const AmFast& p, bool reduce, void* workspace,
         constexpr int ACT = decltype(a)::value;
         am_bwd_flat_k<T, V, ACT, kFormPre><<<blocks, kThreads, 0, s>>>(p, w);
       });
-    nchunks = int(w.groups);
-    partial = w.gsum;
+    total = w.total;
   });
-  return partial;
+  DLF_LAUNCHED("add_mul_activation backward kernel (flat form)");
+  return total;
 }
 
-void am_backward_fast(DType dt, const AmFast& p, void* workspace, cudaStream_t s) {
+// The scalar-mode gradients from `nchunks` rows of column sums.
+void finish_scalars(DType dt, const AmFast& p, const float* partial, int nchunks, cudaStream_t s) {
+  if (p.gxm == kScalar) finish_colsum(dt, partial, nchunks, p.C, p.gx, 0, 1.f, true, s);
+  if (p.gym == kScalar) finish_colsum(dt, partial, nchunks, p.C, p.gy, 0, p.mult, true, s);
+  if (p.gbm == kScalar) finish_colsum(dt, partial, nchunks, p.C, p.gb, 0, 1.f, true, s);
+}
+
+void am_backward_fast(DType dt, const AmFast& p, void* workspace, unsigned* zeroed, cudaStream_t s) {
   if (p.R * p.C == 0) return;
   if (use_small(p)) return am_backward_small(dt, p, s);
+  const bool reduce = am_reduces(p);
+  if (use_flat(dt, p)) {
+    const float* total = am_backward_flat(dt, p, reduce, workspace, zeroed, s);
+    if (total) finish_scalars(dt, p, total, 1, s);
+    return;
+  }
   const bool vec = am_vectorizable(dt, p);
   float* partial = static_cast<float*>(workspace);
   int nchunks = 0;
-  const bool reduce = am_reduces(p);
-  if (use_flat(dt, p)) partial = am_backward_flat(dt, p, reduce, workspace, nchunks, s);
-  else by_dtype(dt, [&](auto t) {
+  by_dtype(dt, [&](auto t) {
     using T = decltype(t);
     constexpr int V = 16 / sizeof(T);
     by_bwd_kernel(p, [&](auto a, auto fo) {
@@ -1000,17 +1071,15 @@ void am_backward_fast(DType dt, const AmFast& p, void* workspace, cudaStream_t s
     });
   });
   DLF_LAUNCHED("add_mul_activation backward kernel");
+  if (!reduce) return;
   // Row gradients share one pass over the partials; a scalar one sums them all.
   ColsumDst rows[3];
   int nrows = 0;
-  auto finish = [&](void* dst, int mode, int64_t stride, float scale) {
-    if (mode == kRow) rows[nrows++] = ColsumDst{dst, stride, scale};
-    else if (mode == kScalar) finish_colsum(dt, partial, nchunks, p.C, dst, 0, scale, true, s);
-  };
-  finish(p.gx, p.gxm, p.gx_stride, 1.f);
-  finish(p.gy, p.gym, p.gy_stride, p.mult);
-  finish(p.gb, p.gbm, p.gb_stride, 1.f);
+  if (p.gxm == kRow) rows[nrows++] = ColsumDst{p.gx, p.gx_stride, 1.f};
+  if (p.gym == kRow) rows[nrows++] = ColsumDst{p.gy, p.gy_stride, p.mult};
+  if (p.gbm == kRow) rows[nrows++] = ColsumDst{p.gb, p.gb_stride, 1.f};
   if (nrows > 0) finish_colsums(dt, partial, nchunks, p.C, rows, nrows, s);
+  finish_scalars(dt, p, partial, nchunks, s);
 }
 
 void am_forward_generic(DType dt, const void* x, const View& xv, const void* y, const View& yv, const void* b,

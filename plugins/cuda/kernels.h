@@ -98,7 +98,14 @@ bool am_vectorizable(DType dt, const AmFast& p);
 void am_forward_fast(DType dt, const AmFast& p, cudaStream_t s);
 // Needs a float workspace of am_backward_workspace(p) bytes for the reductions.
 size_t am_backward_workspace(DType dt, const AmFast& p);
-void am_backward_fast(DType dt, const AmFast& p, void* workspace, cudaStream_t s);
+// How many counters a block that is zero whenever its stream is idle holds (zeroed_counters,
+// context.h): the flat form's atomics count there, and reset what they count, instead of in
+// the workspace after a memset.
+constexpr size_t kZeroedCounters = 16384;
+// True when am_backward_fast would use such a block.
+bool am_backward_counts(DType dt, const AmFast& p);
+// zeroed: null, or kZeroedCounters zero counters that only this stream's calls use.
+void am_backward_fast(DType dt, const AmFast& p, void* workspace, unsigned* zeroed, cudaStream_t s);
 
 // Generic strided paths over the output's shape (views aligned to it); y and b may be NULL
 // (absent).

@@ -27,6 +27,10 @@ struct CallContext {
 // architectures built. Leaves `device` current.
 bool device_has_kernels(int device, std::string* why);
 
+struct AmFast;
+// add_mul_activation's one-pass backward (kernels.h) with its workspace, on the call's stream.
+void am_backward(CallContext& cx, const AmFast& p);
+
 dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* args);
 dlfuse_status_t matmul_add_relu_backward(void* state, void*, const dlfuse_kernel_args_t* args);
 dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_t* args);

@@ -1,10 +1,18 @@
-// Reductions into a scalar gradient over 2^25 elements, through the C API on cuda:0.
-// A float accumulator stops growing at 2^24 equal terms; every gradient here must be
-// exactly M*N. Exit 77 (ctest: skipped) without a usable CUDA device.
+// Large reductions through the C API on cuda:0, with exact answers:
+// - into a scalar gradient over 2^25 elements (a float accumulator stops growing at 2^24
+//   equal terms; every gradient must be exactly M*N);
+// - the flat add_mul backward (2^26 elements or more), whose blocks sum up a tree and leave
+//   their counters zero for the next call: three calls in a row on one stream, then a CUDA
+//   graph of one call (counters in the call's workspace there) replayed twice; a row bias
+//   (8193 rows: partly filled nodes) and a scalar one.
+// Exit 77 (ctest: skipped) without a usable CUDA device.
+#include <cuda_runtime.h>
 #include <dlfuse/dlfuse.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <string>
 #include <vector>
 
 namespace {
@@ -38,7 +46,78 @@ struct Dev {
     dlfuse_device_copy(reg, dev, DLFUSE_COPY_DEVICE_TO_HOST, &v, 0, t.data, 0, sizeof v, nullptr);
     return v;
   }
+  std::vector<float> get_all(const DLTensor& t, size_t n) {
+    std::vector<float> v(n, -1.f);
+    dlfuse_device_copy(reg, dev, DLFUSE_COPY_DEVICE_TO_HOST, v.data(), 0, t.data, 0, n * sizeof(float), nullptr);
+    return v;
+  }
+  void fill(const DLTensor& t, size_t n, float value) {
+    const std::vector<float> v(n, value);
+    dlfuse_device_copy(reg, dev, DLFUSE_COPY_HOST_TO_DEVICE, t.data, 0, v.data(), 0, n * sizeof(float), nullptr);
+  }
 };
+
+// The flat backward from out (identity, grad_out all ones): grad_x is all ones and grad_bias
+// holds `want` in each of its n elements. `call` enqueues it; `label` names the run.
+int check_flat(Dev& d, const char* label, const std::function<dlfuse_status_t()>& call, DLTensor& gx, size_t nx,
+               DLTensor& gb, size_t nb, float want) {
+  d.fill(gx, nx, -5.f);
+  d.fill(gb, nb, -5.f);
+  if (call() != DLFUSE_STATUS_OK) {
+    std::printf("%s: %s\n", label, dlfuse_last_error());
+    return 1;
+  }
+  dlfuse_device_synchronize(d.reg, d.dev, nullptr);
+  const std::vector<float> x = d.get_all(gx, nx), b = d.get_all(gb, nb);
+  size_t bad_x = 0, bad_b = 0, first = nb;
+  for (float v : x) bad_x += v != 1.f;
+  for (size_t i = 0; i < nb; ++i)
+    if (b[i] != want) bad_b += 1, first = first < nb ? first : i;
+  std::printf("%s: grad_bias %zu of %zu != %.1f%s, grad_x %zu of %zu != 1\n", label, bad_b, nb, want,
+              first < nb ? (" (first at " + std::to_string(first) + ": " + std::to_string(b[first]) + ")").c_str() : "",
+              bad_x, nx);
+  return bad_x || bad_b ? 1 : 0;
+}
+
+// Three calls on one stream, then a graph of one call replayed twice.
+int flat_cases(Dev& d, int64_t M, int64_t N, bool scalar_bias) {
+  int64_t so[2] = {M, N}, sb[1] = {scalar_bias ? 1 : N};
+  const size_t n = size_t(M * N), nb = size_t(sb[0]);
+  DLTensor g = d.put(std::vector<float>(n, 1.f), 2, so), out = d.put(std::vector<float>(n, 0.5f), 2, so);
+  DLTensor gx = d.put(std::vector<float>(n, 0.f), 2, so), gb = d.put(std::vector<float>(nb, 0.f), 1, sb);
+  const float want = scalar_bias ? float(M) * float(N) : float(M);
+  cudaStream_t s = nullptr;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return 1;
+  auto call = [&] {
+    return dlfuse_add_mul_activation_backward_from_out(d.reg, &g, &out, 1.0, DLFUSE_ACT_IDENTITY, &gx, nullptr, &gb,
+                                                       s);
+  };
+  const std::string shape = std::to_string(M) + "x" + std::to_string(N) + (scalar_bias ? " bias[1]" : " bias[N]");
+  int bad = 0;
+  for (int k = 1; k <= 3; ++k)
+    bad += check_flat(d, ("flat " + shape + " call " + std::to_string(k)).c_str(), call, gx, n, gb, nb, want);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  dlfuse_status_t captured = DLFUSE_STATUS_DEVICE_ERROR;
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+    captured = call();
+    if (cudaStreamEndCapture(s, &graph) != cudaSuccess) captured = DLFUSE_STATUS_DEVICE_ERROR;
+  }
+  if (captured != DLFUSE_STATUS_OK || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+    std::printf("flat %s: capture failed: %s\n", shape.c_str(), dlfuse_last_error());
+    return 1;
+  }
+  auto replay = [&] {
+    return cudaGraphLaunch(exec, s) == cudaSuccess && cudaStreamSynchronize(s) == cudaSuccess ? DLFUSE_STATUS_OK
+                                                                                            : DLFUSE_STATUS_DEVICE_ERROR;
+  };
+  for (int k = 1; k <= 2; ++k)
+    bad += check_flat(d, ("flat " + shape + " graph replay " + std::to_string(k)).c_str(), replay, gx, n, gb, nb, want);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+  return bad;
+}
 
 }  // namespace
 
@@ -78,6 +157,8 @@ int main(int argc, char** argv) {
   std::printf("matmul grad_bias[1] = %.1f, add_mul grad_bias[1] = %.1f (expected %.1f)\n", got1, got2, want);
   bad += got1 != want;
   bad += got2 != want;
+  bad += flat_cases(d, 8193, 8192, false);  // 1025 block rows: nodes of 16, 16, ..., 1
+  bad += flat_cases(d, 8192, 8192, true);   // the scalar: exact, every partial a multiple of 8192
   for (void* p : d.owned) dlfuse_device_free(d.reg, d.dev, p);
   dlfuse_registry_destroy(d.reg);
   return bad ? 1 : 0;
