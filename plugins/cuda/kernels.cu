@@ -547,23 +547,23 @@ __device__ void flat_write_sums(const AmFast& p, const FlatWs& w, int64_t cv, co
   }
 }
 
-// Called by every thread of a block whose row at `level` (index idx) is stored and fenced:
-// counts the block in its node; the node's last block sums the node's rows and climbs.
+// Thread 0 counts the block in node `node` of level l (of `members` rows); true for the
+// last to count, which zeroes the counter for the next call.
+__device__ bool flat_count(const FlatWs& w, int l, int64_t node, int64_t cc, int64_t members) {
+  unsigned* c = w.cnt[l] + node * w.chunks + cc;
+  const bool last = atomicAdd(c, 1u) == unsigned(members - 1);
+  if (last) atomicExch(c, 0u);
+  return last;
+}
+
+// Called by every thread of the block that counted last in its node of level 0 (block row
+// idx): sums the node's rows in order, and climbs while it is the last of the next node.
 template <class T, int V>
 __device__ void flat_climb(const AmFast& p, const FlatWs& w, int64_t cc, int64_t cv, bool active, int64_t idx) {
   __shared__ bool last;
-  for (int l = 0; l < w.levels; ++l) {
+  for (int l = 0;; ++l) {
     const int64_t node = idx / kFlatGroup, first = node * kFlatGroup;
     const int64_t members = min(int64_t(kFlatGroup), w.count[l] - first);
-    __syncthreads();  // every thread's row stored and fenced (and `last` read by all)
-    if (threadIdx.x == 0) {
-      unsigned* c = w.cnt[l] + node * w.chunks + cc;
-      last = atomicAdd(c, 1u) == unsigned(members - 1);
-      if (last) atomicExch(c, 0u);  // every member has counted: zero for the next call
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
     float acc[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) acc[j] = 0.f;
@@ -612,6 +612,13 @@ __device__ void flat_climb(const AmFast& p, const FlatWs& w, int64_t cc, int64_t
         __stcg(reinterpret_cast<float4*>(dst + j), make_float4(acc[j], acc[j + 1], acc[j + 2], acc[j + 3]));
     }
     __threadfence();
+    __syncthreads();
+    const int64_t up = node / kFlatGroup;
+    if (threadIdx.x == 0)
+      last = flat_count(w, l + 1, up, cc, min(int64_t(kFlatGroup), w.count[l + 1] - up * kFlatGroup));
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
     idx = node;
   }
 }
@@ -653,14 +660,22 @@ __global__ void __launch_bounds__(kThreads) am_bwd_flat_k(AmFast p, FlatWs w) {
         }
       }
   }
-  // The block's sums before the big stores: the fence then waits for this store only.
-  if (reduce && active) {
-    float* dst = w.rows[0] + rb * p.C + cv * V;
+  // The block's sums and its count before the big stores: the fence then waits for this
+  // store only, and the atomic's round trip overlaps the stores.
+  __shared__ bool last;
+  if (reduce) {
+    if (active) {
+      float* dst = w.rows[0] + rb * p.C + cv * V;
 #pragma unroll
-    for (int j = 0; j < V; j += 4)
-      __stcg(reinterpret_cast<float4*>(dst + j), make_float4(sum[j], sum[j + 1], sum[j + 2], sum[j + 3]));
+      for (int j = 0; j < V; j += 4)
+        __stcg(reinterpret_cast<float4*>(dst + j), make_float4(sum[j], sum[j + 1], sum[j + 2], sum[j + 3]));
+    }
+    __threadfence();
+    __syncthreads();
+    const int64_t node = rb / kFlatGroup;
+    if (threadIdx.x == 0)
+      last = flat_count(w, 0, node, cc, min(int64_t(kFlatGroup), w.count[0] - node * kFlatGroup));
   }
-  if (reduce) __threadfence();
   if (active) {
     T* gx = static_cast<T*>(p.gx);
     T* gy = static_cast<T*>(p.gy);
@@ -677,7 +692,11 @@ __global__ void __launch_bounds__(kThreads) am_bwd_flat_k(AmFast p, FlatWs w) {
         if (p.gbm == kFull) ds[u].store(gb + off);
       }
   }
-  if (reduce) flat_climb<T, V>(p, w, cc, cv, active, rb);
+  if (!reduce) return;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  flat_climb<T, V>(p, w, cc, cv, active, rb);
 }
 
 // Grid geometry of the fast path: threads over column vectors, blockIdx.y over row chunks,
