@@ -25,7 +25,8 @@
 #                  carried) against this tree's, swapped in turn under the same driver, libdlfuse
 #                  and Python ($AB_ROUNDS rounds, default 1, base first in odd rounds and second
 #                  in even ones): bench/run.py ARGS, the Python call
-#                  overhead (torch, CUDA) and dlfuse_cuda_host_cost over each; bench/compare.py
+#                  overhead (torch, CUDA) and dlfuse_cuda_host_cost (bench/torch_host_cost.py
+#                  beside it) over each; bench/compare.py
 #                  prints new/base per row
 # When $OUT is set (the device tool), everything is packed into $OUT/gpu-logs.tgz at the end.
 #
@@ -130,6 +131,7 @@ job_ab() {
       if [ $v = base ]; then use "$base/lib/dlfuse/plugins"; else use "$keep"; fi
       echo "== round $r: $v"
       "$B/bin/dlfuse_cuda_host_cost" "$PLUGINS/libdlfuse_cuda.so" | tee "$J/host_cost_$v.$r.txt" || rc=1
+      python3 bench/torch_host_cost.py | tee -a "$J/host_cost_$v.$r.txt" || rc=1
       DLFUSE_LIBRARY=$B/lib/libdlfuse.so DLFUSE_EXT_DIR=$B/python/dlfuse python3 bench/python_overhead.py \
         --framework torch --device cuda --json "$J/overhead_$v.$r.json" >"$J/overhead_$v.$r.log" 2>&1 || rc=1
       DLFUSE_OPENCL_DEVICE=${DLFUSE_OPENCL_DEVICE:-gpu} python3 bench/run.py --build "$B" --out "$J/bench_$v.$r" \

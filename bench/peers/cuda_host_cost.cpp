@@ -1,5 +1,6 @@
 // Where the host time of a small CUDA-plugin call goes: each piece the plugin's GEMM path
-// did or does per call, timed alone, next to the whole call through the C API.
+// did or does per call, timed alone, next to the whole call through the C API; and the same
+// for a bfloat16 4096x1024x1024 GEMM, whose call is bound by host time too.
 //
 //   cuda_host_cost PLUGIN_DIR_OR_FILE      (built and run by `tools/gpu.sh ab`)
 //
@@ -28,8 +29,10 @@ namespace {
     }                                                                      \
   } while (0)
 
-double median_ns(cudaStream_t s, const std::function<void()>& body) {
-  constexpr int kCalls = 2000, kRounds = 21;
+// kCalls per round by default; a GEMM that keeps the GPU busy longer than its call keeps the
+// host takes fewer (64), so that the launch queue never fills and the loop times the host.
+double median_ns(cudaStream_t s, const std::function<void()>& body, int kCalls = 2000) {
+  constexpr int kRounds = 21;
   for (int i = 0; i < 200; ++i) body();
   CK(cudaStreamSynchronize(s) == cudaSuccess);
   std::vector<double> t;
@@ -44,12 +47,12 @@ double median_ns(cudaStream_t s, const std::function<void()>& body) {
   return t[kRounds / 2];
 }
 
-DLTensor tensor(void* data, int ndim, int64_t* shape) {
+DLTensor tensor(void* data, int ndim, int64_t* shape, DLDataType dt = {kDLFloat, 32, 1}) {
   DLTensor t{};
   t.data = data;
   t.device = {kDLCUDA, 0};
   t.ndim = ndim;
-  t.dtype = {kDLFloat, 32, 1};
+  t.dtype = dt;
   t.shape = shape;
   return t;
 }
@@ -202,6 +205,62 @@ int main(int argc, char** argv) {
       [&] { dlfuse_matmul_add_relu(reg, &ta, &tb, &tbias, &td, 0, s); });
   row("dlfuse_add_mul_activation 64x64 relu (one kernel)",
       [&] { dlfuse_add_mul_activation(reg, &tx, &ty, &tv, 0.5, DLFUSE_ACT_RELU, &to, s); });
+
+  // A GEMM large enough for cuBLASLt's kernels but GPU-short (about 15 us on the H100): the
+  // bfloat16 4096x1024x1024 GELU line of issue 17, where a call's time is its host time.
+  const int64_t BM = 4096, BK = 1024, BN = 1024;
+  void *ba, *bb, *bbias, *bd;
+  CK(cudaMalloc(&ba, 2 * BM * BK) == cudaSuccess && cudaMalloc(&bb, 2 * BK * BN) == cudaSuccess);
+  CK(cudaMalloc(&bbias, 2 * BN) == cudaSuccess && cudaMalloc(&bd, 2 * BM * BN) == cudaSuccess);
+  CK(cudaMemset(ba, 0, 2 * BM * BK) == cudaSuccess && cudaMemset(bb, 0, 2 * BK * BN) == cudaSuccess);
+  CK(cudaMemset(bbias, 0, 2 * BN) == cudaSuccess);
+  std::printf("bfloat16 4096x1024x1024 (64 calls a round)\n");
+  for (const cublasLtEpilogue_t epi : {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_GELU_BIAS}) {
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    const cublasOperation_t t = CUBLAS_OP_N;
+    CK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS);
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &t, sizeof t);
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    if (epi != CUBLASLT_EPILOGUE_DEFAULT)
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bbias, sizeof bbias);
+    // Column-major D (BN x BM) = A (BN x BK) B (BK x BM): dlfuse's row-major problem.
+    CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, BN, BK, BN) == CUBLAS_STATUS_SUCCESS);
+    CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, BK, BM, BK) == CUBLAS_STATUS_SUCCESS);
+    CK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, BN, BM, BN) == CUBLAS_STATUS_SUCCESS);
+    cublasLtMatmulPreference_t pref;
+    CK(cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsz, sizeof wsz);
+    cublasLtMatmulHeuristicResult_t r{};
+    int found = 0;
+    CK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &r, &found) == CUBLAS_STATUS_SUCCESS &&
+       found == 1);
+    char label[160];
+    std::snprintf(label, sizeof label, "cublasLtMatmul %s, kept desc and algorithm",
+                  epi == CUBLASLT_EPILOGUE_DEFAULT ? "DEFAULT" : "GELU_BIAS");
+    std::printf("%-58s %8.0f\n", label, median_ns(s, [&] {
+                  cublasLtMatmul(lt, desc, &one, bb, la, ba, lb, &zero, bd, ld, bd, ld, &r.algo, ws,
+                                 r.workspaceSize, s);
+                }, 64));
+    cublasLtMatmulPreferenceDestroy(pref);
+    for (auto l : {la, lb, ld}) cublasLtMatrixLayoutDestroy(l);
+    cublasLtMatmulDescDestroy(desc);
+  }
+  const DLDataType bf16{kDLBfloat, 16, 1};
+  int64_t bsa[2] = {BM, BK}, bsb[2] = {BK, BN}, bsbias[1] = {BN}, bsd[2] = {BM, BN};
+  DLTensor xa = tensor(ba, 2, bsa, bf16), xb = tensor(bb, 2, bsb, bf16), xbias = tensor(bbias, 1, bsbias, bf16);
+  DLTensor xd = tensor(bd, 2, bsd, bf16);
+  CK(dlfuse_matmul_add_activation(reg, &xa, &xb, &xbias, DLFUSE_ACT_GELU_TANH, &xd, nullptr, 0, s) ==
+     DLFUSE_STATUS_OK);
+  std::printf("%-58s %8.0f\n", "dlfuse_matmul_add_activation gelu_tanh (the whole call)", median_ns(s, [&] {
+                dlfuse_matmul_add_activation(reg, &xa, &xb, &xbias, DLFUSE_ACT_GELU_TANH, &xd, nullptr, 0, s);
+              }, 64));
+  std::printf("%-58s %8.0f\n", "dlfuse_matmul_add_relu (the whole call)", median_ns(s, [&] {
+                dlfuse_matmul_add_relu(reg, &xa, &xb, &xbias, &xd, 0, s);
+              }, 64));
+  for (void* p : {ba, bb, bbias, bd}) cudaFree(p);
+
   const int st = dlfuse_matmul_add_relu(reg, &ta, &tb, &tbias, &td, 0, s);
   dlfuse_registry_destroy(reg);
   return st == DLFUSE_STATUS_OK ? 0 : 1;
