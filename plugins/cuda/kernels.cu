@@ -569,8 +569,9 @@ __device__ void flat_climb(const AmFast& p, const FlatWs& w, int64_t cc, int64_t
     for (int j = 0; j < V; ++j) acc[j] = 0.f;
     // kBatch rows' loads in flight at once, then added in row order: the climb is the
     // kernel's tail, and one load at a time made it a chain of up to 40 L2 round trips.
-    // 8 rows keep float at 110 registers (2 blocks of 256 per multiprocessor, as before);
-    // for 16-bit types 4 rows took 98-107 registers (2 blocks instead of 3), 2 rows 80.
+    // 8 rows keep float at 112-113 registers (2 blocks of 256 per multiprocessor, as
+    // before); for 16-bit types 4 rows took the relu kernel to 98 (2 blocks instead of 3),
+    // 2 rows keep it at 80 (ptxas, sm_90).
     constexpr int kBatch = V == 4 ? 8 : 2;
     if (active)
 #pragma unroll
