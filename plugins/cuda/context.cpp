@@ -74,12 +74,16 @@ void* zeroed_counters(DeviceState& ds, cudaStream_t stream) {
   auto it = ds.zeroed.find(sid);
   if (it != ds.zeroed.end()) return it->second;
   if (ds.zeroed.size() >= DeviceState::kZeroedStreamsMax) return nullptr;
+  // Out of memory here is not the call's failure: it counts in its workspace instead.
   void* p = nullptr;
-  DLF_CUDA(cudaMallocFromPoolAsync(&p, kZeroedCounterBytes, ds.pool, stream));
-  const cudaError_t e = cudaMemsetAsync(p, 0, kZeroedCounterBytes, stream);
-  if (e != cudaSuccess) {
+  if (cudaMallocFromPoolAsync(&p, kZeroedCounterBytes, ds.pool, stream) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  if (cudaMemsetAsync(p, 0, kZeroedCounterBytes, stream) != cudaSuccess) {
+    cudaGetLastError();
     cudaFreeAsync(p, stream);
-    throw_cuda(e, "cudaMemsetAsync of the zeroed counters");
+    return nullptr;
   }
   ds.zeroed.emplace(sid, p);
   return p;
@@ -144,7 +148,8 @@ void destroy_state(State* st) noexcept {
     cudaGetDevice(&prev);
     cudaSetDevice(ds.id);
     ds.gemms.clear();
-    if (!ds.scratch.empty()) cudaDeviceSynchronize();  // the cached blocks' last uses are done
+    // The cached blocks' and counter blocks' last uses are done.
+    if (!ds.scratch.empty() || !ds.zeroed.empty()) cudaDeviceSynchronize();
     for (auto& kv : ds.scratch)
       for (const auto& b : kv.second) cudaFree(b.ptr);
     ds.scratch.clear();

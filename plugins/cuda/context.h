@@ -88,8 +88,8 @@ DeviceState& device_state(State* st, int device);
 // kZeroedCounterBytes of counters for kernels on `stream` that leave them zero when they
 // end (so the next call needs no memset): made zero once per stream, then only that
 // stream's calls use them, in stream order. Null when none can be had: the stream is being
-// captured (a graph replayed elsewhere must not share them), has no ID, or
-// kZeroedStreamsMax streams hold one already.
+// captured (a graph replayed elsewhere must not share them), has no ID, kZeroedStreamsMax
+// streams hold one already, or the block cannot be allocated.
 constexpr size_t kZeroedCounterBytes = size_t(64) << 10;
 void* zeroed_counters(DeviceState& ds, cudaStream_t stream);
 

@@ -569,9 +569,11 @@ __device__ void flat_climb(const AmFast& p, const FlatWs& w, int64_t cc, int64_t
     for (int j = 0; j < V; ++j) acc[j] = 0.f;
     // kBatch rows' loads in flight at once, then added in row order: the climb is the
     // kernel's tail, and one load at a time made it a chain of up to 40 L2 round trips.
-    // 8 rows keep float at 112-113 registers (2 blocks of 256 per multiprocessor, as
-    // before); for 16-bit types 4 rows took the relu kernel to 98 (2 blocks instead of 3),
-    // 2 rows keep it at 80 (ptxas, sm_90).
+    // Registers (ptxas, sm_90): with 8 rows float's kernels take 110-113, 2 blocks of 256
+    // per multiprocessor as before, except identity (46 before: 5 blocks); for 16-bit types
+    // 4 rows took bfloat16 relu to 98 (2 blocks instead of 3), 2 rows keep it at 80, while
+    // float16's and other activations' kernels went from 75-79 to 82-90 (3 blocks to 2).
+    // Only float32 and bfloat16 relu were timed (docs/performance.md, ninth session).
     constexpr int kBatch = V == 4 ? 8 : 2;
     if (active)
 #pragma unroll

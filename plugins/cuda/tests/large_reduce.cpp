@@ -3,8 +3,8 @@
 //   equal terms; every gradient must be exactly M*N);
 // - the flat add_mul backward (2^26 elements or more), whose blocks sum up a tree and leave
 //   their counters zero for the next call: three calls in a row on one stream, then a CUDA
-//   graph of one call (counters in the call's workspace there) replayed twice; a row bias
-//   (8193 rows: partly filled nodes) and a scalar one.
+//   graph of one call (counters in the call's workspace there) replayed twice, each with a
+//   new grad_out; a row bias (8193 rows: partly filled nodes) and a scalar one.
 // Exit 77 (ctest: skipped) without a usable CUDA device.
 #include <cuda_runtime.h>
 #include <dlfuse/dlfuse.h>
@@ -51,68 +51,79 @@ struct Dev {
     dlfuse_device_copy(reg, dev, DLFUSE_COPY_DEVICE_TO_HOST, v.data(), 0, t.data, 0, n * sizeof(float), nullptr);
     return v;
   }
-  void fill(const DLTensor& t, size_t n, float value) {
-    const std::vector<float> v(n, value);
-    dlfuse_device_copy(reg, dev, DLFUSE_COPY_HOST_TO_DEVICE, t.data, 0, v.data(), 0, n * sizeof(float), nullptr);
+  void fill(const DLTensor& t, const std::vector<float>& v) {
+    dlfuse_device_copy(reg, dev, DLFUSE_COPY_HOST_TO_DEVICE, t.data, 0, v.data(), 0, v.size() * sizeof(float), nullptr);
   }
 };
 
-// The flat backward from out (identity, grad_out all ones): grad_x is all ones and grad_bias
-// holds `want` in each of its n elements. `call` enqueues it; `label` names the run.
-int check_flat(Dev& d, const char* label, const std::function<dlfuse_status_t()>& call, DLTensor& gx, size_t nx,
-               DLTensor& gb, size_t nb, float want) {
-  d.fill(gx, nx, -5.f);
-  d.fill(gb, nb, -5.f);
-  if (call() != DLFUSE_STATUS_OK) {
-    std::printf("%s: %s\n", label, dlfuse_last_error());
+// grad_out of call k: small integers that change with the row, the column and the call (each
+// column sum is exact in float, and a call that reads a stale or wrong row gets another);
+// with a scalar bias the constant k, whose total over 2^26 elements stays exact too.
+float pattern(int k, int64_t r, int64_t c, bool scalar) { return scalar ? float(k) : float(k + (r * 7 + c * 3 + k) % 5); }
+
+// Call k of the flat backward from out (identity): grad_x must equal grad_out and grad_bias
+// its exact column sums (or total). `run` enqueues the call on s.
+int check_flat(Dev& d, const std::string& label, int k, const std::function<bool()>& run, cudaStream_t s,
+               const DLTensor& g, const DLTensor& gx, const DLTensor& gb, int64_t M, int64_t N, bool scalar) {
+  const size_t n = size_t(M * N), nb = scalar ? 1 : size_t(N);
+  std::vector<float> gv(n);
+  std::vector<double> want(nb, 0.0);
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t c = 0; c < N; ++c) {
+      const float v = pattern(k, r, c, scalar);
+      gv[size_t(r * N + c)] = v;
+      want[scalar ? 0 : size_t(c)] += v;
+    }
+  d.fill(g, gv);
+  d.fill(gx, std::vector<float>(n, -5.f));
+  d.fill(gb, std::vector<float>(nb, -5.f));
+  if (!run() || cudaStreamSynchronize(s) != cudaSuccess) {
+    std::printf("%s: failed: %s\n", label.c_str(), dlfuse_last_error());
     return 1;
   }
-  dlfuse_device_synchronize(d.reg, d.dev, nullptr);
-  const std::vector<float> x = d.get_all(gx, nx), b = d.get_all(gb, nb);
+  const std::vector<float> x = d.get_all(gx, n), b = d.get_all(gb, nb);
   size_t bad_x = 0, bad_b = 0, first = nb;
-  for (float v : x) bad_x += v != 1.f;
+  for (size_t i = 0; i < n; ++i) bad_x += x[i] != gv[i];
   for (size_t i = 0; i < nb; ++i)
-    if (b[i] != want) bad_b += 1, first = first < nb ? first : i;
-  std::printf("%s: grad_bias %zu of %zu != %.1f%s, grad_x %zu of %zu != 1\n", label, bad_b, nb, want,
-              first < nb ? (" (first at " + std::to_string(first) + ": " + std::to_string(b[first]) + ")").c_str() : "",
-              bad_x, nx);
+    if (double(b[i]) != want[i]) bad_b += 1, first = first < nb ? first : i;
+  std::printf("%s: grad_bias %zu of %zu wrong%s, grad_x %zu of %zu wrong\n", label.c_str(), bad_b, nb,
+              first < nb ? (" (first at " + std::to_string(first) + ": " + std::to_string(b[first]) + ", expected " +
+                            std::to_string(want[first]) + ")").c_str()
+                         : "",
+              bad_x, n);
   return bad_x || bad_b ? 1 : 0;
 }
 
-// Three calls on one stream, then a graph of one call replayed twice.
+// Three calls on one stream, then a graph of one call replayed twice, each with new grad_out.
 int flat_cases(Dev& d, int64_t M, int64_t N, bool scalar_bias) {
   int64_t so[2] = {M, N}, sb[1] = {scalar_bias ? 1 : N};
   const size_t n = size_t(M * N), nb = size_t(sb[0]);
-  DLTensor g = d.put(std::vector<float>(n, 1.f), 2, so), out = d.put(std::vector<float>(n, 0.5f), 2, so);
+  DLTensor g = d.put(std::vector<float>(n, 0.f), 2, so), out = d.put(std::vector<float>(n, 0.5f), 2, so);
   DLTensor gx = d.put(std::vector<float>(n, 0.f), 2, so), gb = d.put(std::vector<float>(nb, 0.f), 1, sb);
-  const float want = scalar_bias ? float(M) * float(N) : float(M);
   cudaStream_t s = nullptr;
   if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return 1;
   auto call = [&] {
     return dlfuse_add_mul_activation_backward_from_out(d.reg, &g, &out, 1.0, DLFUSE_ACT_IDENTITY, &gx, nullptr, &gb,
-                                                       s);
+                                                       s) == DLFUSE_STATUS_OK;
   };
-  const std::string shape = std::to_string(M) + "x" + std::to_string(N) + (scalar_bias ? " bias[1]" : " bias[N]");
-  int bad = 0;
-  for (int k = 1; k <= 3; ++k)
-    bad += check_flat(d, ("flat " + shape + " call " + std::to_string(k)).c_str(), call, gx, n, gb, nb, want);
+  const std::string shape = "flat " + std::to_string(M) + "x" + std::to_string(N) + (scalar_bias ? " bias[1]" : " bias[N]");
+  int bad = 0, k = 0;
+  for (int i = 1; i <= 3; ++i)
+    bad += check_flat(d, shape + " call " + std::to_string(i), ++k, call, s, g, gx, gb, M, N, scalar_bias);
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  dlfuse_status_t captured = DLFUSE_STATUS_DEVICE_ERROR;
+  bool captured = false;
   if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
     captured = call();
-    if (cudaStreamEndCapture(s, &graph) != cudaSuccess) captured = DLFUSE_STATUS_DEVICE_ERROR;
+    captured = cudaStreamEndCapture(s, &graph) == cudaSuccess && captured;
   }
-  if (captured != DLFUSE_STATUS_OK || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
-    std::printf("flat %s: capture failed: %s\n", shape.c_str(), dlfuse_last_error());
+  if (!captured || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+    std::printf("%s: capture failed: %s\n", shape.c_str(), dlfuse_last_error());
     return 1;
   }
-  auto replay = [&] {
-    return cudaGraphLaunch(exec, s) == cudaSuccess && cudaStreamSynchronize(s) == cudaSuccess ? DLFUSE_STATUS_OK
-                                                                                            : DLFUSE_STATUS_DEVICE_ERROR;
-  };
-  for (int k = 1; k <= 2; ++k)
-    bad += check_flat(d, ("flat " + shape + " graph replay " + std::to_string(k)).c_str(), replay, gx, n, gb, nb, want);
+  auto replay = [&] { return cudaGraphLaunch(exec, s) == cudaSuccess; };
+  for (int i = 1; i <= 2; ++i)
+    bad += check_flat(d, shape + " graph replay " + std::to_string(i), ++k, replay, s, g, gx, gb, M, N, scalar_bias);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(s);
