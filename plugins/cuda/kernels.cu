@@ -477,6 +477,13 @@ template <class T> __device__ __forceinline__ float operand_at(const void* ptr, 
   return mode == kFull ? ldf(t + off) : mode == kRow ? ldf(t + c) : mode == kScalar ? ldf(t) : 0.f;
 }
 
+// Column c's sum s into the row-mode gradients (grad_y scaled by the multiplier).
+template <class T> __device__ __forceinline__ void store_row_sums(const AmFast& p, int64_t c, float s) {
+  if (p.gxm == kRow) static_cast<T*>(p.gx)[c * p.gx_stride] = Cv<T>::st(s);
+  if (p.gym == kRow) static_cast<T*>(p.gy)[c * p.gy_stride] = Cv<T>::st(p.mult * s);
+  if (p.gbm == kRow) static_cast<T*>(p.gb)[c * p.gb_stride] = Cv<T>::st(s);
+}
+
 template <class T, int ACT, int FORM>
 __global__ void __launch_bounds__(kSmallLanes * kSmallLanes) am_bwd_small_k(AmFast p) {
   __shared__ float lane[kSmallLanes][kSmallLanes + 1];
@@ -504,9 +511,7 @@ __global__ void __launch_bounds__(kSmallLanes * kSmallLanes) am_bwd_small_k(AmFa
   float s = 0.f;
 #pragma unroll 8
   for (int j = 0; j < kSmallLanes; ++j) s += lane[j][threadIdx.x];
-  if (p.gxm == kRow) gx[c * p.gx_stride] = Cv<T>::st(s);
-  if (p.gym == kRow) gy[c * p.gy_stride] = Cv<T>::st(p.mult * s);
-  if (p.gbm == kRow) gb[c * p.gb_stride] = Cv<T>::st(s);
+  store_row_sums<T>(p, c, s);
 }
 
 // The backward's flat form for large x-only problems (out or pre form, 16-byte vectors):
@@ -539,28 +544,38 @@ struct FlatWs {
 template <class T, int V>
 __device__ void flat_write_sums(const AmFast& p, const FlatWs& w, int64_t cv, const float* s) {
   for (int j = 0; j < V; ++j) {
-    const int64_t c = cv * V + j;
-    if (p.gxm == kRow) static_cast<T*>(p.gx)[c * p.gx_stride] = Cv<T>::st(s[j]);
-    if (p.gym == kRow) static_cast<T*>(p.gy)[c * p.gy_stride] = Cv<T>::st(p.mult * s[j]);
-    if (p.gbm == kRow) static_cast<T*>(p.gb)[c * p.gb_stride] = Cv<T>::st(s[j]);
-    if (w.total) w.total[c] = s[j];
+    store_row_sums<T>(p, cv * V + j, s[j]);
+    if (w.total) w.total[cv * V + j] = s[j];
   }
 }
 
-// Thread 0 counts the block in node `node` of level l (of `members` rows); true for the
-// last to count, which zeroes the counter for the next call.
-__device__ bool flat_count(const FlatWs& w, int l, int64_t node, int64_t cc, int64_t members) {
+// Every thread of the block: stores its V sums `s` as row `row` of level l (read by another
+// block, so through L2 and fenced), then thread 0 counts the block in the row's node: `last`
+// (shared; read after a barrier) is true for the block that counts last, which zeroes the
+// counter for the next call.
+template <int V>
+__device__ void flat_arrive(const FlatWs& w, int64_t C, int l, int64_t row, int64_t cc, int64_t cv, bool active,
+                            const float* s, bool& last) {
+  if (active) {
+    float* dst = w.rows[l] + row * C + cv * V;
+#pragma unroll
+    for (int j = 0; j < V; j += 4)
+      __stcg(reinterpret_cast<float4*>(dst + j), make_float4(s[j], s[j + 1], s[j + 2], s[j + 3]));
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  const int64_t node = row / kFlatGroup;
   unsigned* c = w.cnt[l] + node * w.chunks + cc;
-  const bool last = atomicAdd(c, 1u) == unsigned(members - 1);
+  last = atomicAdd(c, 1u) == unsigned(min(int64_t(kFlatGroup), w.count[l] - node * kFlatGroup) - 1);
   if (last) atomicExch(c, 0u);
-  return last;
 }
 
 // Called by every thread of the block that counted last in its node of level 0 (block row
 // idx): sums the node's rows in order, and climbs while it is the last of the next node.
 template <class T, int V>
-__device__ void flat_climb(const AmFast& p, const FlatWs& w, int64_t cc, int64_t cv, bool active, int64_t idx) {
-  __shared__ bool last;
+__device__ void flat_climb(const AmFast& p, const FlatWs& w, int64_t cc, int64_t cv, bool active, int64_t idx,
+                           bool& last) {
   for (int l = 0;; ++l) {
     const int64_t node = idx / kFlatGroup, first = node * kFlatGroup;
     const int64_t members = min(int64_t(kFlatGroup), w.count[l] - first);
@@ -608,17 +623,7 @@ __device__ void flat_climb(const AmFast& p, const FlatWs& w, int64_t cc, int64_t
       if (active) flat_write_sums<T, V>(p, w, cv, acc);
       return;
     }
-    if (active) {
-      float* dst = w.rows[l + 1] + node * p.C + cv * V;
-#pragma unroll
-      for (int j = 0; j < V; j += 4)
-        __stcg(reinterpret_cast<float4*>(dst + j), make_float4(acc[j], acc[j + 1], acc[j + 2], acc[j + 3]));
-    }
-    __threadfence();
-    __syncthreads();
-    const int64_t up = node / kFlatGroup;
-    if (threadIdx.x == 0)
-      last = flat_count(w, l + 1, up, cc, min(int64_t(kFlatGroup), w.count[l + 1] - up * kFlatGroup));
+    flat_arrive<V>(w, p.C, l + 1, node, cc, cv, active, acc, last);
     __syncthreads();
     if (!last) return;
     __threadfence();
@@ -666,19 +671,7 @@ __global__ void __launch_bounds__(kThreads) am_bwd_flat_k(AmFast p, FlatWs w) {
   // The block's sums and its count before the big stores: the fence then waits for this
   // store only, and the atomic's round trip overlaps the stores.
   __shared__ bool last;
-  if (reduce) {
-    if (active) {
-      float* dst = w.rows[0] + rb * p.C + cv * V;
-#pragma unroll
-      for (int j = 0; j < V; j += 4)
-        __stcg(reinterpret_cast<float4*>(dst + j), make_float4(sum[j], sum[j + 1], sum[j + 2], sum[j + 3]));
-    }
-    __threadfence();
-    __syncthreads();
-    const int64_t node = rb / kFlatGroup;
-    if (threadIdx.x == 0)
-      last = flat_count(w, 0, node, cc, min(int64_t(kFlatGroup), w.count[0] - node * kFlatGroup));
-  }
+  if (reduce) flat_arrive<V>(w, p.C, 0, rb, cc, cv, active, sum, last);
   if (active) {
     T* gx = static_cast<T*>(p.gx);
     T* gy = static_cast<T*>(p.gy);
@@ -699,7 +692,7 @@ __global__ void __launch_bounds__(kThreads) am_bwd_flat_k(AmFast p, FlatWs w) {
   __syncthreads();
   if (!last) return;
   __threadfence();
-  flat_climb<T, V>(p, w, cc, cv, active, rb);
+  flat_climb<T, V>(p, w, cc, cv, active, rb, last);
 }
 
 // Grid geometry of the fast path: threads over column vectors, blockIdx.y over row chunks,
