@@ -17,6 +17,9 @@
 #                  the latter also under compute-sanitizer's leak check
 #   bench[=ARGS]   bench/run.py: every plugin and peer (cuBLASLt, PyTorch), ceilings, dispatch;
 #                  ARGS are run.py's options, e.g. bench="--quick --plugins cuda --ops matmul_add_relu"
+#   lt-candidates  bench/cuda/lt_candidates.cu: every cuBLASLt candidate of the issue-17 GEMM
+#                  lines (plain, GELU_BIAS, residual), the plugin's call and PyTorch's, in GPU
+#                  time by CUDA graph replay, operands L2-warm and cold
 #   python[=PARTS] bindings/python/tools/gpu_job.sh over this build; PARTS of tests (pytest with
 #                  CUDA required, CUDA graphs), bench (call overhead), dlrm, ddp (default: all);
 #                  profile (bench/kernel_times.py, per-kernel GPU time) only when named
@@ -141,6 +144,26 @@ job_ab() {
   use "$keep"
   python3 bench/compare.py "$J"/bench_base.*/results.json -- "$J"/bench_new.*/results.json | tee "$J/compare.txt"
   python3 bench/compare.py "$J"/overhead_base.*.json -- "$J"/overhead_new.*.json | tee "$J/compare_overhead.txt"
+  return $rc
+}
+
+job_lt-candidates() {
+  local lt=$B/bin/dlfuse_lt_candidates rc=0
+  rows() {  # DTYPE M K N EPI...
+    local dt=$1 m=$2 k=$3 n=$4 e
+    shift 4
+    for e in "$@"; do
+      case $e in
+        *_plugin) "$lt" "$dt" "$m" "$k" "$n" "$e" "$PLUGINS/libdlfuse_cuda.so" ;;
+        *) "$lt" "$dt" "$m" "$k" "$n" "$e" ;;
+      esac || rc=1
+    done
+    python3 bench/cuda/lt_candidates_torch.py "$dt" "$m" "$k" "$n" || rc=1
+  }
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
+  rows bfloat16 4096 1024 1024 default gelu_bias gelu_plugin relu_plugin
+  rows float32 4096 1024 1024 default gelu_bias gelu_plugin
+  rows bfloat16 8192 4096 4096 default residual gelu_bias gelu_plugin residual_plugin
   return $rc
 }
 
