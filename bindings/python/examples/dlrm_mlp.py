@@ -70,6 +70,9 @@ class DLRM(torch.nn.Module):
         x = dense
         for lin in self.bottom:
             x = self.linear_relu(x, lin)                       # [B, 16]
+        return self.interaction_and_top(x, sparse)
+
+    def interaction_and_top(self, x, sparse):
         tables = torch.arange(NUM_SPARSE, device=sparse.device)
         e = self.emb[tables, sparse].reshape(sparse.shape[0], NUM_SPARSE * EMB_DIM)
         h = torch.cat([x, e], dim=1)                          # [B, 512]

@@ -12,7 +12,8 @@
 #                            batch 256 and 4096 (times printed in each log); batch 256 also
 #                            with dlfuse.torch's Python operators (dlrm_*_pyops_*)
 #   dlrm_profile_*.log       bench/dlrm_profile.py: a step's host time by phase and operator,
-#                            C++ and Python operators
+#                            C++ and Python operators (C++ also with the bottom MLP as one
+#                            autograd node: --whole-mlp)
 #   ddp.log                  examples/dlrm_ddp.py under torchrun on every visible GPU
 #   kernel_times_*.log       (part "profile", not in the default) bench/kernel_times.py: the
 #                            GELU matmul forward/backward's GPU time kernel by kernel, dlfuse
@@ -81,7 +82,7 @@ want dlrm && for mode in eager compile; do
   step "dlrm_${mode}_pyops_b256" 400 env DLFUSE_TORCH_OPS=python python3 bindings/python/examples/dlrm_mlp.py \
     --device cuda --steps 300 --batch 256 $flag
 done
-want dlrm && step dlrm_profile_cpp 200 python3 bench/dlrm_profile.py --device cuda --batch 256
+want dlrm && step dlrm_profile_cpp 200 python3 bench/dlrm_profile.py --device cuda --batch 256 --whole-mlp
 want dlrm && step dlrm_profile_compile 300 python3 bench/dlrm_profile.py --device cuda --batch 256 --compile
 want dlrm && step dlrm_profile_pyops 200 env DLFUSE_TORCH_OPS=python python3 bench/dlrm_profile.py --device cuda --batch 256
 want profile && for dt in bfloat16 float32; do
