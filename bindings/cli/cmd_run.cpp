@@ -90,7 +90,12 @@ bool run_one(dlfuse_registry_t reg, const Target& t, OpKind op, DLDataType dt, c
     std::cout << "      " << why << "\n";
     return false;
   };
-  if (t.plugin >= 0 && chosen != t.plugin) return fail("the registry would not dispatch to this plugin");
+  if (t.plugin >= 0 && chosen != t.plugin) {  // the row names the plugin asked for
+    const std::string other = chosen >= 0 ? name : "";
+    name = plugin_info(reg, t.plugin).name;
+    return fail(name + " serves no " + dname + " " + op_name(op) + " on " + device_type_name(t.dev.device_type) +
+                (other.empty() ? "" : "; the registry dispatches it to " + other));
+  }
 
   PreparedCall call(reg, t.dev, dt);
   std::string err;

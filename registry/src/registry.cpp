@@ -126,10 +126,15 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_plugin_info(dlfuse_registry_t regi
                                                           dlfuse_plugin_info_t* info) {
   return guarded("dlfuse_registry_plugin_info", [&] {
     if (auto s = check_registry(registry, "dlfuse_registry_plugin_info")) return s;
-    if (!info || info->struct_size < offsetof(dlfuse_plugin_info_t, num_kernels) + sizeof(int32_t))
+    const size_t need = offsetof(dlfuse_plugin_info_t, num_kernels) + sizeof(int32_t);
+    if (!info)
       return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
-                  "dlfuse_registry_plugin_info: argument 'info' is NULL or its struct_size is too small; expected "
-                  "struct_size >= %zu", offsetof(dlfuse_plugin_info_t, num_kernels) + sizeof(int32_t));
+                  "dlfuse_registry_plugin_info: argument 'info' is NULL; expected a dlfuse_plugin_info_t with struct_size >= %zu",
+                  need);
+    if (info->struct_size < need)
+      return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
+                  "dlfuse_registry_plugin_info: argument 'info': struct_size is %zu; expected >= %zu",
+                  static_cast<size_t>(info->struct_size), need);
     std::lock_guard<std::mutex> lock(registry->mutex);
     if (auto s = check_plugin_index(registry, plugin, "dlfuse_registry_plugin_info")) return s;
     const Plugin& p = *registry->plugins[plugin];
@@ -155,10 +160,15 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_kernel_info(dlfuse_registry_t regi
                                                           dlfuse_kernel_info_t* info) {
   return guarded("dlfuse_registry_kernel_info", [&] {
     if (auto s = check_registry(registry, "dlfuse_registry_kernel_info")) return s;
-    if (!info || info->struct_size < offsetof(dlfuse_kernel_info_t, priority) + sizeof(int32_t))
+    const size_t need = offsetof(dlfuse_kernel_info_t, priority) + sizeof(int32_t);
+    if (!info)
       return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
-                  "dlfuse_registry_kernel_info: argument 'info' is NULL or its struct_size is too small; expected "
-                  "struct_size >= %zu", offsetof(dlfuse_kernel_info_t, priority) + sizeof(int32_t));
+                  "dlfuse_registry_kernel_info: argument 'info' is NULL; expected a dlfuse_kernel_info_t with struct_size >= %zu",
+                  need);
+    if (info->struct_size < need)
+      return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
+                  "dlfuse_registry_kernel_info: argument 'info': struct_size is %zu; expected >= %zu",
+                  static_cast<size_t>(info->struct_size), need);
     std::lock_guard<std::mutex> lock(registry->mutex);
     if (auto s = check_plugin_index(registry, plugin, "dlfuse_registry_kernel_info")) return s;
     const Plugin& p = *registry->plugins[plugin];

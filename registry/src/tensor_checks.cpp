@@ -1,5 +1,6 @@
 #include "tensor_checks.hpp"
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -11,6 +12,12 @@ namespace {
 
 bool mul_ok(int64_t a, int64_t b, int64_t* r) { return !__builtin_mul_overflow(a, b, r); }
 bool add_ok(int64_t a, int64_t b, int64_t* r) { return !__builtin_add_overflow(a, b, r); }
+
+std::string hex_address(uintptr_t a) {
+  char buf[2 + 2 * sizeof a + 1];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(a));
+  return buf;
+}
 
 // An output written through two index tuples to one address would race with itself.
 // Sufficient test: with dims sorted by stride, each stride clears the span of the
@@ -98,7 +105,9 @@ dlfuse_status_t check_layout(const char* op, const char* arg, const DLTensor* t,
                             shape_string(v->strides, t->ndim) + ")");
   }
   if (!add_ok(last, 1, &v->bytes) || !mul_ok(v->bytes, v->itemsize, &v->bytes))
-    return DLFUSE_BAD("byte extent", "<= 2^63-1", "larger (shape " + shape_string(t->shape, t->ndim) + ")");
+    return DLFUSE_BAD("byte extent", "<= 2^63-1",
+                      "larger (shape " + shape_string(t->shape, t->ndim) + ", strides " +
+                          shape_string(v->strides, t->ndim) + ", " + std::to_string(v->itemsize) + "-byte items)");
 
   // Compact row-major never maps two elements to one address.
   if (is_output && t->strides && self_overlapping(t, v->strides))
@@ -116,7 +125,8 @@ dlfuse_status_t check_placement_slow(const char* op, const char* arg, TensorView
   if (v->numel == 0) return DLFUSE_STATUS_OK;
   int64_t end;
   if (!add_ok(v->bytes, static_cast<int64_t>(t->byte_offset), &end))
-    return DLFUSE_BAD("byte extent", "<= 2^63-1", "larger (shape " + shape_string(t->shape, t->ndim) + ")");
+    return DLFUSE_BAD("byte extent + byte_offset", "<= 2^63-1",
+                      std::to_string(v->bytes) + " + " + std::to_string(t->byte_offset));
   if (!t->data) return DLFUSE_BAD("data", "a non-NULL pointer for a non-empty tensor", "NULL");
 
   if (v->space == 0) {
@@ -128,7 +138,8 @@ dlfuse_status_t check_placement_slow(const char* op, const char* arg, TensorView
     const uint64_t mask = static_cast<uint64_t>(v->itemsize) - 1;
     if ((v->itemsize & mask) == 0 && (first & mask) != 0)
       return DLFUSE_BAD("data + byte_offset", "aligned to " + std::to_string(v->itemsize) + " bytes",
-                        "misaligned address");
+                        hex_address(first) + " (data " + hex_address(addr) + ", byte_offset " +
+                            std::to_string(t->byte_offset) + ")");
     v->lo = first;
     v->hi = first + static_cast<uint64_t>(v->bytes);
   } else {

@@ -106,7 +106,8 @@ TEST(StructSize, PluginInfoShorterThanAbi10Refused) {
   const size_t short_size = offsetof(dlfuse_plugin_info_t, path) + sizeof(info->path);
   info->struct_size = short_size;
   EXPECT_EQ(dlfuse_registry_plugin_info(reg, 0, info), DLFUSE_STATUS_INVALID_ARGUMENT);
-  EXPECT_MSG_HAS(last_error(), "struct_size");
+  // the argument, the actual and the expected value
+  EXPECT_MSG_HAS(last_error(), "'info': struct_size is " + std::to_string(short_size) + "; expected >= ");
   for (size_t i = short_size; i < sizeof buf; ++i)
     ASSERT_EQ(buf[i], 0xAB) << "byte " << i << " past struct_size " << short_size << " was written";
 }
@@ -135,7 +136,10 @@ TEST(StructSize, KernelInfoShortRefusedLongAccepted) {
   const size_t short_size = offsetof(dlfuse_kernel_info_t, device_type) + sizeof(info->device_type);
   info->struct_size = short_size;
   EXPECT_EQ(dlfuse_registry_kernel_info(reg, 0, 0, info), DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_MSG_HAS(last_error(), "'info': struct_size is " + std::to_string(short_size) + "; expected >= ");
   for (size_t i = short_size; i < sizeof buf; ++i) ASSERT_EQ(buf[i], 0xCD) << "byte " << i;
+  EXPECT_EQ(dlfuse_registry_kernel_info(reg, 0, 0, nullptr), DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_MSG_HAS(last_error(), "'info' is NULL");
 
   info->struct_size = sizeof buf;
   ASSERT_EQ(dlfuse_registry_kernel_info(reg, 0, 0, info), DLFUSE_STATUS_OK) << last_error();

@@ -567,6 +567,8 @@ TEST_F(Validation, MisalignedFirstElementRefused) {
   c.y.dl()->byte_offset = 2;  // half a float32
   EXPECT_REFUSED(ama(c), DLFUSE_STATUS_INVALID_ARGUMENT);
   EXPECT_MSG_HAS(msg, "y");
+  EXPECT_MSG_HAS(msg, "aligned to 4 bytes");  // expected, then the actual address and offset
+  EXPECT_MSG_HAS(msg, "byte_offset 2)");
 }
 
 TEST_F(Validation, DeviceIdBeyondDeviceCountRefused) {

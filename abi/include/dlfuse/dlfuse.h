@@ -37,8 +37,8 @@ DLFUSE_EXPORT const char* dlfuse_status_string(dlfuse_status_t status);
 /* ---- registry ----------------------------------------------------------------- */
 
 /* Where dlfuse_registry_create looks for plugins, in this order. Within one folder
- * files named libdlfuse_*.so are loaded in name order. The current directory is never
- * searched. */
+ * files named libdlfuse_*.so are loaded in name order. Discovery never searches the
+ * current directory (a relative entry is listed as refused; docs/abi.md). */
 typedef enum dlfuse_discovery_flags_t {
   DLFUSE_DISCOVER_NONE = 0,
   DLFUSE_DISCOVER_ENV = 1,         /* folders or files in $DLFUSE_PLUGIN_PATH (':'-separated) */

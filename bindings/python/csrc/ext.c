@@ -1253,6 +1253,52 @@ static PyObject* py_current_stream(PyObject* self, PyObject* obj) {
   return PyLong_FromVoidPtr(s);
 }
 
+/* dlfuse.Tensor.__dlpack__'s capsule. Its destructor is C: a consumer that refuses the
+   capsule (np.from_dlpack of an OpenCL tensor) drops it while its own exception is pending,
+   which a ctypes callback cannot run under (the consumer's error became a SystemError). The
+   context holds `release`, called with the address when no consumer took the capsule. */
+static void export_capsule_destructor(PyObject* cap) {
+#if PY_VERSION_HEX >= 0x030C0000
+  PyObject* pending = PyErr_GetRaisedException();
+#else
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+#endif
+  PyObject* release = (PyObject*)PyCapsule_GetContext(cap);
+  const char* name = PyCapsule_GetName(cap);
+  if (release && name && (strcmp(name, "dltensor_versioned") == 0 || strcmp(name, "dltensor") == 0)) {
+    void* p = PyCapsule_GetPointer(cap, name);
+    PyObject* r = p ? PyObject_CallFunction(release, "K", (unsigned long long)(uintptr_t)p) : NULL;
+    if (!r) PyErr_WriteUnraisable(cap);
+    Py_XDECREF(r);
+  }
+  PyErr_Clear();
+  Py_XDECREF(release);
+#if PY_VERSION_HEX >= 0x030C0000
+  PyErr_SetRaisedException(pending);
+#else
+  PyErr_Restore(type, value, tb);
+#endif
+}
+
+static PyObject* py_export_capsule(PyObject* self, PyObject* args) {
+  (void)self;
+  unsigned long long addr;
+  int versioned;
+  PyObject* release;
+  if (!PyArg_ParseTuple(args, "KpO:export_capsule", &addr, &versioned, &release)) return NULL;
+  PyObject* cap = PyCapsule_New((void*)(uintptr_t)addr, versioned ? "dltensor_versioned" : "dltensor",
+                                export_capsule_destructor);
+  if (!cap) return NULL;
+  Py_INCREF(release);
+  if (PyCapsule_SetContext(cap, release) < 0) {
+    Py_DECREF(release);
+    Py_DECREF(cap);
+    return NULL;
+  }
+  return cap;
+}
+
 static PyMethodDef methods[] = {
     {"load", py_load, METH_VARARGS, "load(path, errors, Tensor, alloc_fallback, registry, activations)"},
     {"matmul_add_relu", (PyCFunction)(void (*)(void))py_matmul_add_relu, METH_FASTCALL | METH_KEYWORDS,
@@ -1298,6 +1344,9 @@ static PyMethodDef methods[] = {
     {"set_loader", py_set_loader, METH_O, "The callable the first op call runs to load libdlfuse."},
     {"exchange_api", py_exchange_api, METH_O,
      "The (major, minor) DLPack exchange API a type (or an object's type) offers, or None."},
+    {"export_capsule", py_export_capsule, METH_VARARGS,
+     "export_capsule(address, versioned, release): a DLPack capsule of the managed tensor at address; "
+     "release(address) runs when the capsule dies unconsumed."},
     {"current_stream", py_current_stream, METH_O,
      "The stream a call on this tensor runs on when no stream= is given (0: the plugin's default)."},
     {NULL, NULL, 0, NULL}};

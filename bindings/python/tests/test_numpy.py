@@ -452,6 +452,30 @@ def test_opencl_device_tensors(rng):
         dlfuse.add_mul_activation(tx, y, bias)  # mixing OpenCL and host memory
 
 
+def test_refused_export_keeps_the_consumers_error():
+    """A consumer that refuses a dlfuse.Tensor's capsule drops it with its own exception
+    pending: that exception reaches the caller (it was a SystemError), and the export is
+    released."""
+    if not any(p.available and p.device == "opencl" for p in dlfuse.plugins()):
+        pytest.skip("no OpenCL plugin available")
+    t = dlfuse.Tensor.empty((2, 3), "float32", "opencl:0")
+    n_exports = len(_core._exports)
+    for _ in range(3):
+        with pytest.raises(Exception) as e:
+            np.from_dlpack(t)  # NumPy takes host memory only
+        assert not isinstance(e.value, SystemError), repr(e.value)
+    gc.collect()
+    assert len(_core._exports) == n_exports
+
+
+def test_to_numpy_without_a_numpy_dtype(monkeypatch):
+    """bfloat16 without ml_dtypes: a clear TypeError, never a wrong-dtype copy."""
+    monkeypatch.setattr(_core, "_numpy_dtype", lambda code, bits: None)
+    t = dlfuse.Tensor.empty((2, 3), "bfloat16", "cpu")
+    with pytest.raises(TypeError, match="bfloat16"):
+        t.to_numpy()
+
+
 # ---- the checks catch a wrong kernel -------------------------------------------------------
 
 def test_checks_catch_a_wrong_plugin(rng):

@@ -5,8 +5,9 @@
     np.from_dlpack(out)                               # zero copy
 
 ``dlfuse.torch`` (imported on demand) adds autograd Functions and torch.library ops.
-libdlfuse is looked up on first use: $DLFUSE_LIBRARY, <prefix>/lib/libdlfuse.so,
-then ctypes.util.find_library("dlfuse"). See docs/python.md.
+libdlfuse is looked up on first use: $DLFUSE_LIBRARY (only it, when set), the package's own
+dlfuse/lib/libdlfuse.so (a wheel's), <prefix>/lib/libdlfuse.so, then
+ctypes.util.find_library("dlfuse"). See docs/python.md.
 """
 import os as _os
 

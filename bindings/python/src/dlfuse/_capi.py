@@ -233,14 +233,3 @@ _papi = ctypes.pythonapi
 PyCapsule_IsValid = _papi.PyCapsule_IsValid
 PyCapsule_IsValid.restype = ctypes.c_int
 PyCapsule_IsValid.argtypes = [ctypes.py_object, c_char_p]
-
-PyCapsule_Destructor = ctypes.CFUNCTYPE(None, c_void_p)
-PyCapsule_New = _papi.PyCapsule_New
-PyCapsule_New.restype = ctypes.py_object
-PyCapsule_New.argtypes = [c_void_p, c_char_p, PyCapsule_Destructor]
-# The same functions on a raw PyObject* (inside a capsule destructor, where we only
-# have the address of the dying capsule).
-_PyCapsule_IsValid_raw = ctypes.PYFUNCTYPE(ctypes.c_int, c_void_p, c_char_p)(
-    ("PyCapsule_IsValid", _papi))
-_PyCapsule_GetPointer_raw = ctypes.PYFUNCTYPE(c_void_p, c_void_p, c_char_p)(
-    ("PyCapsule_GetPointer", _papi))

@@ -301,8 +301,6 @@ def _alloc_fallback(like, shape, code, bits, dev_type, dev_id, reg):
 
 # ---- DLPack export (producer side): memory from the plugins' device services ----------------
 
-_NAME_V = b"dltensor_versioned"
-_NAME_L = b"dltensor"
 _exports = {}  # address of a DLManagedTensorVersioned / DLManagedTensor -> what keeps it alive
 _exports_lock = threading.Lock()
 
@@ -320,16 +318,6 @@ def _deleter_v(p):
 @C.DLManagedTensorDeleter
 def _deleter_l(p):
     _release(ctypes.cast(p, c_void_p).value)
-
-
-@C.PyCapsule_Destructor
-def _capsule_destructor(cap):
-    # Runs when a capsule dies. Renamed to used_* = a consumer took it and will call the
-    # deleter; still named dltensor* = nobody consumed it, so we free it here.
-    for nm in (_NAME_V, _NAME_L):
-        if C._PyCapsule_IsValid_raw(cap, nm):
-            _release(C._PyCapsule_GetPointer_raw(cap, nm))
-            return
 
 
 class Tensor:
@@ -420,24 +408,29 @@ class Tensor:
             m.version.major, m.version.minor = 1, 0
             m.deleter = _deleter_v
             m.flags = 0
-            tgt, name = m.dl_tensor, _NAME_V
         else:
             m = C.DLManagedTensor()
             m.deleter = _deleter_l
-            tgt, name = m.dl_tensor, _NAME_L
+        tgt = m.dl_tensor
         ctypes.memmove(ctypes.addressof(tgt), self._tensor_addr, ctypes.sizeof(C.DLTensor))
         addr = ctypes.addressof(m)
         m.manager_ctx = addr
         with _exports_lock:
             _exports[addr] = (m, self)  # the struct and the owner stay alive until released
-        return C.PyCapsule_New(addr, name, _capsule_destructor)
+        # Renamed to used_* = a consumer took it and calls the deleter; still dltensor* when
+        # it dies = nobody did, and the capsule's destructor releases it.
+        return _ext.export_capsule(addr, versioned, _release)
 
     def to_numpy(self):
-        """A host copy as a NumPy array (a zero-copy view for CPU memory)."""
+        """A host copy as a NumPy array (a zero-copy view for CPU memory, except bfloat16,
+        which NumPy's DLPack import does not take: a copy into an ml_dtypes array)."""
         import numpy as np
-        if self._device.device_type == C.kDLCPU:
-            return np.from_dlpack(self)
         npdt = _numpy_dtype(self._t.dtype.code, self._t.dtype.bits)
+        if npdt is None:
+            raise TypeError(f"dlfuse.Tensor.to_numpy: NumPy has no {self.dtype} dtype"
+                            + (" (install ml_dtypes)" if self.dtype == "bfloat16" else ""))
+        if self._device.device_type == C.kDLCPU and self.dtype != "bfloat16":
+            return np.from_dlpack(self)
         out = np.empty(self._shape, dtype=npdt)
         if self._nbytes:
             _check(self._reg._lib.dlfuse_device_copy(

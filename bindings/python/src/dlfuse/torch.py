@@ -71,8 +71,9 @@ _OUT_FORM = frozenset((0, 1, 2, 3))
 # ---- which add_mul_activation_backward form the serving kernel takes ----------------------
 #
 # The out form of add_mul_activation_backward is an input that ABI 1.1 appended to a 1.0 op:
-# a kernel takes it only if it declares DLFUSE_KERNEL_TAKES_V1_1_INPUTS (the CUDA plugin
-# does not yet). The forward decides what to save, so it asks once per (CPU or CUDA, dtype).
+# a kernel takes it only if it declares DLFUSE_KERNEL_TAKES_V1_1_INPUTS (dlfuse's plugins
+# do; a third party's may not). The forward decides what to save, so it asks once per (CPU or
+# CUDA, dtype).
 
 _out_form_cache = {}
 
