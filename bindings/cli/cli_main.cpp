@@ -26,7 +26,7 @@ const char* const kUsage =
     "      --dtype D  --op OP  --case TEXT  --device-id I  --verbose  --no-bad-inputs\n"
     "      --seed S|random  --sweep N  --repeat N  --threads N  --no-stale-memory\n"
     "      --nondeterministic OP[,OP...]|all  (docs/plugin-guide.md, section 7)\n"
-    "      --large                      also the cases of over 2^22 elements (GPU plugins)\n"
+    "      --large                      also the cases of 2^26 elements or more (GPU plugins)\n"
     "  version                          versions of the tool and the ABI\n"
     "  --help                           this text\n"
     "\n"

@@ -125,8 +125,10 @@ dlfuse_status_t copy_kernels(Plugin* p, const dlfuse_kernel_t* table, int32_t n)
     const std::string where = "kernel " + std::to_string(i) + ": ";
     if (k.struct_size < kKernelV1_0Size || k.struct_size != stride)
       return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT,
-                    where + "struct_size is " + std::to_string(k.struct_size) + "; expected at least " +
-                        std::to_string(kKernelV1_0Size) + " and the same in every entry");
+                    where + "struct_size is " + std::to_string(k.struct_size) + "; expected " +
+                        (k.struct_size < kKernelV1_0Size ? "at least " + std::to_string(kKernelV1_0Size)
+                                                         : "entry 0's, " + std::to_string(stride)) +
+                        " (one size for every entry)");
     if (!k.op || !*k.op) return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT, where + "op is NULL or empty; expected an op name");
     if (!k.fn) return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT, where + "fn is NULL; expected a function");
     if (k.device_type != p->api.device_type)

@@ -95,7 +95,8 @@ typedef struct dlfuse_plugin_t {
    * unavailable with `err` as the reason; it is not fatal to the registry. */
   dlfuse_status_t (*open)(const dlfuse_host_info_t* host, void** state, char* err,
                           size_t err_size);
-  /* Release what open() made. Called once, when the registry is destroyed. */
+  /* Release what open() made. Called once if open() succeeded with a non-NULL state: when
+   * the registry is destroyed, or at once if the rest of loading fails. */
   void (*close)(void* state);
   /* The kernel table, valid until close(). Called once after a successful open().
    * Entries are read with a stride of kernels[0].struct_size, so all must share it. */

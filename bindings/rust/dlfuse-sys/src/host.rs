@@ -164,6 +164,67 @@ extern "C" {
         stream: *mut c_void,
     ) -> dlfuse_status_t;
 
+    // ABI 1.1: the matmul epilogue family and the add_mul backward from `out`
+    // (dlfuse_abi_version() >= (1, 1); docs/ops.md).
+    pub fn dlfuse_matmul_add_activation(
+        registry: dlfuse_registry_t,
+        a: *const DLTensor,
+        b: *const DLTensor,
+        bias: *const DLTensor,
+        activation: dlfuse_activation_t,
+        out: *mut DLTensor,
+        pre: *mut DLTensor,
+        allow_tf32: i32,
+        stream: *mut c_void,
+    ) -> dlfuse_status_t;
+    pub fn dlfuse_matmul_add_activation_backward(
+        registry: dlfuse_registry_t,
+        grad_out: *const DLTensor,
+        a: *const DLTensor,
+        b: *const DLTensor,
+        out: *const DLTensor,
+        pre: *const DLTensor,
+        activation: dlfuse_activation_t,
+        grad_a: *mut DLTensor,
+        grad_b: *mut DLTensor,
+        grad_bias: *mut DLTensor,
+        allow_tf32: i32,
+        stream: *mut c_void,
+    ) -> dlfuse_status_t;
+    pub fn dlfuse_matmul_add_residual(
+        registry: dlfuse_registry_t,
+        a: *const DLTensor,
+        b: *const DLTensor,
+        bias: *const DLTensor,
+        residual: *const DLTensor,
+        out: *mut DLTensor,
+        allow_tf32: i32,
+        stream: *mut c_void,
+    ) -> dlfuse_status_t;
+    pub fn dlfuse_matmul_add_residual_backward(
+        registry: dlfuse_registry_t,
+        grad_out: *const DLTensor,
+        a: *const DLTensor,
+        b: *const DLTensor,
+        grad_a: *mut DLTensor,
+        grad_b: *mut DLTensor,
+        grad_bias: *mut DLTensor,
+        grad_residual: *mut DLTensor,
+        allow_tf32: i32,
+        stream: *mut c_void,
+    ) -> dlfuse_status_t;
+    pub fn dlfuse_add_mul_activation_backward_from_out(
+        registry: dlfuse_registry_t,
+        grad_out: *const DLTensor,
+        out: *const DLTensor,
+        multiplier: f64,
+        activation: dlfuse_activation_t,
+        grad_x: *mut DLTensor,
+        grad_y: *mut DLTensor,
+        grad_bias: *mut DLTensor,
+        stream: *mut c_void,
+    ) -> dlfuse_status_t;
+
     pub fn dlfuse_device_count(
         registry: dlfuse_registry_t,
         device_type: i32,

@@ -43,6 +43,24 @@
 //! drop(view);
 //! ```
 //!
+//! ```compile_fail
+//! use dlfuse::{Device, Registry};
+//! let reg = Registry::new().unwrap();
+//! let buf = reg.alloc(Device::CPU, 16).unwrap();
+//! drop(reg); // error: cannot move out of `reg` because it is borrowed
+//! drop(buf);
+//! ```
+//!
+//! Nor can data change while a read-only view of it exists:
+//!
+//! ```compile_fail
+//! use dlfuse::TensorView;
+//! let mut data = vec![0.0f32; 4];
+//! let view = TensorView::new(&data, &[4]).unwrap();
+//! data[0] = 1.0; // error: cannot assign to `data[_]` because it is borrowed
+//! drop(view);
+//! ```
+//!
 //! The same code with the drops in order compiles (so the failures above are the
 //! borrow checker's, not a typo):
 //!

@@ -228,3 +228,38 @@ fn send_and_sync_where_the_abi_allows() {
         }
     });
 }
+
+/// The ABI 1.1 functions that only dlfuse-sys declares, called through the safe views' C
+/// form on testref: a wrong declaration (argument order, a missing argument) gives wrong
+/// values or an error here.
+#[test]
+fn abi_1_1_functions_through_sys() {
+    use dlfuse::sys;
+    use dlfuse::TensorView;
+    let reg = registry_with("testref");
+    let last_error = || unsafe { std::ffi::CStr::from_ptr(sys::dlfuse_last_error()) }.to_string_lossy().into_owned();
+    let (a, b, bias, res) = ([1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], [1.0f32, -1.0, 0.5, 2.0, -2.0, 1.0], [0.25f32, -8.0], [10.0f32, 20.0, 30.0, 40.0]);
+    let (va, vb) = (TensorView::new(&a, &[2, 3]).unwrap(), TensorView::new(&b, &[3, 2]).unwrap());
+    let (vbias, vres) = (TensorView::new(&bias, &[2]).unwrap(), TensorView::new(&res, &[2, 2]).unwrap());
+    // a @ b = [[-4, 6], [-5.5, 12]]
+    let mm = [-4.0f32, 6.0, -5.5, 12.0];
+    let want_res: Vec<f32> = (0..4).map(|i| mm[i] + bias[i % 2] + res[i]).collect();
+    let want_relu: Vec<f32> = (0..4).map(|i| (mm[i] + bias[i % 2]).max(0.0)).collect();
+    let mut out = [f32::NAN; 4];
+    let mut act = [f32::NAN; 4];
+    {
+        let (ra, rb, rbias, rres) = (va.raw(), vb.raw(), vbias.raw(), vres.raw());
+        let mut vout = dlfuse::TensorViewMut::new(&mut out, &[2, 2]).unwrap();
+        let mut rout = vout.raw();
+        let st = unsafe { sys::dlfuse_matmul_add_residual(reg.as_raw(), &ra, &rb, &rbias, &rres, &mut rout, 0, std::ptr::null_mut()) };
+        assert_eq!(st, sys::DLFUSE_STATUS_OK, "{}", last_error());
+        let mut vact = dlfuse::TensorViewMut::new(&mut act, &[2, 2]).unwrap();
+        let mut ract = vact.raw();
+        let st = unsafe {
+            sys::dlfuse_matmul_add_activation(reg.as_raw(), &ra, &rb, &rbias, sys::DLFUSE_ACT_RELU, &mut ract, std::ptr::null_mut(), 0, std::ptr::null_mut())
+        };
+        assert_eq!(st, sys::DLFUSE_STATUS_OK, "{}", last_error());
+    }
+    assert_eq!(out.to_vec(), want_res);
+    assert_eq!(act.to_vec(), want_relu);
+}
