@@ -1253,6 +1253,38 @@ static PyObject* py_current_stream(PyObject* self, PyObject* obj) {
   return PyLong_FromVoidPtr(s);
 }
 
+/* The deleter of dlfuse.Tensor's exported DLManagedTensor(Versioned), for the same reason
+   as the capsule destructor below: a consumer may call it with its own exception pending
+   (or from a thread of its own: hence the GIL). `export_release` is dlfuse._core._release. */
+static PyObject* export_release;
+
+static void export_deleter(void* managed) {
+  if (!Py_IsInitialized()) return; /* a consumer freeing after interpreter exit: nothing to release */
+  PyGILState_STATE g = PyGILState_Ensure();
+#if PY_VERSION_HEX >= 0x030C0000
+  PyObject* pending = PyErr_GetRaisedException();
+#else
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+#endif
+  PyObject* r = export_release ? PyObject_CallFunction(export_release, "K", (unsigned long long)(uintptr_t)managed) : NULL;
+  if (!r && PyErr_Occurred()) PyErr_WriteUnraisable(export_release);
+  Py_XDECREF(r);
+#if PY_VERSION_HEX >= 0x030C0000
+  PyErr_SetRaisedException(pending);
+#else
+  PyErr_Restore(type, value, tb);
+#endif
+  PyGILState_Release(g);
+}
+
+static PyObject* py_export_deleter(PyObject* self, PyObject* release) {
+  (void)self;
+  Py_INCREF(release);
+  Py_XSETREF(export_release, release);
+  return PyLong_FromVoidPtr((void*)(uintptr_t)&export_deleter);
+}
+
 /* dlfuse.Tensor.__dlpack__'s capsule. Its destructor is C: a consumer that refuses the
    capsule (np.from_dlpack of an OpenCL tensor) drops it while its own exception is pending,
    which a ctypes callback cannot run under (the consumer's error became a SystemError). The
@@ -1344,6 +1376,8 @@ static PyMethodDef methods[] = {
     {"set_loader", py_set_loader, METH_O, "The callable the first op call runs to load libdlfuse."},
     {"exchange_api", py_exchange_api, METH_O,
      "The (major, minor) DLPack exchange API a type (or an object's type) offers, or None."},
+    {"export_deleter", py_export_deleter, METH_O,
+     "export_deleter(release): the address of a C DLPack deleter that calls release(address of the managed tensor)."},
     {"export_capsule", py_export_capsule, METH_VARARGS,
      "export_capsule(address, versioned, release): a DLPack capsule of the managed tensor at address; "
      "release(address) runs when the capsule dies unconsumed."},

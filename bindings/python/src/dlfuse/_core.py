@@ -310,14 +310,11 @@ def _release(addr):
         _exports.pop(addr, None)
 
 
-@C.DLManagedTensorVersionedDeleter
-def _deleter_v(p):
-    _release(ctypes.cast(p, c_void_p).value)
-
-
-@C.DLManagedTensorDeleter
-def _deleter_l(p):
-    _release(ctypes.cast(p, c_void_p).value)
+# The deleters consumers call (C, in dlfuse._ext: a ctypes callback cannot run while the
+# consumer's own exception is pending).
+_deleter_addr = _ext.export_deleter(_release)
+_deleter_v = C.DLManagedTensorVersionedDeleter(_deleter_addr)
+_deleter_l = C.DLManagedTensorDeleter(_deleter_addr)
 
 
 class Tensor:
