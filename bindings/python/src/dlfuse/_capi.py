@@ -227,7 +227,8 @@ def library_path():
     return _lib_path
 
 
-# ---- PyCapsule access (the DLPack exchange object) ----------------------------------------
+# ---- PyCapsule names (the tests check an export's capsule with it; the capsules themselves
+# are made in dlfuse._ext) --------------------------------------------------------------------
 
 _papi = ctypes.pythonapi
 PyCapsule_IsValid = _papi.PyCapsule_IsValid
