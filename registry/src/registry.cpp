@@ -41,6 +41,17 @@ dlfuse_status_t check_registry(dlfuse_registry_t r, const char* fn) {
   return DLFUSE_STATUS_OK;
 }
 
+// A caller-filled info struct: present, and at least its ABI 1.0 fields (`need` bytes).
+template <class Info> dlfuse_status_t check_info(const Info* info, size_t need, const char* fn, const char* type) {
+  if (!info)
+    return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument 'info' is NULL; expected a %s with struct_size >= %zu", fn,
+                type, need);
+  if (info->struct_size < need)
+    return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument 'info': struct_size is %zu; expected >= %zu", fn,
+                static_cast<size_t>(info->struct_size), need);
+  return DLFUSE_STATUS_OK;
+}
+
 dlfuse_status_t check_plugin_index(dlfuse_registry_t r, int32_t plugin, const char* fn) {
   const int32_t n = static_cast<int32_t>(r->plugins.size());
   if (plugin < 0 || plugin >= n)
@@ -126,15 +137,8 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_plugin_info(dlfuse_registry_t regi
                                                           dlfuse_plugin_info_t* info) {
   return guarded("dlfuse_registry_plugin_info", [&] {
     if (auto s = check_registry(registry, "dlfuse_registry_plugin_info")) return s;
-    const size_t need = offsetof(dlfuse_plugin_info_t, num_kernels) + sizeof(int32_t);
-    if (!info)
-      return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
-                  "dlfuse_registry_plugin_info: argument 'info' is NULL; expected a dlfuse_plugin_info_t with struct_size >= %zu",
-                  need);
-    if (info->struct_size < need)
-      return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
-                  "dlfuse_registry_plugin_info: argument 'info': struct_size is %zu; expected >= %zu",
-                  static_cast<size_t>(info->struct_size), need);
+    if (auto s = check_info(info, offsetof(dlfuse_plugin_info_t, num_kernels) + sizeof(int32_t), "dlfuse_registry_plugin_info", "dlfuse_plugin_info_t"))
+      return s;
     std::lock_guard<std::mutex> lock(registry->mutex);
     if (auto s = check_plugin_index(registry, plugin, "dlfuse_registry_plugin_info")) return s;
     const Plugin& p = *registry->plugins[plugin];
@@ -160,15 +164,8 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_kernel_info(dlfuse_registry_t regi
                                                           dlfuse_kernel_info_t* info) {
   return guarded("dlfuse_registry_kernel_info", [&] {
     if (auto s = check_registry(registry, "dlfuse_registry_kernel_info")) return s;
-    const size_t need = offsetof(dlfuse_kernel_info_t, priority) + sizeof(int32_t);
-    if (!info)
-      return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
-                  "dlfuse_registry_kernel_info: argument 'info' is NULL; expected a dlfuse_kernel_info_t with struct_size >= %zu",
-                  need);
-    if (info->struct_size < need)
-      return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
-                  "dlfuse_registry_kernel_info: argument 'info': struct_size is %zu; expected >= %zu",
-                  static_cast<size_t>(info->struct_size), need);
+    if (auto s = check_info(info, offsetof(dlfuse_kernel_info_t, priority) + sizeof(int32_t), "dlfuse_registry_kernel_info", "dlfuse_kernel_info_t"))
+      return s;
     std::lock_guard<std::mutex> lock(registry->mutex);
     if (auto s = check_plugin_index(registry, plugin, "dlfuse_registry_kernel_info")) return s;
     const Plugin& p = *registry->plugins[plugin];

@@ -1253,21 +1253,22 @@ static PyObject* py_current_stream(PyObject* self, PyObject* obj) {
   return PyLong_FromVoidPtr(s);
 }
 
-/* The deleter of dlfuse.Tensor's exported DLManagedTensor(Versioned), for the same reason
-   as the capsule destructor below: a consumer may call it with its own exception pending
-   (or from a thread of its own: hence the GIL). `export_release` is dlfuse._core._release. */
+/* What frees dlfuse.Tensor's DLPack exports: the deleter of the exported
+   DLManagedTensor(Versioned) and the destructor of its capsule, both C because a consumer
+   may call them with its own exception pending (np.from_dlpack dropping a capsule it
+   refuses), which a ctypes callback cannot run under (the consumer's error became a
+   SystemError). `export_release` is dlfuse._core._release, set by export_deleter(). */
 static PyObject* export_release;
 
-static void export_deleter(void* managed) {
-  if (!Py_IsInitialized()) return; /* a consumer freeing after interpreter exit: nothing to release */
-  PyGILState_STATE g = PyGILState_Ensure();
+/* export_release(addr), the GIL held, keeping the caller's pending exception. */
+static void release_export(void* addr) {
 #if PY_VERSION_HEX >= 0x030C0000
   PyObject* pending = PyErr_GetRaisedException();
 #else
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
 #endif
-  PyObject* r = export_release ? PyObject_CallFunction(export_release, "K", (unsigned long long)(uintptr_t)managed) : NULL;
+  PyObject* r = export_release ? PyObject_CallFunction(export_release, "K", (unsigned long long)(uintptr_t)addr) : NULL;
   if (!r && PyErr_Occurred()) PyErr_WriteUnraisable(export_release);
   Py_XDECREF(r);
 #if PY_VERSION_HEX >= 0x030C0000
@@ -1275,6 +1276,13 @@ static void export_deleter(void* managed) {
 #else
   PyErr_Restore(type, value, tb);
 #endif
+}
+
+/* A consumer calls it when done, maybe from a thread of its own (hence the GIL). */
+static void export_deleter(void* managed) {
+  if (!Py_IsInitialized()) return; /* a consumer freeing after interpreter exit: nothing to release */
+  PyGILState_STATE g = PyGILState_Ensure();
+  release_export(managed);
   PyGILState_Release(g);
 }
 
@@ -1285,50 +1293,21 @@ static PyObject* py_export_deleter(PyObject* self, PyObject* release) {
   return PyLong_FromVoidPtr((void*)(uintptr_t)&export_deleter);
 }
 
-/* dlfuse.Tensor.__dlpack__'s capsule. Its destructor is C: a consumer that refuses the
-   capsule (np.from_dlpack of an OpenCL tensor) drops it while its own exception is pending,
-   which a ctypes callback cannot run under (the consumer's error became a SystemError). The
-   context holds `release`, called with the address when no consumer took the capsule. */
+/* A capsule still named dltensor* when it dies was taken by no consumer (one that takes it
+   renames it used_* and calls the deleter). */
 static void export_capsule_destructor(PyObject* cap) {
-#if PY_VERSION_HEX >= 0x030C0000
-  PyObject* pending = PyErr_GetRaisedException();
-#else
-  PyObject *type, *value, *tb;
-  PyErr_Fetch(&type, &value, &tb);
-#endif
-  PyObject* release = (PyObject*)PyCapsule_GetContext(cap);
-  const char* name = PyCapsule_GetName(cap);
-  if (release && name && (strcmp(name, "dltensor_versioned") == 0 || strcmp(name, "dltensor") == 0)) {
-    void* p = PyCapsule_GetPointer(cap, name);
-    PyObject* r = p ? PyObject_CallFunction(release, "K", (unsigned long long)(uintptr_t)p) : NULL;
-    if (!r) PyErr_WriteUnraisable(cap);
-    Py_XDECREF(r);
-  }
-  PyErr_Clear();
-  Py_XDECREF(release);
-#if PY_VERSION_HEX >= 0x030C0000
-  PyErr_SetRaisedException(pending);
-#else
-  PyErr_Restore(type, value, tb);
-#endif
+  const char* name = PyCapsule_IsValid(cap, "dltensor_versioned") ? "dltensor_versioned"
+                     : PyCapsule_IsValid(cap, "dltensor")         ? "dltensor"
+                                                                  : NULL;
+  if (name) release_export(PyCapsule_GetPointer(cap, name));
 }
 
 static PyObject* py_export_capsule(PyObject* self, PyObject* args) {
   (void)self;
   unsigned long long addr;
   int versioned;
-  PyObject* release;
-  if (!PyArg_ParseTuple(args, "KpO:export_capsule", &addr, &versioned, &release)) return NULL;
-  PyObject* cap = PyCapsule_New((void*)(uintptr_t)addr, versioned ? "dltensor_versioned" : "dltensor",
-                                export_capsule_destructor);
-  if (!cap) return NULL;
-  Py_INCREF(release);
-  if (PyCapsule_SetContext(cap, release) < 0) {
-    Py_DECREF(release);
-    Py_DECREF(cap);
-    return NULL;
-  }
-  return cap;
+  if (!PyArg_ParseTuple(args, "Kp:export_capsule", &addr, &versioned)) return NULL;
+  return PyCapsule_New((void*)(uintptr_t)addr, versioned ? "dltensor_versioned" : "dltensor", export_capsule_destructor);
 }
 
 static PyMethodDef methods[] = {
@@ -1379,8 +1358,8 @@ static PyMethodDef methods[] = {
     {"export_deleter", py_export_deleter, METH_O,
      "export_deleter(release): the address of a C DLPack deleter that calls release(address of the managed tensor)."},
     {"export_capsule", py_export_capsule, METH_VARARGS,
-     "export_capsule(address, versioned, release): a DLPack capsule of the managed tensor at address; "
-     "release(address) runs when the capsule dies unconsumed."},
+     "export_capsule(address, versioned): a DLPack capsule of the managed tensor at address; "
+     "the export_deleter's release(address) runs when it dies unconsumed."},
     {"current_stream", py_current_stream, METH_O,
      "The stream a call on this tensor runs on when no stream= is given (0: the plugin's default)."},
     {NULL, NULL, 0, NULL}};

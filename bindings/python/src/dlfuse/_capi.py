@@ -225,12 +225,3 @@ def lib():
 def library_path():
     lib()
     return _lib_path
-
-
-# ---- PyCapsule names (the tests check an export's capsule with it; the capsules themselves
-# are made in dlfuse._ext) --------------------------------------------------------------------
-
-_papi = ctypes.pythonapi
-PyCapsule_IsValid = _papi.PyCapsule_IsValid
-PyCapsule_IsValid.restype = ctypes.c_int
-PyCapsule_IsValid.argtypes = [ctypes.py_object, c_char_p]

@@ -416,7 +416,7 @@ class Tensor:
             _exports[addr] = (m, self)  # the struct and the owner stay alive until released
         # Renamed to used_* = a consumer took it and calls the deleter; still dltensor* when
         # it dies = nobody did, and the capsule's destructor releases it.
-        return _ext.export_capsule(addr, versioned, _release)
+        return _ext.export_capsule(addr, versioned)
 
     def to_numpy(self):
         """A host copy as a NumPy array (a zero-copy view for CPU memory, except bfloat16,
