@@ -1,6 +1,6 @@
 // Tiny GEMMs in one own kernel instead of cuBLASLt. Why: a cublasLtMatmul call costs
 // 7.5-13.5 us of host time even with a kept descriptor and algorithm (H100 host,
-// docs/performance.md), a small launch (a memset there) 0.9-1.5 us; for a 32x32x32 problem the
+// docs/cuda.md), a small launch (a memset there) 0.9-1.5 us; for a 32x32x32 problem the
 // GPU work is far below either. The kernel computes what the cuBLASLt path computes
 // (gemm.cpp: describe / epilogue_of), epilogue included: per batch index and element (i, j)
 // pre = sum_k X[i,k] Y[k,j] (float, increasing k) + beta C[i,j] + bias, D = act(pre),

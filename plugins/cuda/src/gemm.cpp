@@ -430,7 +430,7 @@ GemmStatus choose_algo(const Gemm& g, const LtProblem& p, PlanLease& lease, Devi
   // Not with an addend: timing runs write D, which may be C; and with a separate C (the
   // residual) the timed choice measured slower than the heuristic's on the H100, timed with
   // beta = 0 (bfloat16 8192x4096x4096: 0.433 against 0.421 ms) and with C read as the real
-  // call reads it (0.3957 against 0.3919 ms, docs/performance.md, ninth session).
+  // call reads it (0.3957 against 0.3919 ms).
   const bool tune = autotune_enabled() && g.beta == 0.f && flops >= kAutotuneMinFlops && !capt;
   cublasLtMatmulPreference_t pref = nullptr;
   DLF_LT(cublasLtMatmulPreferenceCreate(&pref));
