@@ -31,6 +31,9 @@
 #                  overhead (torch, CUDA) and dlfuse_cuda_host_cost (bench/torch_host_cost.py
 #                  beside it) over each; bench/compare.py
 #                  prints new/base per row
+#   jax            dlfuse.jax on CUDA: test_jax.py with CUDA required (jit, grad, vmap, the 4-layer
+#                  MLP, the handlers inside XLA command buffers), examples/jax_mlp.py trained 300
+#                  steps against jax.numpy, bench/jax_bench.py (per call and MLP step vs XLA)
 # When $OUT is set (the device tool), everything is packed into $OUT/gpu-logs.tgz at the end.
 #
 # Inputs are found the same way for every job (tools/gpu_env.sh): the DLPack header from
@@ -170,6 +173,24 @@ job_lt-candidates() {
 job_python() {
   OUT=$J bash bindings/python/tools/gpu_job.sh "$B" "${1:-}"
 }
+
+job_jax() (  # a subshell: its environment stays out of the jobs after it
+  # gpu_build configured the XLA FFI handlers against this python3's jaxlib and built them
+  local rc=0 lib=$B/python/dlfuse/libdlfuse_jax.so
+  [ -f "$lib" ] || { summary "jax: $lib was not built (python3 cannot import jax?)"; return 3; }
+  export DLFUSE_LIBRARY=$B/lib/libdlfuse.so DLFUSE_EXT_DIR=$B/python/dlfuse XLA_PYTHON_CLIENT_PREALLOCATE=false \
+    PYTHONPATH=$ROOT/bindings/python/src${PYTHONPATH:+:$PYTHONPATH}
+  unset DLFUSE_PLUGIN_PATH DLFUSE_PREFER
+  python3 -c "import jax, dlfuse; print('jax', jax.__version__, jax.devices()); print(dlfuse.plugins())"
+  DLFUSE_REQUIRE_CUDA=1 timeout 1200 python3 -m pytest -q -p no:cacheprovider -rs bindings/python/tests/test_jax.py \
+    >"$J/pytest.log" 2>&1 || rc=1
+  summary "jax pytest: $(tail -1 "$J/pytest.log")"
+  timeout 600 python3 bindings/python/examples/jax_mlp.py --device cuda --steps 300 >"$J/jax_mlp.log" 2>&1 || rc=1
+  summary "jax mlp: $(tail -2 "$J/jax_mlp.log" | tr '\n' ' ')"
+  timeout 1200 python3 bench/jax_bench.py --device cuda --json "$J/jax_bench.json" >"$J/jax_bench.log" 2>&1 || rc=1
+  cat "$J/jax_bench.log"
+  return $rc
+)
 
 rc=0
 {

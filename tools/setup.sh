@@ -24,8 +24,9 @@ fi
 
 # DLPack >= 1.0 (docs/abi.md): the header ships in apache-tvm-ffi. NumPy/pytest for the
 # Python tests; scikit-build-core so `pip install --no-build-isolation ./bindings/python`
-# (and the python.wheel test) builds the wheel without a registry.
+# (and the python.wheel test) builds the wheel without a registry. jax[cpu]: dlfuse.jax's
+# XLA FFI handlers build against its headers, and its tests run on CPU.
 python3 -m pip install -q --disable-pip-version-check "apache-tvm-ffi>=0.1" "numpy>=2.1" "pytest>=8" \
-  "setuptools>=61" wheel "scikit-build-core>=0.10" 2>&1 |
+  "setuptools>=61" wheel "scikit-build-core>=0.10" "jax[cpu]>=0.10" 2>&1 |
   grep -v "Running pip as the 'root' user" || true
 python3 -c "import tvm_ffi.libinfo as l; print('setup: DLPack header from', l.find_dlpack_include_path())"

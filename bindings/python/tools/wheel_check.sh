@@ -79,3 +79,22 @@ z.backward(torch.tensor(g))
 torch.testing.assert_close(xt.grad.double(), torch.tensor(d).double(), rtol=2e-5, atol=1e-5)
 print("wheel OK: torch", torch.__version__, "with dlfuse's C++ operators from", os.path.dirname(dft.__file__))
 PYEOF
+# Where the interpreter imports jax, the wheel must hold dlfuse.jax's XLA FFI handlers, and a
+# jitted, differentiated call from the venv must run on them.
+if "$WORK/venv/bin/python" -c "import jax" 2>/dev/null; then
+  "$WORK/venv/bin/python" - <<'PYEOF'
+import os
+import jax, jax.numpy as jnp, numpy as np
+import dlfuse.jax as djx
+from dlfuse import _jax_ffi
+assert os.path.isfile(os.path.join(os.path.dirname(djx.__file__), _jax_ffi.LIBRARY))
+rng = np.random.default_rng(1)
+a, b, bias = (rng.standard_normal(s).astype(np.float32) for s in ((7, 4), (4, 5), (5,)))
+f = jax.jit(jax.value_and_grad(lambda b: jnp.sum(djx.matmul_add_relu(a, b, bias))))
+val, gb = f(b)
+z = a.astype(np.float64) @ b + bias
+np.testing.assert_allclose(val, np.maximum(z, 0).sum(), rtol=1e-5)
+np.testing.assert_allclose(gb, a.T.astype(np.float64) @ (z > 0), rtol=1e-4, atol=1e-5)
+print("wheel OK: jax", jax.__version__, "with dlfuse.jax's handlers from", os.path.dirname(djx.__file__))
+PYEOF
+fi

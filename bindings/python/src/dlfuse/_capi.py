@@ -88,6 +88,7 @@ STATUS_NAMES = {0: "OK", 1: "INVALID_ARGUMENT", 2: "UNSUPPORTED", 3: "NOT_FOUND"
 
 ACTIVATIONS = {"identity": 0, "relu": 1, "sigmoid": 2, "tanh": 3, "gelu": 4, "gelu_erf": 4,
                "gelu_tanh": 5, "silu": 6}
+ACT_COUNT = 7  # DLFUSE_ACT_COUNT
 
 ATTR_ACTIVATION = 1
 ATTR_MULTIPLIER = 2

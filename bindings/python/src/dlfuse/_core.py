@@ -453,6 +453,30 @@ def to_device(array, device, registry=None, stream=None):
     return t
 
 
+def kernel_takes_out_form(device_type, dtype):
+    """Whether the kernel add_mul_activation_backward resolves to for (device type name,
+    dtype; a name or any dtype object whose str ends in it) takes `out` (ABI 1.1)."""
+    dl = _DTYPE_BY_NAME.get(str(dtype).rsplit(".", 1)[-1])
+    dev = C.DEVICE_TYPES.get(device_type)
+    if dl is None or dev is None or abi_version() < (1, 1):
+        return False
+    reg = registry()
+    lib = C.lib()
+    op, idx = ctypes.c_void_p(), ctypes.c_int32()
+    if (lib.dlfuse_op_get(reg.handle, b"add_mul_activation_backward", ctypes.byref(op)) or
+            lib.dlfuse_op_resolve(op, dev, C.DLDataType(dl[0], dl[1], 1), ctypes.byref(idx))):
+        return False  # no kernel: the forward fails anyway
+    ki = C.dlfuse_kernel_info_t()
+    for k in range(reg.plugin(idx.value).num_kernels):
+        ki.struct_size = ctypes.sizeof(ki)
+        if lib.dlfuse_registry_kernel_info(reg.handle, idx.value, k, ctypes.byref(ki)):
+            continue
+        if (ki.op == b"add_mul_activation_backward" and ki.device_type == dev and
+                any((d.code, d.bits) == dl for d in ki.dtypes[:ki.num_dtypes])):
+            return bool(ki.flags & C.KERNEL_TAKES_V1_1_INPUTS)
+    return False
+
+
 # ---- the ops (compiled) ---------------------------------------------------------------------
 
 

@@ -17,12 +17,11 @@ kernels and autograd formulas registered), so ``torch.compile(fullgraph=True)`` 
 them as opaque calls and CUDA graphs capture them (docs/python.md).
 """
 
-import ctypes
 from typing import List, Tuple
 
 import torch
 
-from . import _capi, _core, _ext, _torch_cpp
+from . import _core, _ext, _torch_cpp
 
 __all__ = ["matmul_add_relu", "add_mul_activation", "matmul_add_activation",
            "matmul_add_residual", "MatmulAddRelu", "AddMulActivation", "MatmulAddActivation",
@@ -78,27 +77,7 @@ _OUT_FORM = frozenset((0, 1, 2, 3))
 _out_form_cache = {}
 
 
-def _takes_out_form(device_type, dtype):
-    """Whether the kernel add_mul_activation_backward resolves to takes `out`."""
-    dl = _core._DTYPE_BY_NAME.get(str(dtype).rsplit(".", 1)[-1])
-    dev = _capi.DEVICE_TYPES.get(device_type)
-    if dl is None or dev is None or _core.abi_version() < (1, 1):
-        return False
-    reg = _core.registry()
-    lib = _capi.lib()
-    op, idx = ctypes.c_void_p(), ctypes.c_int32()
-    if (lib.dlfuse_op_get(reg.handle, b"add_mul_activation_backward", ctypes.byref(op)) or
-            lib.dlfuse_op_resolve(op, dev, _capi.DLDataType(dl[0], dl[1], 1), ctypes.byref(idx))):
-        return False  # no kernel: the forward fails anyway
-    ki = _capi.dlfuse_kernel_info_t()
-    for k in range(reg.plugin(idx.value).num_kernels):
-        ki.struct_size = ctypes.sizeof(ki)
-        if lib.dlfuse_registry_kernel_info(reg.handle, idx.value, k, ctypes.byref(ki)):
-            continue
-        if (ki.op == b"add_mul_activation_backward" and ki.device_type == dev and
-                any((d.code, d.bits) == dl for d in ki.dtypes[:ki.num_dtypes])):
-            return bool(ki.flags & _capi.KERNEL_TAKES_V1_1_INPUTS)
-    return False
+_takes_out_form = _core.kernel_takes_out_form
 
 
 def _amc_out_ok(t):

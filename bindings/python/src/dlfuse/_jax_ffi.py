@@ -1,0 +1,169 @@
+"""dlfuse.jax's way into XLA: loads libdlfuse_jax.so (csrc/jax_ffi.cpp), binds it to the
+libdlfuse this package loaded, registers its handlers as the FFI target ``dlfuse_call`` on
+CPU and CUDA, and builds the ``jax.ffi.ffi_call`` of any op from the op table
+(_jax_shapes.OPS)."""
+import ctypes
+import os
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxlib import xla_client
+
+from . import _capi, _core, _ext
+from ._jax_shapes import MATMUL, OPS, output_shapes
+
+LIBRARY = "libdlfuse_jax.so"
+TARGET = "dlfuse_call"
+DTYPES = ("float32", "float16", "bfloat16", "float64")
+
+_lib = None
+# The CUDA handler's trait (csrc/jax_ffi.cpp says why it holds).
+_COMMAND_BUFFER_COMPATIBLE = xla_client.CustomCallTargetTraits.COMMAND_BUFFER_COMPATIBLE
+
+
+def _library_file():
+    # beside dlfuse._ext: the wheel's dlfuse/, or a build tree's <build>/python/dlfuse/
+    path = os.path.join(os.path.dirname(os.path.abspath(_ext.__file__)), LIBRARY)
+    if not os.path.exists(path):
+        raise ImportError(
+            f"dlfuse.jax: {path} is missing: dlfuse was built where jax was not importable "
+            "(rebuild, or reinstall the package, with jax installed; docs/jax.md)")
+    return path
+
+
+def _warm_cuda_devices():
+    """A CUDA device's first dlfuse call creates the plugin's memory pool, which a CUDA graph
+    cannot capture: make it here, outside any XLA command buffer, on every device."""
+    if not any(p.available and p.device == "cuda" for p in _core.plugins()):
+        return
+    reg = _core.registry()
+    for dev in range(reg.device_count("cuda")):
+        t = [_core.Tensor.empty((1, 1), "float32", f"cuda:{dev}") for _ in range(4)]
+        _core.matmul_add_relu(t[0], t[1], t[2], t[3])
+        reg.synchronize(f"cuda:{dev}")
+
+
+def load():
+    """Loads, binds and registers the handlers once per process."""
+    global _lib
+    if _lib is not None:
+        return
+    lib = ctypes.CDLL(_library_file())
+    c = _capi.lib()
+    fns = [ctypes.cast(getattr(c, n), ctypes.c_void_p)
+           for n in ("dlfuse_op_get", "dlfuse_op_call", "dlfuse_last_error", "dlfuse_status_string")]
+    lib.dlfuse_jax_bind.argtypes = [ctypes.c_void_p] * 5
+    lib.dlfuse_jax_bind.restype = ctypes.c_int
+    if lib.dlfuse_jax_bind(_core.registry().handle, *fns) != 0:
+        raise ImportError("dlfuse.jax: binding libdlfuse to the handlers failed")
+    jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.dlfuse_jax_cpu), platform="cpu")
+    # XLA reads a handler's traits from its registration, not from the handler itself
+    jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.dlfuse_jax_cuda), platform="CUDA",
+                                traits=_COMMAND_BUFFER_COMPATIBLE)
+    try:
+        has_cuda = bool(jax.devices("cuda"))
+    except RuntimeError:
+        has_cuda = False
+    if has_cuda:
+        try:
+            _warm_cuda_devices()
+        except _core.Error as e:  # the calls then fail as JAX errors, with dlfuse's reason
+            warnings.warn(f"dlfuse.jax: the CUDA plugin's first call failed: {e}")
+    _lib = lib
+
+
+def dtype_of(op, inputs):
+    """The one dtype of a call's arrays; InvalidArgumentError naming the first that differs."""
+    named = [(n, x) for n, x in inputs.items() if x is not None]
+    dt = np.dtype(named[0][1].dtype)
+    if dt.name not in DTYPES:
+        raise _core.InvalidArgumentError(
+            1, f"{op}: {named[0][0]}: expected a dtype of {', '.join(DTYPES)}, got {dt.name}")
+    for n, x in named[1:]:
+        if np.dtype(x.dtype) != dt:
+            raise _core.InvalidArgumentError(
+                1, f"{op}: {n}: expected dtype {dt.name} ({named[0][0]}'s), got {np.dtype(x.dtype).name}")
+    return dt
+
+
+def _attr_arrays(attrs):
+    """dlfuse attributes {key: int or float} as the handler's arrays (each with its one
+    leading placeholder: FFI array attributes cannot be empty)."""
+    i64, fk, fv = [0], [0], [0.0]
+    for key, value in attrs.items():
+        if isinstance(value, (bool, int, np.integer)):
+            i64 += [int(key), int(value)]
+        else:
+            fk.append(int(key))
+            fv.append(float(value))
+    return (np.array(i64, np.int64), np.array(fk, np.int64), np.array(fv, np.float64))
+
+
+def output_shapes_of(op, given, wanted, shapes=None):
+    """The shapes of the outputs named in `wanted` of `op` on the arrays `given` (name ->
+    array), `shapes` adding the forward's tensors that LIKE rules name; raises
+    InvalidArgumentError naming the argument when a dtype or shape does not fit."""
+    dtype_of(op, given)
+    all_shapes = {n: tuple(x.shape) for n, x in given.items()}
+    all_shapes.update(shapes or {})
+    return output_shapes(op, all_shapes, wanted)
+
+
+def _ffi_call(op, given, wanted, attrs, shapes):
+    """The custom call itself: checks dtypes and shapes, declares the outputs."""
+    names, outs = OPS[op]
+    dt = dtype_of(op, given)
+    all_shapes = {n: tuple(x.shape) for n, x in given.items()}
+    out_shapes = output_shapes(op, {**all_shapes, **shapes}, wanted)
+    present = [n for n in names if n in given]
+    in_map = [0] + [present.index(n) if n in given else -1 for n in names]
+    out_map = [0] + [wanted.index(n) if n in wanted else -1 for n, _, _ in outs]
+    i64, fk, fv = _attr_arrays(attrs)
+    result = [jax.ShapeDtypeStruct(s, dt) for s in out_shapes]
+    return jax.ffi.ffi_call(TARGET, result)(
+        *(given[n] for n in present), op=op, inputs=np.array(in_map, np.int64),
+        outputs=np.array(out_map, np.int64), i64_attrs=i64, f64_keys=fk, f64_values=fv)
+
+
+def _batchable(op, names, wanted, attrs, shapes, backward):
+    """The call as a function of its arrays, with its batching rule: the ops' own batch
+    broadcasting. The arrays come with the output's rank (dlfuse.jax pads them), so vmap's
+    dim goes in front of each. A forward gives an unbatched operand a batch dim of 1, except
+    that a matmul's batch must come from a or b (a is broadcast when only bias or residual is
+    batched). A backward broadcasts every operand to the batch: a per-example gradient of an
+    unbatched operand has the batch dim that the operand lacks."""
+    @jax.custom_batching.custom_vmap
+    def run(*args):
+        return _ffi_call(op, dict(zip(names, args)), wanted, attrs, shapes)
+
+    @run.def_vmap
+    def rule(axis_size, in_batched, *args):
+        args, batched = list(args), dict(zip(names, in_batched))
+        like = shapes
+        if backward:
+            args = [x if bt else jnp.broadcast_to(x, (axis_size, *x.shape))
+                    for x, bt in zip(args, in_batched)]
+            like = {n: (axis_size, *s) for n, s in shapes.items()}
+        else:
+            args = [x if bt else x[None] for x, bt in zip(args, in_batched)]
+            if OPS[op][1][0][1] == MATMUL and not (batched.get("a") or batched.get("b")):
+                i = names.index("a")
+                args[i] = jnp.broadcast_to(args[i], (axis_size, *args[i].shape[1:]))
+        res = _batchable(op, names, wanted, attrs, like, backward)(*args)
+        return res, [True] * len(res)
+
+    return run
+
+
+def call(op, inputs, wanted, attrs=None, shapes=None, backward=False):
+    """Runs `op` on `inputs` (name -> array, None or missing for a NULL input) and returns
+    its outputs named in `wanted` (the others are NULL). `shapes` gives the shapes of the
+    forward's tensors that LIKE rules name and the call does not take. Shapes and dtypes are
+    checked here, at trace time; what only the kernel can refuse comes back as JAX's error.
+    `backward` picks the batching rule (_batchable)."""
+    given = {n: x for n, x in inputs.items() if x is not None}
+    names = tuple(n for n in OPS[op][0] if n in given)
+    fn = _batchable(op, names, tuple(wanted), attrs or {}, shapes or {}, backward)
+    return fn(*(given[n] for n in names))
