@@ -1,26 +1,31 @@
 #!/usr/bin/env python3
 """The benchmark, in one command: every available plugin and every peer present on this
-machine, both ops forward and backward over the anchor shapes, the ceilings (copy
-bandwidth, GEMM peak) and the no-op dispatch overhead, measured in one run.
+machine, every op forward and backward over the anchor shapes, the ceilings (copy
+bandwidth, GEMM peak) and the no-op dispatch overhead, measured in one run; at the end the
+markdown tables of docs/performance.md.
 
   python3 bench/run.py [--build DIR] [--quick] [--out DIR] [--no-build] [--no-plot] [--no-dispatch]
                        [--plugins LIST] [--peers LIST] [--ops LIST] [--shapes LIST] [--dtypes LIST]
                        [--activations LIST] [--no-grad-y] [--opencl-gemm LIST]
+  python3 bench/run.py --markdown RESULTS.json
 
 --build   a dlfuse build tree (default build/cpu); the targets this needs (dlfuse_bench,
-          dlfuse_noop, and the peers dlfuse_bench_onednn / dlfuse_bench_cublaslt where they
-          are configured) are built first unless --no-build.
+          dlfuse_noop, and where configured the peers dlfuse_bench_onednn /
+          dlfuse_bench_cublaslt and the Python module dlfuse_pyext) are built first unless
+          --no-build.
 --quick   fewer repetitions (about 0.3 s per case instead of 2 s): a few minutes on the
           2-core CI machine; the full mode is for figures.
---out     where results.json, results.csv and the plots go
-          (default bench/results/<UTC date>-<device>).
+--out     where results.json, results.csv, tables.md and the plots go (default
+          build/bench-results/<UTC date>-<device>, ignored by git: results are not sources).
+--markdown  print the tables of an earlier run's results.json (bench/tables.py: per device,
+          each dlfuse row with its bound and the peers' times from the same run) and exit;
+          a run prints them at its end and keeps them as tables.md.
 Selection (comma-separated lists; default: everything):
 --plugins      plugin names as `dlfuse list` shows them (onednn, opencl, cuda, ...)
 --peers        onednn_raw, cublaslt, numpy, torch
---ops          matmul_add_relu, add_mul_activation, and (ABI 1.1, only when listed)
-               matmul_add_activation (GELU-tanh epilogue: fwd, fwd_pre, bwd from pre) and
-               matmul_add_residual (fwd); add_mul rows gain bwd_from_out where the plugin
-               reads `out`
+--ops          matmul_add_relu, add_mul_activation, matmul_add_activation (GELU-tanh
+               epilogue: fwd, fwd_pre, bwd from pre), matmul_add_residual (fwd); add_mul
+               rows gain bwd_from_out where the plugin reads `out`
 --shapes       MxKxN (matmul) and MxN (add_mul) shapes instead of the anchors, e.g.
                4096x1024x1024,16384x8192
 --dtypes       float32, bfloat16 (float64 for plugins that have it)
@@ -35,7 +40,7 @@ What runs (progress on stderr):
   plugins   `dlfuse_bench list` (default discovery: the build's plugin folder and
             $DLFUSE_PLUGIN_PATH); each available plugin and device except the test plugin,
             through the C API (op handles, device services), float32 and bfloat16;
-            matmul 2048x512x256 and 4096x1024x1024 (+ 8192x4096x4096 on a GPU machine),
+            the matmul ops at 2048x512x256 and 4096x1024x1024 (+ 8192x4096x4096 on a GPU),
             add_mul_activation (relu, multiplier 0.5, bias [N]) 2048x512 and 16384x8192.
             Each forward's outputs are sampled against float64 (a failed check fails the run).
   peers     raw oneDNN primitives (bench/peers/onednn_raw.cpp); cuBLASLt plain, tuned and
@@ -44,19 +49,12 @@ What runs (progress on stderr):
             CPU plugin ran); PyTorch eager / torch._addmm_activation / torch.compile (and
             the plain GEMM under the ABI 1.1 ops) when torch with CUDA is importable
             (bench/peers_torch.py).
-  targets   the last lines: issue 17's ratios of the ABI 1.1 rows with PASS/FAIL
-            (bench/targets.py; also `python3 bench/targets.py results.json`).
   ceilings  CPU: memcpy bandwidth (dlfuse_bench copy-bw) and oneDNN f32 GEMM 4096^3; GPU:
             torch 1 GiB device copy and 8192^3 GEMM per dtype.
   dispatch  ns per call of the no-op plugin through dlfuse_op_call (cached handle) and the
             typed functions, and through Python (ctypes, or the dlfuse package if present).
 
-% of ceiling: matmul rows: flops / time over the GEMM peak of the device and dtype (fwd
-2MNK, bwd 4MNK: grad_a and grad_b; the pointwise parts are not counted). add_mul rows:
-bytes / time over the copy bandwidth, bytes = every input read once and every output
-written once (fwd (3MN + N) x itemsize, bwd (5MN + 2N) x itemsize, bwd_no_grad_y
-(4MN + 2N) x itemsize). A CPU bfloat16 row is compared with the float32 GEMM peak
-(oneDNN 2.6.3 has no bf16 GEMM on AVX2).
+% of ceiling (pct_of_ceiling in the JSON) and the bounds of the tables: bench/tables.py.
 """
 import argparse
 import csv
@@ -70,7 +68,7 @@ import subprocess
 import sys
 import time
 
-from targets import evaluate as evaluate_targets, fmt as fmt_target
+from tables import markdown, work
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -220,21 +218,6 @@ def python_dispatch(build, noop, quick):
     return rows
 
 
-# ---- the model for % of ceiling ------------------------------------------------------------
-
-ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
-
-
-def work(r):
-    dims = [int(v) for v in r["shape"].split("x")]
-    if r["op"].startswith("matmul_add_"):
-        M, K, N = dims
-        return "flops", 2.0 * M * N * K * (1 if r["dir"].startswith("fwd") else 2)
-    M, N = dims
-    streams = {"fwd": (3, 1), "bwd": (5, 2), "bwd_no_grad_y": (4, 2), "bwd_from_out": (4, 2)}[r["dir"]]
-    return "bytes", float((streams[0] * M * N + streams[1] * N) * ITEMSIZE[r["dtype"]])
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "cpu"))
@@ -246,15 +229,20 @@ def main():
     lst = lambda s: [v for v in s.split(",") if v]  # noqa: E731
     ap.add_argument("--plugins", type=lst, default=None)
     ap.add_argument("--peers", type=lst, default=["onednn_raw", "cublaslt", "numpy", "torch"])
-    ap.add_argument("--ops", type=lst, default=None)
+    ap.add_argument("--ops", type=lst, default=["matmul_add_relu", "add_mul_activation", "matmul_add_activation",
+                                                 "matmul_add_residual"])
     ap.add_argument("--shapes", type=lst, default=None)
     ap.add_argument("--dtypes", type=lst, default=["float32", "bfloat16"])
     ap.add_argument("--activations", type=lst, default=["relu"])
     ap.add_argument("--no-grad-y", action="store_true")
     ap.add_argument("--opencl-gemm", type=lst, default=[])
+    ap.add_argument("--markdown", metavar="RESULTS.json")
     args = ap.parse_args()
+    if args.markdown:
+        sys.stdout.write(markdown(json.load(open(args.markdown))))
+        return
     for opt, given, known in (("--peers", args.peers, ("onednn_raw", "cublaslt", "numpy", "torch")),
-                              ("--ops", args.ops or [], ("matmul_add_relu", "add_mul_activation",
+                              ("--ops", args.ops, ("matmul_add_relu", "add_mul_activation",
                                                          "matmul_add_activation", "matmul_add_residual")),
                               ("--activations", args.activations, ("relu", "sigmoid"))):
         if set(given) - set(known):
@@ -269,13 +257,13 @@ def main():
     gpu = gpu_name()
     device_tag = (gpu.split(",")[0] if gpu else cpu_name()).replace(" ", "-").replace("/", "-")
     device_tag = "".join(c for c in device_tag if c.isalnum() or c in "-_.")[:40]
-    out_dir = os.path.abspath(args.out or os.path.join(HERE, "results", started.strftime("%Y-%m-%d") + "-" + device_tag))
+    out_dir = os.path.abspath(args.out or os.path.join(ROOT, "build", "bench-results", started.strftime("%Y-%m-%d") + "-" + device_tag))
     os.makedirs(out_dir, exist_ok=True)
 
     if not args.no_build:
         targets = ["dlfuse_bench", "dlfuse_noop"]
         have = subprocess.run(["cmake", "--build", build, "--target", "help"], capture_output=True, text=True).stdout
-        targets += [t for t in ("dlfuse_bench_onednn", "dlfuse_bench_cublaslt") if t in have]
+        targets += [t for t in ("dlfuse_bench_onednn", "dlfuse_bench_cublaslt", "dlfuse_pyext") if t in have]
         log(f"building {' '.join(targets)} in {build}")
         subprocess.run(["cmake", "--build", build, "-j", str(os.cpu_count() or 2), "--target"] + targets, check=True,
                        stdout=subprocess.DEVNULL)
@@ -285,7 +273,7 @@ def main():
     cublaslt_exe = os.path.join(build, "bin", "dlfuse_bench_cublaslt")
     # The selection, as each program takes it.
     shapes_sel = ["--shapes", ",".join(args.shapes)] if args.shapes else []
-    sel = (["--ops", ",".join(args.ops)] if args.ops else []) + shapes_sel
+    sel = ["--ops", ",".join(args.ops)] + shapes_sel
     mode_arg = ["--mode", mode]
 
     meta = {
@@ -419,7 +407,7 @@ def main():
             cmd = [exe, "ops", p["path"], "--device-id", str(dev)] + common
             cmd += (["--large"] if is_gpu else []) + (["--no-grad-y"] if is_gpu or args.no_grad_y else [])
             for gemm in [None] + (args.opencl_gemm if p["name"] == "opencl" else []):
-                if gemm and args.ops and "matmul_add_relu" not in args.ops:
+                if gemm and "matmul_add_relu" not in args.ops:
                     continue
                 env = dict(os.environ, DLFUSE_OPENCL_GEMM=gemm) if gemm else None
                 lines = jsonl(cmd + (["--ops", "matmul_add_relu"] if gemm else []), env=env)
@@ -437,7 +425,7 @@ def main():
     if cpu_plugins and "numpy" in args.peers and "float32" in args.dtypes:
         take(jsonl([sys.executable, os.path.join(HERE, "peers_numpy.py")] + quick + sel))
     cuda = next((p for p in found if p["name"] == "cuda" and p["available"]), None)
-    if "cublaslt" in args.peers and os.path.exists(cublaslt_exe) and gpu and (not args.ops or "matmul_add_relu" in args.ops):
+    if "cublaslt" in args.peers and os.path.exists(cublaslt_exe) and gpu and "matmul_add_relu" in args.ops:
         take(jsonl([cublaslt_exe] + mode_arg + shapes_sel + ["--dtypes", ",".join(args.dtypes)] +
                    (["--dlfuse", cuda["path"]] if cuda else [])))
     if torch_ok:
@@ -449,28 +437,11 @@ def main():
     # 5. % of ceiling
     log("[5/5] % of ceiling, results")
     res = save("done")
-    ceilings, dispatch = res["ceilings"], res["dispatch"]
-    # A short table on stdout.
-    print(f"# {meta['date_utc']} {meta['command']}  ({meta['host_cpu']}{', ' + gpu if gpu else ''}; "
-          f"load {meta['loadavg_before']} -> {meta['loadavg_after']}; {meta['wall_s']} s)")
-    for c in ceilings:
-        v = f"{c['GBps']:.1f} GB/s" if "GBps" in c else f"{c['GFLOPs']:.1f} GFLOP/s"
-        print(f"ceiling {c['ceiling']:9s} {c['device']:7s} {c.get('dtype', ''):9s} {c['impl']:24s} {v}")
-    for d in dispatch:
-        if "median_ns" in d:
-            print(f"dispatch {d['dispatch']:28s} {d.get('via', 'C API'):50s} {d['median_ns']:8.1f} ns "
-                  f"[p10 {d['p10_ns']:.1f}, p90 {d['p90_ns']:.1f}]")
-    print(f"{'op':28s} {'dir':13s} {'dtype':8s} {'shape':16s} {'impl':30s} {'median ms':>10s} {'p10':>10s} "
-          f"{'p90':>10s} {'% ceil':>7s}")
-    for r in sorted(rows, key=lambda r: (r["op"], r["dir"], r["dtype"], r["shape"], r["median_ms"])):
-        pct = f"{r['pct_of_ceiling']:.1f}" if r.get("pct_of_ceiling") is not None else "-"
-        print(f"{r['op']:28s} {r['dir']:13s} {r['dtype']:8s} {r['shape']:16s} {r['impl']:30s} {r['median_ms']:10.4f} "
-              f"{r['p10_ms']:10.4f} {r['p90_ms']:10.4f} {pct:>7s}")
-    for c in checks:
-        print(f"check {'ok' if c.get('ok') else 'NOT OK':6s} {json.dumps(c)}")
-    for t in evaluate_targets(res):
-        print(fmt_target(t))
-    log(f"wrote {out_dir}/results.json, results.csv")
+    tables = markdown(res)
+    with open(os.path.join(out_dir, "tables.md"), "w") as f:
+        f.write(tables)
+    sys.stdout.write(tables)
+    log(f"wrote {out_dir}/results.json, results.csv, tables.md")
     if not args.no_plot:
         try:
             import matplotlib  # noqa: F401

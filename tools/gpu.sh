@@ -15,22 +15,18 @@
 #   cuda-checks    the CUDA plugin as built holds device code for every listed architecture, is
 #                  listed available, passes the large-reduction and fault tests (plugins/cuda/tests),
 #                  the latter also under compute-sanitizer's leak check
-#   bench[=ARGS]   bench/run.py: every plugin and peer (cuBLASLt, PyTorch), ceilings, dispatch;
-#                  ARGS are run.py's options, e.g. bench="--quick --plugins cuda --ops matmul_add_relu"
-#   lt-candidates  bench/cuda/lt_candidates.cu: every cuBLASLt candidate of the issue-17 GEMM
-#                  lines (plain, GELU_BIAS, residual), the plugin's call and PyTorch's, in GPU
-#                  time by CUDA graph replay, operands L2-warm and cold
+#   bench[=ARGS]   bench/run.py: every plugin against every peer (cuBLASLt, PyTorch on the GPU),
+#                  ceilings, dispatch; results.json and the markdown tables of
+#                  docs/performance.md (tables.md) in $LOGS/bench; ARGS are run.py's options, e.g.
+#                  bench="--quick --plugins cuda --ops matmul_add_relu"
 #   python[=PARTS] bindings/python/tools/gpu_job.sh over this build; PARTS of tests (pytest with
-#                  CUDA required, CUDA graphs), bench (call overhead), dlrm, ddp (default: all);
-#                  profile (bench/kernel_times.py, per-kernel GPU time) only when named
-#   ab[=ARGS]      before/after in one run: the CUDA and OpenCL plugins built from the source
-#                  tree $AB_BASE (e.g. `mkdir .ab-base && git archive REV | tar -x -C .ab-base`,
-#                  carried) against this tree's, swapped in turn under the same driver, libdlfuse
-#                  and Python ($AB_ROUNDS rounds, default 1, base first in odd rounds and second
-#                  in even ones): bench/run.py ARGS, the Python call
-#                  overhead (torch, CUDA) and dlfuse_cuda_host_cost (bench/torch_host_cost.py
-#                  beside it) over each; bench/compare.py
-#                  prints new/base per row
+#                  CUDA required, CUDA graphs), bench (call overhead), dlrm, ddp (default: all)
+#   ab[=ARGS]      before/after in one run, for a change to a GPU plugin: the CUDA and OpenCL
+#                  plugins built from the source tree $AB_BASE (e.g. `mkdir .ab-base && git archive
+#                  REV | tar -x -C .ab-base`, carried) against this tree's, swapped in turn under
+#                  the same driver, libdlfuse and Python ($AB_ROUNDS rounds, default 1, base first
+#                  in odd rounds and second in even ones): bench/run.py ARGS and the Python call
+#                  overhead (torch, CUDA) over each; bench/compare.py prints new/base per row
 #   jax            dlfuse.jax on CUDA: test_jax.py with CUDA required (jit, grad, vmap, the 4-layer
 #                  MLP, the handlers inside XLA command buffers), examples/jax_mlp.py trained 300
 #                  steps against jax.numpy, bench/jax_bench.py (per call and MLP step vs XLA)
@@ -56,7 +52,7 @@ job_main() {
 }
 
 job_conform() {
-  # Each run a new random seed (printed in its log) and a longer sweep, plus the stale-scratch
+  # Each round a new random seed (printed in its log) and a longer sweep, plus the stale-scratch
   # regression cases 64 times; a failing row is reproduced with
   #   dlfuse conform <plugin> --seed <S> --sweep 64 --op <op> --case <case>
   local n=${1:-1} rc=0 r p
@@ -68,19 +64,19 @@ job_conform() {
         >"$J/$p.$r.log" 2>&1 &&
         "$CLI" conform "$PLUGINS/libdlfuse_$p.so" --op add_mul_activation_backward --case rows_chunks --repeat 64 \
           --sweep 0 --threads 0 --no-bad-inputs >>"$J/$p.$r.log" 2>&1 ||
-        { rc=1; summary "conform $p run $r ($(grep -m1 -o 'seed [0-9]*' "$J/$p.$r.log")) FAILED"; }
+        { rc=1; summary "conform $p round $r ($(grep -m1 -o 'seed [0-9]*' "$J/$p.$r.log")) FAILED"; }
     done
     # The conformance cases are small: most of the CUDA plugin's GEMMs and elementwise
     # backwards take its small forms, so the cuBLASLt path and the partial-sum kernels get a
     # run of their own.
     DLFUSE_CUDA_SMALL_GEMM=0 DLFUSE_CUDA_SMALL_BACKWARD=0 timeout 600 "$CLI" conform "$PLUGINS/libdlfuse_cuda.so" \
-      --seed random >"$J/cuda_cublaslt.$r.log" 2>&1 || { rc=1; summary "conform cuda (small forms off) run $r FAILED"; }
+      --seed random >"$J/cuda_cublaslt.$r.log" 2>&1 || { rc=1; summary "conform cuda (small forms off) round $r FAILED"; }
     # NVIDIA does not report cl_khr_fp16; the kernels use only core vload_half/vstore_half.
     DLFUSE_OPENCL_DEVICE=0 DLFUSE_OPENCL_FP16=force timeout 600 "$CLI" conform "$PLUGINS/libdlfuse_opencl.so" \
-      --dtype float16 --seed random >"$J/opencl0_f16.$r.log" 2>&1 || { rc=1; summary "conform opencl f16 run $r FAILED"; }
+      --dtype float16 --seed random >"$J/opencl0_f16.$r.log" 2>&1 || { rc=1; summary "conform opencl f16 round $r FAILED"; }
   done
-  for f in "$J"/*.1.log; do summary "$(basename "$f" .1.log) run 1: $(grep -hE 'passed, [0-9]+ failed' "$f" | head -1)"; done
-  summary "conform: $n runs each, $(cat "$J"/*.log | grep -cE '^FAIL') failing rows"
+  for f in "$J"/*.1.log; do summary "$(basename "$f" .1.log) round 1: $(grep -hE 'passed, [0-9]+ failed' "$f" | head -1)"; done
+  summary "conform: $n rounds each, $(cat "$J"/*.log | grep -cE '^FAIL') failing rows"
   return $rc
 }
 
@@ -118,7 +114,7 @@ job_cuda-checks() {
 job_bench() {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
   DLFUSE_OPENCL_DEVICE=${DLFUSE_OPENCL_DEVICE:-gpu} python3 bench/run.py --build "$B" --out "$J" --no-build --no-plot "$@" \
-    2>"$J/progress.log" | tee "$J/table.txt"
+    2>"$J/progress.log"
 }
 
 job_ab() {
@@ -126,7 +122,7 @@ job_ab() {
   local base=$B-ab-base keep=$B-ab-new r v p order rc=0
   gpu_build "$base" "$(realpath "$AB_BASE")" dlfuse_cuda dlfuse_opencl >"$J/base_build.log" 2>&1 ||
     { tail -20 "$J/base_build.log"; return 1; }
-  cmake --build "$B" --target dlfuse_cuda_host_cost dlfuse_pyext >"$J/new_build.log" 2>&1 || { tail -20 "$J/new_build.log"; return 1; }
+  cmake --build "$B" --target dlfuse_pyext >"$J/new_build.log" 2>&1 || { tail -20 "$J/new_build.log"; return 1; }
   mkdir -p "$keep"
   for p in cuda opencl; do cp "$PLUGINS/libdlfuse_$p.so" "$keep/"; done
   use() { for p in cuda opencl; do cp "$1/libdlfuse_$p.so" "$PLUGINS/"; done; }
@@ -136,8 +132,6 @@ job_ab() {
     for v in $order; do
       if [ $v = base ]; then use "$base/lib/dlfuse/plugins"; else use "$keep"; fi
       echo "== round $r: $v"
-      "$B/bin/dlfuse_cuda_host_cost" "$PLUGINS/libdlfuse_cuda.so" | tee "$J/host_cost_$v.$r.txt" || rc=1
-      python3 bench/torch_host_cost.py | tee -a "$J/host_cost_$v.$r.txt" || rc=1
       DLFUSE_LIBRARY=$B/lib/libdlfuse.so DLFUSE_EXT_DIR=$B/python/dlfuse python3 bench/python_overhead.py \
         --framework torch --device cuda --json "$J/overhead_$v.$r.json" >"$J/overhead_$v.$r.log" 2>&1 || rc=1
       DLFUSE_OPENCL_DEVICE=${DLFUSE_OPENCL_DEVICE:-gpu} python3 bench/run.py --build "$B" --out "$J/bench_$v.$r" \
@@ -147,26 +141,6 @@ job_ab() {
   use "$keep"
   python3 bench/compare.py "$J"/bench_base.*/results.json -- "$J"/bench_new.*/results.json | tee "$J/compare.txt"
   python3 bench/compare.py "$J"/overhead_base.*.json -- "$J"/overhead_new.*.json | tee "$J/compare_overhead.txt"
-  return $rc
-}
-
-job_lt-candidates() {
-  local lt=$B/bin/dlfuse_lt_candidates rc=0
-  rows() {  # DTYPE M K N EPI...
-    local dt=$1 m=$2 k=$3 n=$4 e
-    shift 4
-    for e in "$@"; do
-      case $e in
-        *_plugin) "$lt" "$dt" "$m" "$k" "$n" "$e" "$PLUGINS/libdlfuse_cuda.so" ;;
-        *) "$lt" "$dt" "$m" "$k" "$n" "$e" ;;
-      esac || rc=1
-    done
-    python3 bench/cuda/lt_candidates_torch.py "$dt" "$m" "$k" "$n" || rc=1
-  }
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
-  rows bfloat16 4096 1024 1024 default gelu_bias gelu_plugin relu_plugin
-  rows float32 4096 1024 1024 default gelu_bias gelu_plugin
-  rows bfloat16 8192 4096 4096 default residual gelu_bias gelu_plugin residual_plugin
   return $rc
 }
 

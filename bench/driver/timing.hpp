@@ -52,9 +52,9 @@ inline Stats stats_of(std::vector<double> v) {
 }
 
 // A batch's target length. Each batch pays the host's latency to its first launch and the
-// synchronize once; with 2 ms batches, 2-3 calls of a 0.7 ms problem carried it. Measured on
-// the H100 (docs/performance.md, eighth session): the 1 GiB copy ceiling read 2918-2983 GB/s
-// through 2 ms batches and 3013 GB/s through 20 ms ones (cudaMemcpy timed with events: 3006).
+// synchronize once; with 2 ms batches, 2-3 calls of a 0.7 ms problem carried it. On an H100
+// the 1 GiB copy ceiling read 2918-2983 GB/s through 2 ms batches and 3013 GB/s through 20 ms
+// ones (cudaMemcpy timed with events: 3006).
 constexpr double kBatchSeconds = 0.020;
 
 // call(i) enqueues repetition i; sync() waits for the device.

@@ -11,13 +11,7 @@
 #   dlrm_*.log               the DLRM MLP: dlfuse vs plain PyTorch, eager and torch.compile,
 #                            batch 256 and 4096 (times printed in each log); batch 256 also
 #                            with dlfuse.torch's Python operators (dlrm_*_pyops_*)
-#   dlrm_profile_*.log       bench/dlrm_profile.py: a step's host time by phase and operator,
-#                            C++ and Python operators (C++ also with the bottom MLP as one
-#                            autograd node: --whole-mlp)
 #   ddp.log                  examples/dlrm_ddp.py under torchrun on every visible GPU
-#   kernel_times_*.log       (part "profile", not in the default) bench/kernel_times.py: the
-#                            GELU matmul forward/backward's GPU time kernel by kernel, dlfuse
-#                            against PyTorch eager
 #     bash bindings/python/tools/gpu_job.sh BUILD_DIR [PARTS]
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
@@ -81,12 +75,6 @@ want dlrm && for mode in eager compile; do
   flag=""; [ $mode = compile ] && flag=--compile
   step "dlrm_${mode}_pyops_b256" 400 env DLFUSE_TORCH_OPS=python python3 bindings/python/examples/dlrm_mlp.py \
     --device cuda --steps 300 --batch 256 $flag
-done
-want dlrm && step dlrm_profile_cpp 200 python3 bench/dlrm_profile.py --device cuda --batch 256 --whole-mlp
-want dlrm && step dlrm_profile_compile 300 python3 bench/dlrm_profile.py --device cuda --batch 256 --compile
-want dlrm && step dlrm_profile_pyops 200 env DLFUSE_TORCH_OPS=python python3 bench/dlrm_profile.py --device cuda --batch 256
-want profile && for dt in bfloat16 float32; do
-  step "kernel_times_$dt" 120 python3 bench/kernel_times.py --shape 4096x1024x1024 --dtype "$dt"
 done
 want ddp && step ddp 400 python3 -m torch.distributed.run --standalone --nproc_per_node=gpu \
   bindings/python/examples/dlrm_ddp.py --device cuda --steps 50
