@@ -86,12 +86,12 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_device_copy(dlfuse_registry_t registry, DLD
     if (kind != DLFUSE_COPY_HOST_TO_DEVICE && kind != DLFUSE_COPY_DEVICE_TO_HOST && kind != DLFUSE_COPY_DEVICE_TO_DEVICE)
       return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "dlfuse_device_copy: argument 'kind' is %d; expected 1..3 (dlfuse_copy_kind_t)",
                   static_cast<int>(kind));
+    Plugin* p;
+    if (auto s = serving(registry, device, "dlfuse_device_copy", &p)) return s;
     if (nbytes == 0) return DLFUSE_STATUS_OK;
     if (!dst || !src)
       return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "dlfuse_device_copy: argument '%s' is NULL; expected a buffer of %zu bytes",
                   dst ? "src" : "dst", nbytes);
-    Plugin* p;
-    if (auto s = serving(registry, device, "dlfuse_device_copy", &p)) return s;
     return service("dlfuse_device_copy", p, [&](char* e, size_t n) {
       return p->api.copy(p->state, device.device_id, kind, dst, dst_offset, src, src_offset, nbytes, stream, e, n);
     });

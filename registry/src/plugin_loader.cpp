@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <string>
 
@@ -224,6 +225,12 @@ dlfuse_status_t load_plugin_locked(dlfuse_registry* r, const std::string& path, 
   r->plugins.push_back(std::move(owned));
   if (index) *index = p->index;
 
+  // A path that names no file is the caller's mistake, not a broken plugin: NOT_FOUND,
+  // which a caller can tell from LOAD_FAILED (a file that is there but does not load).
+  struct stat st;
+  if (stat(real.c_str(), &st) != 0 && (errno == ENOENT || errno == ENOTDIR))
+    return refuse(p, DLFUSE_STATUS_NOT_FOUND, "argument 'path' names no file (" + std::string(std::strerror(errno)) +
+                                                  "); expected a plugin file");
   const std::string truncated = truncated_elf(real);
   if (!truncated.empty()) return refuse(p, DLFUSE_STATUS_LOAD_FAILED, truncated);
   // RTLD_LOCAL: plugins never see each other's symbols, nor leak theirs into the host.

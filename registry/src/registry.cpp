@@ -71,12 +71,12 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_create(const dlfuse_registry_optio
     uint32_t flags = DLFUSE_DISCOVER_DEFAULT;
     const char* paths = nullptr;
     if (options) {
-      if (options->struct_size < offsetof(dlfuse_registry_options_t, plugin_paths) + sizeof(const char*))
-        return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
-                    "dlfuse_registry_create: options->struct_size is %zu; expected at least %zu", options->struct_size,
-                    offsetof(dlfuse_registry_options_t, plugin_paths) + sizeof(const char*));
+      constexpr size_t need = offsetof(dlfuse_registry_options_t, plugin_paths) + sizeof(const char*);
+      if (options->struct_size < need)
+        return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "dlfuse_registry_create: argument 'options': struct_size is %zu; expected >= %zu",
+                    options->struct_size, need);
       if (options->discovery & ~static_cast<uint32_t>(DLFUSE_DISCOVER_DEFAULT))
-        return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "dlfuse_registry_create: options->discovery is 0x%x; expected bits of 0x%x",
+        return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "dlfuse_registry_create: argument 'options': discovery is 0x%x; expected bits of 0x%x",
                     options->discovery, DLFUSE_DISCOVER_DEFAULT);
       flags = options->discovery;
       paths = options->plugin_paths;

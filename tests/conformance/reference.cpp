@@ -93,6 +93,11 @@ bool broadcast_shapes(const std::vector<int64_t>& a, const std::vector<int64_t>&
   return true;
 }
 
+namespace {
+// u of GELU_TANH: √(2/π) (p + 0.044715 p³).
+double gelu_tanh_u(double p) { return std::sqrt(2.0 / M_PI) * (p + 0.044715 * p * p * p); }
+}  // namespace
+
 double ref_activate(int act, double p) {
   switch (act) {
     case 0: return p;
@@ -100,7 +105,7 @@ double ref_activate(int act, double p) {
     case 2: return 1.0 / (1.0 + std::exp(-p));
     case 3: return std::tanh(p);
     case 4: return 0.5 * p * (1.0 + std::erf(p / std::sqrt(2.0)));
-    case 5: return 0.5 * p * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (p + 0.044715 * p * p * p)));
+    case 5: return p / (1.0 + std::exp(-2.0 * gelu_tanh_u(p)));  // ½ p (1 + tanh u) = p σ(2u)
     default: return p / (1.0 + std::exp(-p));
   }
 }
@@ -116,8 +121,11 @@ double ref_activate_grad(int act, double p, double g) {
       return g * (cdf + p * std::exp(-0.5 * p * p) / std::sqrt(2.0 * M_PI));
     }
     case 5: {
-      const double c = std::sqrt(2.0 / M_PI), t = std::tanh(c * (p + 0.044715 * p * p * p));
-      return g * (0.5 * (1.0 + t) + 0.5 * p * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * p * p));
+      // ½(1 + tanh u) = σ(2u) and ½(1 - tanh² u) = 2 σ(2u) σ(-2u): for p << 0, 1 + tanh u
+      // and 1 - tanh² u would cancel (docs/ops.md).
+      const double u = gelu_tanh_u(p), du = std::sqrt(2.0 / M_PI) * (1.0 + 3.0 * 0.044715 * p * p);
+      const double s = 1.0 / (1.0 + std::exp(-2.0 * u)), s_neg = 1.0 / (1.0 + std::exp(2.0 * u));
+      return g * (s * (1.0 + 2.0 * p * s_neg * du));
     }
     default: { const double s = 1.0 / (1.0 + std::exp(-p)); return g * s * (1.0 + p * (1.0 - s)); }
   }
@@ -135,7 +143,7 @@ double ref_activate_grad_scale(int act, double p) {
       return cdf + ap * std::exp(-0.5 * p * p) / std::sqrt(2.0 * M_PI);
     }
     case 5: {
-      const double c = std::sqrt(2.0 / M_PI), t = std::tanh(c * (p + 0.044715 * p * p * p));
+      const double c = std::sqrt(2.0 / M_PI), t = std::tanh(gelu_tanh_u(p));
       return 0.5 * (1.0 + std::fabs(t)) + 0.5 * ap * (1.0 + t * t) * c * (1.0 + 3.0 * 0.044715 * p * p);
     }
     default: { const double s = 1.0 / (1.0 + std::exp(-p)); return s + ap * (s + s * s); }
@@ -324,8 +332,7 @@ RefOut ref_add_mul_forward(const Dense& x, const Dense& y, const Dense& bias, in
     if (act == DLFUSE_ACT_GELU_ERF)
       r.scale[i] = 0.5 * std::fabs(p) * (1.0 + std::fabs(std::erf(p / std::sqrt(2.0))));
     else if (act == DLFUSE_ACT_GELU_TANH)
-      r.scale[i] = 0.5 * std::fabs(p) *
-                   (1.0 + std::fabs(std::tanh(std::sqrt(2.0 / M_PI) * (p + 0.044715 * p * p * p))));
+      r.scale[i] = 0.5 * std::fabs(p) * (1.0 + std::fabs(std::tanh(gelu_tanh_u(p))));
     else
       r.scale[i] = std::fabs(r.val[i]);
   }

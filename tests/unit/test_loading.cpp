@@ -129,15 +129,16 @@ TEST(Loading, NewerMinorWithLongerDescriptorLoads) {
   expect_call_works(reg);
 }
 
-TEST(Loading, MissingFileIsRefusedAndListed) {
+TEST(Loading, MissingFileIsNotFoundAndListed) {
+  // No file at the path: NOT_FOUND, which a caller tells from LOAD_FAILED (a file that is
+  // there but does not load: BrokenPlugin below, test_broken_corpus.cpp).
   Registry reg;
   const std::string path = std::string(DLFUSE_UNIT_PLUGIN_DIR) + "/libdlfuse_unit_no_such_file.so";
   int32_t index = -1;
   const dlfuse_status_t s = dlfuse_registry_load(reg, path.c_str(), &index);
-  // "unknown ... file" is NOT_FOUND; a failing dlopen is LOAD_FAILED: either is fair.
-  EXPECT_TRUE(s == DLFUSE_STATUS_NOT_FOUND || s == DLFUSE_STATUS_LOAD_FAILED)
-      << dlfuse_status_string(s);
+  EXPECT_EQ(s, DLFUSE_STATUS_NOT_FOUND) << dlfuse_status_string(s) << ": " << last_error();
   EXPECT_MSG_HAS(last_error(), "libdlfuse_unit_no_such_file.so");
+  EXPECT_MSG_HAS(last_error(), "argument 'path' names no file");
   EXPECT_EQ(index, 0);
   const PluginInfo p = plugin_info(reg, 0);
   EXPECT_EQ(p.available, 0);
@@ -350,14 +351,6 @@ TEST(DeviceServices, ServedByTheCpuPlugin) {
   EXPECT_EQ(dlfuse_device_free(reg, cpu, p), DLFUSE_STATUS_OK) << last_error();
 }
 
-TEST(DeviceServices, NoPluginForTheDeviceType) {
-  Registry reg;
-  ASSERT_EQ(reg.load("unit_echo"), DLFUSE_STATUS_OK) << last_error();
-  void* p = nullptr;
-  const dlfuse_status_t s = dlfuse_device_alloc(reg, DLDevice{kDLCUDA, 0}, 64, &p);
-  EXPECT_NE(s, DLFUSE_STATUS_OK);
-  EXPECT_FALSE(last_error().empty());
-}
 
 }  // namespace
 }  // namespace unit

@@ -244,6 +244,50 @@ TEST_F(Validation, ExactInPlaceOutEqualsXAccepted) {
   for (int64_t i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(d.x.f()[i], ref.expect(i, 1.0, true)) << i;
 }
 
+// "Exactly x" compares the views (docs/abi.md, "Validation"): NULL strides equal their
+// compact values, and a size-1 dim's stride is never compared.
+TEST_F(Validation, InPlaceWithExplicitCompactStridesAgainstNullAccepted) {
+  AmaCase c, ref;
+  Tensor alias({2, 3});
+  alias.dl()->data = c.x.dl()->data;
+  alias.strides({3, 1});  // x has NULL strides
+  ASSERT_EQ(ama(c.x, c.y, c.bias, alias), DLFUSE_STATUS_OK) << last_error();
+  for (int64_t i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(c.x.f()[i], ref.expect(i, 1.0, true)) << i;
+}
+
+TEST_F(Validation, InPlaceIgnoresTheStrideOfASizeOneDim) {
+  Tensor x({1, 3}), y({1, 3}), bias({3}), alias({1, 3});
+  x.fill([](int64_t i) { return static_cast<float>(i) - 1.0f; });
+  alias.dl()->data = x.dl()->data;
+  alias.strides({1000, 1});  // x: NULL strides, {3, 1}
+  ASSERT_EQ(ama(x, y, bias, alias), DLFUSE_STATUS_OK) << last_error();
+  EXPECT_EQ(calls(), 1);
+  EXPECT_FLOAT_EQ(x.f()[0], 0.0f);  // relu(-1)
+  EXPECT_FLOAT_EQ(x.f()[2], 1.0f);
+}
+
+TEST_F(Validation, InPlaceOfAnotherDtypeIsRefusedBeforeOverlap) {
+  // Same memory, other dtype: the call's one dtype is checked first, so the message
+  // names the dtype (the overlap would be refused as well).
+  AmaCase c;
+  Tensor alias({2, 3}, DLDataType{kDLInt, 32, 1});
+  alias.dl()->data = c.x.dl()->data;
+  EXPECT_REFUSED(ama(c.x, c.y, c.bias, alias), DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_MSG_HAS(msg, "dtype");
+}
+
+// NULL strides are accepted (compact row-major) although DLPack >= 1.2 asks producers to
+// set them: the same call with explicit compact strides gives the same result.
+TEST_F(Validation, NullStridesMeanCompactRowMajor) {
+  AmaCase implicit, explicit_;
+  for (Tensor* t : {&explicit_.x, &explicit_.y, &explicit_.out}) t->strides({3, 1});
+  explicit_.bias.strides({1});
+  ASSERT_EQ(ama(implicit), DLFUSE_STATUS_OK) << last_error();
+  ASSERT_EQ(ama(explicit_), DLFUSE_STATUS_OK) << last_error();
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(implicit.out.f()[i], explicit_.out.f()[i]) << i;
+  EXPECT_EQ(calls(), 2);
+}
+
 TEST_F(Validation, InputsMayAliasEachOther) {
   AmaCase c;
   ASSERT_EQ(ama(c.x, c.x, c.bias, c.out), DLFUSE_STATUS_OK) << last_error();

@@ -10,7 +10,8 @@
  *    error (dlfuse_last_error) names the argument, the expected and the actual value.
  *    Success leaves the last error as it was. Nothing throws, nothing aborts.
  *  - Tensors are DLTensor views owned by the caller; outputs are caller-allocated.
- *    Every call is validated before a plugin sees it (docs/abi.md, "Validation").
+ *    NULL strides mean compact row-major (accepted although DLPack >= 1.2 requires
+ *    strides). Every call is validated before a plugin sees it (docs/abi.md, "Validation").
  *  - Strings returned by the registry live until the registry is destroyed.
  *  - All functions are thread-safe. Loading is serialized; calls do not lock.
  */
@@ -46,6 +47,8 @@ typedef enum dlfuse_discovery_flags_t {
   DLFUSE_DISCOVER_DEFAULT = 3
 } dlfuse_discovery_flags_t;
 
+/* struct_size = sizeof(dlfuse_registry_options_t); below 24 (LP64, ABI 1.0) is
+ * INVALID_ARGUMENT, above is accepted (docs/abi.md, "Host structs"). */
 typedef struct dlfuse_registry_options_t {
   size_t struct_size;
   uint32_t discovery;       /* dlfuse_discovery_flags_t bits */
@@ -60,7 +63,9 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_create(const dlfuse_registry_optio
 DLFUSE_EXPORT void dlfuse_registry_destroy(dlfuse_registry_t registry);
 
 /* Load one plugin file. On failure the file is still listed as unavailable and the
- * status says why (LOAD_FAILED, ABI_MISMATCH, UNAVAILABLE, INVALID_ARGUMENT).
+ * status says why: NOT_FOUND (no file at path), LOAD_FAILED (dlopen or the entry symbol
+ * failed), ABI_MISMATCH, INVALID_ARGUMENT (a broken descriptor or kernel table),
+ * UNAVAILABLE (open() failed or no device), INTERNAL (the plugin threw).
  * *index (may be NULL) receives the plugin's index either way. Loading the same file
  * again returns its first index and outcome; another file whose plugin name is already
  * loaded is refused with INVALID_ARGUMENT. */
@@ -70,6 +75,9 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_load(dlfuse_registry_t registry, c
 DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_plugin_count(dlfuse_registry_t registry,
                                                            int32_t* count);
 
+/* The info structs are filled by the registry up to min(struct_size, its sizeof); a
+ * struct_size short of the ABI 1.0 fields (68 for plugin_info, 36 for kernel_info on
+ * LP64) is INVALID_ARGUMENT and nothing is written (docs/abi.md, "Host structs"). */
 typedef struct dlfuse_plugin_info_t {
   size_t struct_size;        /* set by the caller to sizeof(dlfuse_plugin_info_t) */
   const char* name;          /* the plugin's name, or the file's stem if it did not load */
@@ -84,6 +92,7 @@ typedef struct dlfuse_plugin_info_t {
   int32_t num_kernels;       /* 0 if unavailable */
 } dlfuse_plugin_info_t;
 
+/* plugin outside 0 .. plugin_count-1: NOT_FOUND. */
 DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_plugin_info(dlfuse_registry_t registry,
                                                           int32_t plugin, dlfuse_plugin_info_t* info);
 
@@ -97,6 +106,7 @@ typedef struct dlfuse_kernel_info_t {
   uint32_t flags;           /* ABI 1.1: the kernel's DLFUSE_KERNEL_* bits (dlfuse/plugin.h) */
 } dlfuse_kernel_info_t;
 
+/* plugin or kernel (0 .. num_kernels-1) out of range: NOT_FOUND. */
 DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_kernel_info(dlfuse_registry_t registry,
                                                           int32_t plugin, int32_t kernel,
                                                           dlfuse_kernel_info_t* info);
@@ -119,7 +129,8 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_op_get(dlfuse_registry_t registry, const ch
 /* Run an op: inputs, outputs (an entry may be NULL where the op allows it), attributes
  * (may be NULL when num_attrs is 0; missing ones take their defaults), and a stream for
  * the device of the tensors (NULL: the plugin's default). The plugin is picked by the
- * tensors' device type and dtype. */
+ * tensors' device type and dtype. A bad argument is INVALID_ARGUMENT (a device_id past
+ * the device count too); no kernel for the device type and dtype is UNSUPPORTED. */
 DLFUSE_EXPORT dlfuse_status_t dlfuse_op_call(dlfuse_op_t op, const DLTensor* const* inputs,
                                              int32_t num_inputs, DLTensor* const* outputs,
                                              int32_t num_outputs, const dlfuse_attr_t* attrs,
@@ -146,7 +157,8 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_relu_backward(
     const DLTensor* out, DLTensor* grad_a, DLTensor* grad_b, DLTensor* grad_bias,
     int32_t allow_tf32, void* stream);
 
-/* out = act(x + bias + multiplier * y), NumPy broadcasting; out may be exactly x. */
+/* out = act(x + bias + multiplier * y), NumPy broadcasting; out may be exactly x: equal
+ * data, byte_offset, dtype, shape, and strides of every dim of size > 1 (in place). */
 DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation(dlfuse_registry_t registry,
                                                         const DLTensor* x, const DLTensor* y,
                                                         const DLTensor* bias, double multiplier,
@@ -178,7 +190,7 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_activation_backward(
     DLTensor* grad_b, DLTensor* grad_bias, int32_t allow_tf32, void* stream);
 
 /* out = a @ b + bias + residual; bias and residual broadcast to out; out may be exactly
- * residual (in place). */
+ * residual (in place; "exactly" as for add_mul_activation's x). */
 DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_residual(dlfuse_registry_t registry,
                                                          const DLTensor* a, const DLTensor* b,
                                                          const DLTensor* bias,
@@ -200,12 +212,16 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation_backward_from_out(
     dlfuse_activation_t activation, DLTensor* grad_x, DLTensor* grad_y, DLTensor* grad_bias,
     void* stream);
 
-/* ---- device services (served by the first available plugin for the device type) ---- */
+/* ---- device services (served by the first available plugin for the device type) ----
+ * No plugin for device.device_type: NOT_FOUND; device_id past its count: INVALID_ARGUMENT.
+ * dlfuse_device_count of a type no plugin serves is OK with *count = 0. */
 
 DLFUSE_EXPORT dlfuse_status_t dlfuse_device_count(dlfuse_registry_t registry,
                                                   int32_t device_type, int32_t* count);
+/* On CPU: host memory aligned to at least 64 bytes. nbytes 0 gives a unique pointer. */
 DLFUSE_EXPORT dlfuse_status_t dlfuse_device_alloc(dlfuse_registry_t registry, DLDevice device,
                                                   size_t nbytes, void** ptr);
+/* ptr NULL: OK, nothing checked (as free(NULL)). */
 DLFUSE_EXPORT dlfuse_status_t dlfuse_device_free(dlfuse_registry_t registry, DLDevice device,
                                                  void* ptr);
 /* Copies as in dlfuse/plugin.h: host memory is done with when the call returns. */

@@ -103,7 +103,8 @@ typedef struct dlfuse_plugin_t {
   dlfuse_status_t (*get_kernels)(void* state, const dlfuse_kernel_t** kernels,
                                  int32_t* num_kernels, char* err, size_t err_size);
 
-  /* Device services. For a CPU plugin: device_count 1, alloc = aligned host memory. */
+  /* Device services. For a CPU plugin: device_count 1, alloc = host memory aligned to at
+   * least 64 bytes (callers of dlfuse_device_alloc rely on it; docs/abi.md). */
   dlfuse_status_t (*device_count)(void* state, int32_t* count, char* err, size_t err_size);
   /* Allocate nbytes (nbytes may be 0) on device_id; *ptr is what DLTensor.data takes. */
   dlfuse_status_t (*alloc)(void* state, int32_t device_id, size_t nbytes, void** ptr,

@@ -36,12 +36,16 @@ extern "C" {
 #define DLFUSE_HAS_FIELD(ptr, type, field) \
   ((ptr)->struct_size >= offsetof(type, field) + sizeof(((type*)0)->field))
 
-/* One status enum for every call. Anything but OK comes with a message. */
+/* One status enum for every call. Anything but OK comes with a message. docs/abi.md,
+ * "Status of each failed check", gives the status of every check. */
 typedef enum dlfuse_status_t {
   DLFUSE_STATUS_OK = 0,
-  DLFUSE_STATUS_INVALID_ARGUMENT = 1, /* a tensor, attribute or pointer is wrong */
-  DLFUSE_STATUS_UNSUPPORTED = 2,      /* no kernel for this op / device / dtype */
-  DLFUSE_STATUS_NOT_FOUND = 3,        /* unknown op, plugin, device or file */
+  DLFUSE_STATUS_INVALID_ARGUMENT = 1, /* a value outside what its argument allows: a tensor,
+                                         attribute, pointer, struct_size, device_id past
+                                         the device count */
+  DLFUSE_STATUS_UNSUPPORTED = 2,      /* valid, but no kernel for this op / device / dtype */
+  DLFUSE_STATUS_NOT_FOUND = 3,        /* names nothing: op, plugin name, plugin or kernel
+                                         index, device type of a service, file to load */
   DLFUSE_STATUS_ABI_MISMATCH = 4,     /* plugin built for another ABI major */
   DLFUSE_STATUS_LOAD_FAILED = 5,      /* dlopen or the entry symbol failed */
   DLFUSE_STATUS_UNAVAILABLE = 6,      /* plugin loaded but its open() failed */

@@ -33,7 +33,7 @@ template <class A> A activate(int act, A p) {
 #else
     case DLFUSE_ACT_GELU_ERF: return A(0.5) * p * (A(1) + std::erf(p * A(0.7071067811865476)));
 #endif
-    case DLFUSE_ACT_GELU_TANH: return A(0.5) * p * (A(1) + std::tanh(gelu_tanh_u(p)));
+    case DLFUSE_ACT_GELU_TANH: return p * sigmoid(A(2) * gelu_tanh_u(p));  // ½ p (1 + tanh u)
     default: return p * sigmoid(p);  // SILU; the activation was checked before the loop
   }
 }
@@ -57,9 +57,10 @@ template <class A> A activate_grad(int act, A p, A grad) {
       return grad * (cdf + p * pdf);
     }
     case DLFUSE_ACT_GELU_TANH: {
-      const A t = std::tanh(gelu_tanh_u(p));
+      // ½(1 + tanh u) = σ(2u), ½(1 - tanh² u) = 2 σ(2u) σ(-2u): no cancellation for p << 0.
+      const A u = gelu_tanh_u(p);
       const A du = A(0.7978845608028654) * (A(1) + A(3 * 0.044715) * p * p);
-      return grad * (A(0.5) * (A(1) + t) + A(0.5) * p * (A(1) - t * t) * du);
+      return grad * (sigmoid(A(2) * u) * (A(1) + A(2) * p * sigmoid(A(-2) * u) * du));
     }
 #ifdef DLFUSE_TESTREF_MUTANT_SILU_GRAD_WRONG
     default: return grad * sigmoid(p);  // mutant: the p s (1 - s) term forgotten
