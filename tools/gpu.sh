@@ -28,7 +28,7 @@
 #                  in odd rounds and second in even ones): bench/run.py ARGS and the Python call
 #                  overhead (torch, CUDA) over each; bench/compare.py prints new/base per row
 #   jax            dlfuse.jax on CUDA: test_jax.py with CUDA required (jit, grad, vmap, the 4-layer
-#                  MLP, the handlers inside XLA command buffers), examples/jax_mlp.py trained 300
+#                  MLP, the handlers beside XLA command buffers), examples/jax_mlp.py trained 300
 #                  steps against jax.numpy, bench/jax_bench.py (per call and MLP step vs XLA)
 # When $OUT is set (the device tool), everything is packed into $OUT/gpu-logs.tgz at the end.
 #

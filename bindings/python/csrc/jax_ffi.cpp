@@ -222,16 +222,14 @@ DLFUSE_JAX_EXPORT XLA_FFI_Error* dlfuse_jax_cuda(XLA_FFI_CallFrame* call_frame);
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(dlfuse_jax_cpu, CallCpu, ffi::Ffi::Bind() DLFUSE_JAX_ATTRS);
 
-// Command-buffer compatible: dlfuse's CUDA plugin only enqueues on the given stream, takes its
-// temporaries from a stream-ordered pool (graph allocations under capture) and skips its host
-// waits (autotune, NaN probe) while the stream is captured. A device's first call creates the
-// pool and cannot be captured: dlfuse.jax makes that call on every CUDA device at registration.
-// XLA takes the trait from the registration (dlfuse/_jax_ffi.py), which declares it too.
+// Not declared command-buffer compatible: the CUDA plugin takes its temporaries from a
+// stream-ordered pool, so a captured call records memory-allocation nodes, and CUDA refuses
+// those in the child graphs XLA builds its command buffers from (CUDA_ERROR_NOT_SUPPORTED,
+// measured on an H200 with JAX 0.11). XLA runs these calls between its command buffers.
 XLA_FFI_DEFINE_HANDLER_SYMBOL(dlfuse_jax_cuda, CallCuda,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<void*>>()
-                                  .Ctx<ffi::DeviceOrdinal>() DLFUSE_JAX_ATTRS,
-                              {ffi::Traits::kCmdBufferCompatible});
+                                  .Ctx<ffi::DeviceOrdinal>() DLFUSE_JAX_ATTRS);
 
 // Hands the package's libdlfuse to the handlers. Returns 0, or -1 if a pointer is NULL.
 DLFUSE_JAX_EXPORT int dlfuse_jax_bind(

@@ -340,10 +340,10 @@ def test_mlp_4_layers_trained_under_jit(device):
     assert ok, msg
 
 
-def test_handlers_inside_command_buffers(device):
-    """On CUDA the handler is declared command-buffer compatible: with command buffers on for
-    custom calls, every dlfuse call of a jitted training step sits inside one and the graph
-    replays give the right results; with them off, none does (the check can fail)."""
+def test_handlers_beside_command_buffers(device):
+    """On CUDA the handler is not command-buffer compatible (csrc/jax_ffi.cpp says why): with
+    XLA's command buffers on for custom calls, every dlfuse call of a jitted training step stays
+    outside them and the step still gives the right results, as with command buffers off."""
     if device.platform == "cpu":
         pytest.skip("XLA's command buffers are CUDA graphs")
     res = {}
@@ -354,9 +354,9 @@ def test_handlers_inside_command_buffers(device):
                            capture_output=True, text=True, timeout=300, env=env)
         assert p.returncode == 0, p.stdout + p.stderr
         res[mode] = json.loads(p.stdout.strip().splitlines()[-1])
-    assert res["on"]["inside"] >= 5 and res["on"]["outside"] == 0, res
-    assert res["off"]["inside"] == 0 and res["off"]["outside"] >= 5, res
-    assert res["on"]["max_rel_err"] < 1e-4 and res["off"]["max_rel_err"] < 1e-4, res
+    for mode in ("on", "off"):
+        assert res[mode]["inside"] == 0 and res[mode]["outside"] >= 5, res
+        assert res[mode]["max_rel_err"] < 1e-4, res
 
 
 # ---- errors -----------------------------------------------------------------------------------

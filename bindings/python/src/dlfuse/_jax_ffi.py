@@ -4,12 +4,10 @@ CPU and CUDA, and builds the ``jax.ffi.ffi_call`` of any op from the op table
 (_jax_shapes.OPS)."""
 import ctypes
 import os
-import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxlib import xla_client
 
 from . import _capi, _core, _ext
 from ._jax_shapes import MATMUL, OPS, output_shapes
@@ -19,8 +17,6 @@ TARGET = "dlfuse_call"
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 _lib = None
-# The CUDA handler's trait (csrc/jax_ffi.cpp says why it holds).
-_COMMAND_BUFFER_COMPATIBLE = xla_client.CustomCallTargetTraits.COMMAND_BUFFER_COMPATIBLE
 
 
 def _library_file():
@@ -31,18 +27,6 @@ def _library_file():
             f"dlfuse.jax: {path} is missing: dlfuse was built where jax was not importable "
             "(rebuild, or reinstall the package, with jax installed; docs/jax.md)")
     return path
-
-
-def _warm_cuda_devices():
-    """A CUDA device's first dlfuse call creates the plugin's memory pool, which a CUDA graph
-    cannot capture: make it here, outside any XLA command buffer, on every device."""
-    if not any(p.available and p.device == "cuda" for p in _core.plugins()):
-        return
-    reg = _core.registry()
-    for dev in range(reg.device_count("cuda")):
-        t = [_core.Tensor.empty((1, 1), "float32", f"cuda:{dev}") for _ in range(4)]
-        _core.matmul_add_relu(t[0], t[1], t[2], t[3])
-        reg.synchronize(f"cuda:{dev}")
 
 
 def load():
@@ -59,18 +43,8 @@ def load():
     if lib.dlfuse_jax_bind(_core.registry().handle, *fns) != 0:
         raise ImportError("dlfuse.jax: binding libdlfuse to the handlers failed")
     jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.dlfuse_jax_cpu), platform="cpu")
-    # XLA reads a handler's traits from its registration, not from the handler itself
-    jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.dlfuse_jax_cuda), platform="CUDA",
-                                traits=_COMMAND_BUFFER_COMPATIBLE)
-    try:
-        has_cuda = bool(jax.devices("cuda"))
-    except RuntimeError:
-        has_cuda = False
-    if has_cuda:
-        try:
-            _warm_cuda_devices()
-        except _core.Error as e:  # the calls then fail as JAX errors, with dlfuse's reason
-            warnings.warn(f"dlfuse.jax: the CUDA plugin's first call failed: {e}")
+    # No command-buffer trait: csrc/jax_ffi.cpp says why
+    jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.dlfuse_jax_cuda), platform="CUDA")
     _lib = lib
 
 
