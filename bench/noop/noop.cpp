@@ -29,7 +29,7 @@ dlfuse_status_t say(char* err, size_t err_size, dlfuse_status_t st, const char* 
 dlfuse_status_t nothing(void*, void*, const dlfuse_kernel_args_t*) noexcept { return DLFUSE_STATUS_OK; }
 
 constexpr dlfuse_kernel_t kernel(const char* op) {
-  return dlfuse_kernel_t{sizeof(dlfuse_kernel_t), op, kDLCPU, 4, kDtypes, 1000, nothing, &g_kernel_data, 0};
+  return dlfuse_kernel_t{sizeof(dlfuse_kernel_t), op, kDLCPU, 4, kDtypes, 1000, nothing, &g_kernel_data, 0, nullptr, nullptr};
 }
 
 const dlfuse_kernel_t kKernels[] = {

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli.h"
+#include <dlfuse/types.h>
 
 namespace dlfuse_cli {
 
@@ -30,9 +31,20 @@ const char* const kUsage =
     "  version                          versions of the tool and the ABI\n"
     "  --help                           this text\n"
     "\n"
-    "ops: matmul_add_relu, matmul_add_relu_backward, add_mul_activation,\n"
-    "     add_mul_activation_backward, matmul_add_activation, matmul_add_activation_backward,\n"
-    "     matmul_add_residual, matmul_add_residual_backward\n";
+    "ops (dlfuse/ops.def; plugins may declare more, which `dlfuse list` shows):\n"
+// One "  <name>\n" per entry of the op table.
+#define DLFUSE_OP(op, since) "  " #op "\n"
+#define DLFUSE_IN(op, name, flags, since)
+#define DLFUSE_OUT(op, name, flags, rule, s0, s1, s2, alias)
+#define DLFUSE_ATTR(op, key, type, flags, def, lo, hi)
+#define DLFUSE_END(op)
+#include <dlfuse/ops.def>
+#undef DLFUSE_OP
+#undef DLFUSE_IN
+#undef DLFUSE_OUT
+#undef DLFUSE_ATTR
+#undef DLFUSE_END
+    ;
 
 namespace {
 

@@ -1,6 +1,7 @@
 // dlfuse list: what default discovery (plus any --plugin files) found.
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include <dlfuse/plugin.h>
 
@@ -8,6 +9,38 @@
 #include "dtypes.h"
 
 namespace dlfuse_cli {
+
+namespace {
+
+// "a, b?, bias -> out, pre?": an op's arguments, `?` marking the optional ones.
+std::string signature(const dlfuse_op_schema_t& s) {
+  std::string sig;
+  for (int32_t i = 0; i < s.num_inputs + s.num_outputs; ++i) {
+    const bool output = i >= s.num_inputs;
+    const dlfuse_arg_schema_t& a = output ? s.outputs[i - s.num_inputs] : s.inputs[i];
+    sig += i == s.num_inputs ? " -> " : i ? ", " : "";
+    sig += a.name;
+    if (a.flags & DLFUSE_ARG_OPTIONAL) sig += "?";
+  }
+  for (int32_t k = 0; k < s.num_attrs; ++k) sig += std::string(k ? ", " : "; ") + s.attrs[k].name;
+  return sig;
+}
+
+// The ops plugins declared (ABI 1.2), with the plugin and the signature.
+void list_declared_ops(dlfuse_registry_t reg) {
+  int32_t n = 0;
+  if (dlfuse_registry_op_count(reg, &n) != DLFUSE_STATUS_OK || n <= DLFUSE_NUM_CORE_OPS) return;
+  std::cout << "ops declared by plugins:\n";
+  for (int32_t i = DLFUSE_NUM_CORE_OPS; i < n; ++i) {
+    dlfuse_op_schema_t s{};
+    s.struct_size = sizeof s;
+    if (dlfuse_registry_op_schema(reg, i, &s) != DLFUSE_STATUS_OK) continue;
+    const dlfuse_plugin_info_t info = plugin_info(reg, s.plugin);
+    std::cout << "    " << s.name << " (" << info.name << "): " << signature(s) << "\n";
+  }
+}
+
+}  // namespace
 
 int cmd_list(const Args& args) {
   if (!args.positional.empty()) throw UsageError("list takes no arguments");
@@ -51,6 +84,7 @@ int cmd_list(const Args& args) {
       std::cout << line << "\n";
     }
   }
+  list_declared_ops(reg);
   dlfuse_registry_destroy(reg);
   return rc;
 }

@@ -1,6 +1,8 @@
 // A third-party dlfuse plugin in C++17 on the SDK's plugin kit (dlfuse/plugin_kit.hpp):
 // add_mul_activation (forward) for float32 and float64 on the CPU, any strides and
-// broadcasting. The C++ points of a plugin:
+// broadcasting; and an op of its own, cxx_example_outer (ABI 1.2), which it declares with
+// a schema so that the registry validates its calls and every binding can call it by name.
+// The C++ points of a plugin:
 //   - the ABI is C: every function in the descriptor runs its body through kit::guarded,
 //     which turns anything thrown into a status and message;
 //   - the standard library is fine to use inside (std::vector, std::string here); the
@@ -62,11 +64,62 @@ template <class T> void run(const dlfuse_kernel_args_t* args, int act, double mu
 
 dlfuse_status_t add_mul_activation(void*, void*, const dlfuse_kernel_args_t* args) {
   return kit::guarded(kName, args, [&] {
-    kit::check_call(args, 3, 1, true, kDLCPU);
+    kit::check_call(args, DLFUSE_ARITY(add_mul_activation), true, kDLCPU);
     const int act = kit::activation(args);
     const double m = kit::multiplier(args);
     if (args->inputs[0]->dtype.bits == 64) run<double>(args, act, m);
     else run<float>(args, act, m);
+  });
+}
+
+// ---- an op of the plugin's own: out[i, j] = scale * x[i] * y[j] --------------------------
+// Declared with a schema (dlfuse/ops.h): two 1-D inputs, one output whose shape a callback
+// gives ([len(x), len(y)]), one FLOAT64 attribute with a default. The registry checks every
+// call against it before the kernel runs, and dlfuse_op_infer_outputs answers its shape.
+constexpr const char* kOuter = "cxx_example_outer";
+constexpr int32_t kAttrScale = 1001;  // this op's own attribute key
+
+dlfuse_status_t outer_shape(const DLTensor* const* inputs, int32_t, const dlfuse_attr_t*, int32_t, int32_t,
+                            int32_t* ndim, int64_t* shape, char* err, size_t err_size) {
+  return guarded(err, err_size, [&] {
+    for (int k = 0; k < 2; ++k)
+      if (inputs[k]->ndim != 1)
+        kit::invalid(k ? "y" : "x", "1 dim", std::to_string(inputs[k]->ndim) + " dims");
+    *ndim = 2;
+    shape[0] = inputs[0]->shape[0];
+    shape[1] = inputs[1]->shape[0];
+  });
+}
+
+dlfuse_attr_schema_t scale_attr() {
+  dlfuse_attr_schema_t a{};
+  a.name = "SCALE";
+  a.default_value.key = kAttrScale;
+  a.default_value.type = DLFUSE_ATTR_FLOAT64;
+  a.default_value.value.f64 = 1.0;
+  return a;
+}
+
+const dlfuse_arg_schema_t kOuterInputs[] = {{"x", 0, 0, 0, 0, -1}, {"y", 0, 0, 0, 0, -1}};
+const dlfuse_arg_schema_t kOuterOutputs[] = {{"out", 0, 0, DLFUSE_SHAPE_CALLBACK, 0x3u, -1}};
+const dlfuse_attr_schema_t kOuterAttrs[] = {scale_attr()};
+const dlfuse_op_schema_t kOuterSchema = {sizeof(dlfuse_op_schema_t), kOuter, 2, 2, kOuterInputs, 1, kOuterOutputs,
+                                         1, kOuterAttrs, outer_shape, -1};
+
+template <class T> void run_outer(const dlfuse_kernel_args_t* args, double scale) {
+  const kit::View x(args->inputs[0]), y(args->inputs[1]), out(args->outputs[0]);
+  for (int64_t i = 0; i < x.shape[0]; ++i)
+    for (int64_t j = 0; j < y.shape[0]; ++j)
+      out.base<T>()[i * out.strides[0] + j * out.strides[1]] =
+          T(scale * double(x.base<T>()[i * x.strides[0]]) * double(y.base<T>()[j * y.strides[0]]));
+}
+
+dlfuse_status_t outer(void*, void*, const dlfuse_kernel_args_t* args) {
+  return kit::guarded(kName, args, [&] {
+    kit::check_call(args, kOuterSchema.num_inputs, kOuterSchema.num_outputs, true, kDLCPU);
+    const double scale = kit::attr_float(args, kAttrScale, 1.0);
+    if (args->inputs[0]->dtype.bits == 64) run_outer<double>(args, scale);
+    else run_outer<float>(args, scale);
   });
 }
 
@@ -122,7 +175,8 @@ dlfuse_status_t synchronize(void*, int32_t device_id, void*, char* err, size_t e
 // Priority 10: a third-party kernel that adds to what the first-party plugins (100) serve
 // and loses to them where both have it (docs/plugin-guide.md, "Priorities").
 const kit::KernelTable kKernels(kDLCPU, {{kDLFloat, 32, 1}, {kDLFloat, 64, 1}}, 10,
-                                {{DLFUSE_OP_ADD_MUL_ACTIVATION, add_mul_activation}});
+                                {{DLFUSE_OP_ADD_MUL_ACTIVATION, add_mul_activation},
+                                 {kOuter, outer, nullptr, 0, &kOuterSchema}});
 dlfuse_status_t get_kernels(void*, const dlfuse_kernel_t** kernels, int32_t* num, char* err, size_t err_size) {
   return kKernels.get(kernels, num, kName, err, err_size);
 }

@@ -423,7 +423,7 @@ void backward_from_out(State& st, const dlfuse_kernel_args_t* args, int act, flo
 
 dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_t* args) {
   return run_kernel(args, [&]() -> dlfuse_status_t {
-    check_call(args, 3, 1, true);
+    check_call(args, DLFUSE_ARITY(add_mul_activation), true);
     const int act = kit::activation(args);
     const float mult = float(kit::multiplier(args));
     State& st = *static_cast<State*>(state);
@@ -453,7 +453,9 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
     // The kernel declares DLFUSE_KERNEL_TAKES_V1_1_INPUTS: five inputs, x, y, bias and out
     // NULL where absent (four from a host that widens nothing).
     const bool v11 = args->num_inputs == 5;
-    check_call(args, v11 ? 5 : 4, 3, false, v11 ? /* x, y, bias, out */ 0x1eu : 0u);
+    check_call(args, v11 ? int(DLFUSE_NUM_INPUTS(add_mul_activation_backward)) : int(DLFUSE_BASE_INPUTS(add_mul_activation_backward)),
+               DLFUSE_NUM_OUTPUTS(add_mul_activation_backward), false,
+               v11 ? unsigned(DLFUSE_OPTIONAL_INPUTS(add_mul_activation_backward)) : 0u);
     const int act = kit::activation(args);
     const float mult = float(kit::multiplier(args));
     State& st = *static_cast<State*>(state);

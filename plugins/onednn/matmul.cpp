@@ -380,7 +380,7 @@ void backward_call(State& st, const dlfuse_kernel_args_t* args, const DLTensor* 
 
 dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* args) {
   return run_kernel(args, [&]() -> dlfuse_status_t {
-    check_call(args, 3, 1, true);
+    check_call(args, DLFUSE_ARITY(matmul_add_relu), true);
     forward_call(*static_cast<State*>(state), args, DLFUSE_ACT_RELU, false);
     return DLFUSE_STATUS_OK;
   });
@@ -388,7 +388,7 @@ dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* 
 
 dlfuse_status_t matmul_add_relu_backward(void* state, void*, const dlfuse_kernel_args_t* args) {
   return run_kernel(args, [&]() -> dlfuse_status_t {
-    check_call(args, 4, 3, false);
+    check_call(args, DLFUSE_ARITY(matmul_add_relu_backward), false);
     backward_call(*static_cast<State*>(state), args, args->inputs[3], DzRule{DLFUSE_ACT_RELU, true});
     return DLFUSE_STATUS_OK;
   });
@@ -396,7 +396,7 @@ dlfuse_status_t matmul_add_relu_backward(void* state, void*, const dlfuse_kernel
 
 dlfuse_status_t matmul_add_activation(void* state, void*, const dlfuse_kernel_args_t* args) {
   return run_kernel(args, [&]() -> dlfuse_status_t {
-    check_call(args, 3, 2, true);
+    check_call(args, DLFUSE_ARITY(matmul_add_activation), true);
     forward_call(*static_cast<State*>(state), args, kit::activation(args), false);
     return DLFUSE_STATUS_OK;
   });
@@ -404,7 +404,7 @@ dlfuse_status_t matmul_add_activation(void* state, void*, const dlfuse_kernel_ar
 
 dlfuse_status_t matmul_add_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) {
   return run_kernel(args, [&]() -> dlfuse_status_t {
-    check_call(args, 5, 3, false, /* out, pre */ 0x18);
+    check_call(args, DLFUSE_ARITY(matmul_add_activation_backward), false, DLFUSE_OPTIONAL_INPUTS(matmul_add_activation_backward));
     const int act = kit::activation(args);
     const DLTensor* out = args->inputs[3];
     const DLTensor* pre = args->inputs[4];
@@ -418,7 +418,7 @@ dlfuse_status_t matmul_add_activation_backward(void* state, void*, const dlfuse_
 
 dlfuse_status_t matmul_add_residual(void* state, void*, const dlfuse_kernel_args_t* args) {
   return run_kernel(args, [&]() -> dlfuse_status_t {
-    check_call(args, 4, 1, true);
+    check_call(args, DLFUSE_ARITY(matmul_add_residual), true);
     forward_call(*static_cast<State*>(state), args, DLFUSE_ACT_IDENTITY, true);
     return DLFUSE_STATUS_OK;
   });
@@ -426,7 +426,7 @@ dlfuse_status_t matmul_add_residual(void* state, void*, const dlfuse_kernel_args
 
 dlfuse_status_t matmul_add_residual_backward(void* state, void*, const dlfuse_kernel_args_t* args) {
   return run_kernel(args, [&]() -> dlfuse_status_t {
-    check_call(args, 3, 4, false);
+    check_call(args, DLFUSE_ARITY(matmul_add_residual_backward), false);
     backward_call(*static_cast<State*>(state), args, nullptr, DzRule{DLFUSE_ACT_IDENTITY, false});
     return DLFUSE_STATUS_OK;
   });

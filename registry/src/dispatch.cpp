@@ -22,35 +22,41 @@ int preference_rank(const dlfuse_registry* r, const std::string& op, const std::
 }
 
 OpTable build_table(const dlfuse_registry* r, const std::string& op) {
-  struct Ranked {
-    Candidate c;
-    int pref;
-  };
-  std::vector<Ranked> ranked;
+  OpTable t;
+  t.spec = find_spec_locked(r, op);
   for (const auto& p : r->plugins) {
     if (!p->available) continue;
     const int pref = preference_rank(r, op, p->name);
     // An op added after the plugin's ABI minor is not the plugin's, whatever it named so.
-    const OpSpec* spec = find_known_op(op.c_str());
-    if (spec && op_since_minor(spec) > p->api.abi_minor) continue;
+    if (t.spec && op_since_minor(t.spec) > p->api.abi_minor) continue;
     for (const Kernel& k : p->kernels)
-      if (k.op == op) ranked.push_back({{p.get(), &k}, pref});
+      if (k.op == op) t.candidates.push_back({p.get(), &k, pref});
   }
   // Preferred plugins first, then higher priority, then load order: deterministic.
-  std::stable_sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {
+  std::stable_sort(t.candidates.begin(), t.candidates.end(), [](const Candidate& a, const Candidate& b) {
     if (a.pref != b.pref) return a.pref < b.pref;
-    if (a.c.kernel->priority != b.c.kernel->priority) return a.c.kernel->priority > b.c.kernel->priority;
-    return a.c.plugin->index < b.c.plugin->index;
+    if (a.kernel->priority != b.kernel->priority) return a.kernel->priority > b.kernel->priority;
+    return a.plugin->index < b.plugin->index;
   });
-  OpTable t;
-  for (const Ranked& x : ranked) t.candidates.push_back(x.c);
   return t;
 }
 
+// The first candidate serving (device type, dtype) in the order preference, then the
+// kernel's priority for that dtype (ABI 1.2; its one priority before), then load order.
 const Candidate* pick(const OpTable& t, int32_t device_type, DLDataType dtype) {
-  for (const Candidate& c : t.candidates)
-    if (c.kernel->accepts(device_type, dtype)) return &c;
-  return nullptr;
+  const Candidate* best = nullptr;
+  int32_t best_prio = 0;
+  for (const Candidate& c : t.candidates) {
+    int32_t prio;
+    if (!c.kernel->accepts(device_type, dtype, &prio)) continue;
+    if (!best || c.pref < best->pref ||
+        (c.pref == best->pref &&
+         (prio > best_prio || (prio == best_prio && c.plugin->index < best->plugin->index)))) {
+      best = &c;
+      best_prio = prio;
+    }
+  }
+  return best;
 }
 
 dlfuse_status_t no_kernel(const dlfuse_op* op, const OpTable& t, DLDevice dev, DLDataType dtype) {
@@ -69,6 +75,13 @@ dlfuse_status_t no_kernel(const dlfuse_op* op, const OpTable& t, DLDevice dev, D
 
 }  // namespace
 
+const OpSpec* find_spec_locked(const dlfuse_registry* r, const std::string& name) {
+  if (const OpSpec* core = find_core_op(name.c_str())) return core;
+  for (const auto& d : r->declared)
+    if (name == d->schema.name) return d->spec.get();
+  return nullptr;
+}
+
 dlfuse_op* op_handle_locked(dlfuse_registry* r, const std::string& name) {
   auto it = r->ops.find(name);
   if (it != r->ops.end()) return it->second.get();
@@ -76,7 +89,6 @@ dlfuse_op* op_handle_locked(dlfuse_registry* r, const std::string& name) {
   op->registry = r;
   op->id = static_cast<int32_t>(r->ops_by_id.size());
   op->name = name;
-  op->spec = find_known_op(name.c_str());
   dlfuse_op* raw = op.get();
   r->ops_by_id.push_back(raw);
   r->ops.emplace(name, std::move(op));
@@ -100,19 +112,20 @@ void publish_snapshot_locked(dlfuse_registry* r) {
 dlfuse_status_t call_op(dlfuse_op* op, const DLTensor* const* inputs, int32_t num_inputs,
                         DLTensor* const* outputs, int32_t num_outputs, const dlfuse_attr_t* attrs,
                         int32_t num_attrs, void* stream) {
-  // A caller of an older ABI minor passes only the inputs its minor had; the rest are absent.
-  const DLTensor* widened[kLayoutInputs] = {};
-  if (op->spec && inputs && num_inputs == op_min_inputs(op->spec) && num_inputs < op_num_inputs(op->spec)) {
-    for (int32_t i = 0; i < num_inputs; ++i) widened[i] = inputs[i];
-    inputs = widened;
-    num_inputs = op_num_inputs(op->spec);
-  }
-  CallPlan plan;
-  if (auto s = validate_call(op->spec, op->name.c_str(), inputs, num_inputs, outputs, num_outputs, attrs, num_attrs,
-                             &plan))
-    return s;
   const Snapshot* snap = op->registry->current.load(std::memory_order_acquire);
   const OpTable& table = snap->by_op_id[op->id];
+  const OpSpec* spec = table.spec;
+  // A caller of an older ABI minor passes only the inputs its minor had; the rest are absent.
+  const DLTensor* widened[kMaxArgs] = {};
+  if (spec && inputs && num_inputs == op_min_inputs(spec) && num_inputs < op_num_inputs(spec)) {
+    for (int32_t i = 0; i < num_inputs; ++i) widened[i] = inputs[i];
+    inputs = widened;
+    num_inputs = op_num_inputs(spec);
+  }
+  CallPlan plan;
+  if (auto s = validate_call(spec, op->name.c_str(), inputs, num_inputs, outputs, num_outputs, attrs, num_attrs,
+                             &plan))
+    return s;
   const Candidate* c = pick(table, plan.device.device_type, plan.dtype);
   if (!c) return no_kernel(op, table, plan.device, plan.dtype);
   if (plan.device.device_id < 0 || plan.device.device_id >= c->plugin->device_count)
@@ -120,16 +133,16 @@ dlfuse_status_t call_op(dlfuse_op* op, const DLTensor* const* inputs, int32_t nu
                 op->name.c_str(), device_name(plan.device).c_str(), c->plugin->device_count - 1,
                 c->plugin->name.c_str(), c->plugin->device_count);
   if (plan.skip) return DLFUSE_STATUS_OK;
-  if (op->spec && num_inputs > op_min_inputs(op->spec) && !(c->kernel->flags & DLFUSE_KERNEL_TAKES_V1_1_INPUTS)) {
+  if (spec && num_inputs > op_min_inputs(spec) && !(c->kernel->flags & DLFUSE_KERNEL_TAKES_V1_1_INPUTS)) {
     // The kernel reads the op's 1.0 inputs only, so the inputs appended since must be absent.
-    for (int32_t i = op_min_inputs(op->spec); i < num_inputs; ++i)
+    for (int32_t i = op_min_inputs(spec); i < num_inputs; ++i)
       if (inputs[i])
         return fail(DLFUSE_STATUS_UNSUPPORTED,
                     "%s: plugin '%s' takes the op's %d ABI 1.0 inputs only (its kernel does not declare "
                     "DLFUSE_KERNEL_TAKES_V1_1_INPUTS); input '%s' (ABI 1.1) is given: pass the 1.0 inputs, or prefer "
                     "a plugin that takes it",
-                    op->name.c_str(), c->plugin->name.c_str(), op_min_inputs(op->spec), op_input_name(op->spec, i));
-    num_inputs = op_min_inputs(op->spec);
+                    op->name.c_str(), c->plugin->name.c_str(), op_min_inputs(spec), op_input_name(spec, i));
+    num_inputs = op_min_inputs(spec);
   }
 
   char err[1024];

@@ -1,4 +1,4 @@
-// Layouts remembered per thread and known op.
+// Layouts remembered per thread and core op.
 //
 // Training and inference loops repeat each call's shapes, strides, dtypes and devices step
 // after step; only data pointers and offsets change. Everything validation concludes from
@@ -12,14 +12,15 @@
 #pragma once
 #include <cstdint>
 
+#include "core_ops.hpp"
 #include "op_validators.hpp"
 #include "tensor_checks.hpp"
 
 namespace dlfuse {
 
-constexpr int32_t kKnownOps = 8;        // the ops the registry validates fully
-constexpr int32_t kLayoutInputs = 5;    // the most inputs of any known op
-constexpr int32_t kLayoutOutputs = 4;   // the most outputs of any known op
+constexpr int32_t kKnownOps = DLFUSE_NUM_CORE_OPS;     // the ops whose layouts are remembered
+constexpr int32_t kLayoutInputs = kCoreMaxInputs;     // the most inputs of any core op
+constexpr int32_t kLayoutOutputs = kCoreMaxOutputs;   // the most outputs of any core op
 
 // One call of known op number `op_index` (its place in the registry's op table).
 struct LayoutCall {

@@ -10,7 +10,9 @@
 #include <string>
 
 #include "error.hpp"
+#include "declared_ops.hpp"
 #include "format.hpp"
+#include "op_validators.hpp"
 #include "registry.hpp"
 
 namespace dlfuse {
@@ -150,6 +152,23 @@ dlfuse_status_t copy_kernels(Plugin* p, const dlfuse_kernel_t* table, int32_t n)
     c.fn = k.fn;
     c.kernel_data = k.kernel_data;
     c.flags = DLFUSE_HAS_FIELD(&k, dlfuse_kernel_t, flags) ? k.flags : 0;
+    const int32_t* prios = DLFUSE_HAS_FIELD(&k, dlfuse_kernel_t, dtype_priorities) ? k.dtype_priorities : nullptr;
+    if (prios)
+      c.dtype_priorities.assign(prios, prios + k.num_dtypes);
+    else
+      c.dtype_priorities.assign(size_t(k.num_dtypes), k.priority);
+    const dlfuse_op_schema_t* schema = DLFUSE_HAS_FIELD(&k, dlfuse_kernel_t, schema) ? k.schema : nullptr;
+    if (schema) {
+      if (find_core_op(k.op))
+        return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT,
+                      where + "declares a schema for '" + k.op + "', a core op; expected NULL (dlfuse/ops.def describes it)");
+      const std::string why = check_declared_schema(*schema);
+      if (!why.empty()) return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT, where + why);
+      if (std::strcmp(schema->name, k.op) != 0)
+        return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT,
+                      where + "op is '" + k.op + "' but its schema names '" + schema->name + "'; expected the same name");
+      p->declares.push_back(copy_declared(*schema));
+    }
     p->kernels.push_back(std::move(c));
   }
   return DLFUSE_STATUS_OK;
@@ -191,6 +210,26 @@ dlfuse_status_t open_plugin(Plugin* p) {
   } catch (...) {
     return refuse(p, DLFUSE_STATUS_INTERNAL, "plugin threw while opening");
   }
+  return DLFUSE_STATUS_OK;
+}
+
+// A loaded plugin's declared ops join the registry's; an op declared before (by another
+// plugin) must be declared alike.
+dlfuse_status_t publish_declared(dlfuse_registry* r, Plugin* p) {
+  for (const auto& d : p->declares)
+    for (const auto& existing : r->declared)
+      if (std::strcmp(existing->schema.name, d->schema.name) == 0 && !same_schema(existing->schema, d->schema))
+        return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT,
+                      std::string("op '") + d->schema.name + "' is declared with another schema by plugin '" +
+                          r->plugins[size_t(existing->schema.plugin)]->name + "'; expected the same schema");
+  for (auto& d : p->declares) {
+    bool known = false;
+    for (const auto& existing : r->declared) known = known || std::strcmp(existing->schema.name, d->schema.name) == 0;
+    if (known) continue;
+    d->schema.plugin = p->index;
+    r->declared.push_back(std::move(d));
+  }
+  p->declares.clear();
   return DLFUSE_STATUS_OK;
 }
 
@@ -261,7 +300,9 @@ dlfuse_status_t load_plugin_locked(dlfuse_registry* r, const std::string& path, 
     if (other.get() != p && other->available && other->name == p->name)
       return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT,
                     "plugin name '" + p->name + "' is already loaded from " + other->path + "; expected unique names");
-  if (auto s = open_plugin(p)) {
+  dlfuse_status_t s = open_plugin(p);
+  if (!s) s = publish_declared(r, p);
+  if (s) {
     if (p->state) {  // opened but broken later: give its resources back now
       try {
         p->api.close(p->state);
@@ -270,6 +311,7 @@ dlfuse_status_t load_plugin_locked(dlfuse_registry* r, const std::string& path, 
       p->state = nullptr;
     }
     p->kernels.clear();
+    p->declares.clear();
     p->device_count = 0;
     return s;
   }

@@ -15,11 +15,6 @@ using namespace dlfuse;
 
 namespace {
 
-const char* const kBuiltinOps[8] = {DLFUSE_OP_MATMUL_ADD_RELU, DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD,
-                                    DLFUSE_OP_ADD_MUL_ACTIVATION, DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD,
-                                    DLFUSE_OP_MATMUL_ADD_ACTIVATION, DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD,
-                                    DLFUSE_OP_MATMUL_ADD_RESIDUAL, DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD};
-
 // Applies DLFUSE_PREFER="a,b,c": a wins over b over c, so apply them in reverse.
 void apply_env_preferences(dlfuse_registry* r) {
   const char* env = std::getenv("DLFUSE_PREFER");
@@ -84,7 +79,8 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_create(const dlfuse_registry_optio
     auto r = std::make_unique<dlfuse_registry>();
     {
       std::lock_guard<std::mutex> lock(r->mutex);
-      for (int i = 0; i < 8; ++i) r->builtin[i] = op_handle_locked(r.get(), kBuiltinOps[i]);
+      for (int32_t i = 0; i < DLFUSE_NUM_CORE_OPS; ++i)
+        r->builtin[i] = op_handle_locked(r.get(), op_schema(core_op(i)).name);
       discover_locked(r.get(), flags, paths);
       apply_env_preferences(r.get());
       publish_snapshot_locked(r.get());
@@ -183,6 +179,7 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_kernel_info(dlfuse_registry_t regi
     full.dtypes = k.dtypes.data();
     full.priority = k.priority;
     full.flags = k.flags;
+    full.dtype_priorities = k.dtype_priorities.data();
     std::memcpy(info, &full, size < sizeof full ? size : sizeof full);
     return DLFUSE_STATUS_OK;
   });

@@ -10,10 +10,9 @@
 
 #include "dlfuse/dlfuse.h"
 #include "dlfuse/plugin.h"
+#include "op_spec.hpp"
 
 namespace dlfuse {
-
-struct OpSpec;
 
 // A kernel table entry, copied out of the plugin (it may be shorter than ours).
 struct Kernel {
@@ -24,12 +23,27 @@ struct Kernel {
   dlfuse_kernel_fn_t fn = nullptr;
   void* kernel_data = nullptr;
   uint32_t flags = 0;  // DLFUSE_KERNEL_* (0 from a 1.0 table)
-  bool accepts(int32_t dev, DLDataType dt) const {
+  std::vector<int32_t> dtype_priorities;  // one per dtype (all `priority` before ABI 1.2)
+  // Whether it serves (dev, dt), and at which priority.
+  bool accepts(int32_t dev, DLDataType dt, int32_t* prio) const {
     if (dev != device_type) return false;
-    for (const DLDataType& d : dtypes)
-      if (d.code == dt.code && d.bits == dt.bits) return true;
+    for (size_t i = 0; i < dtypes.size(); ++i)
+      if (dtypes[i].code == dt.code && dtypes[i].bits == dt.bits) {
+        *prio = dtype_priorities[i];
+        return true;
+      }
     return false;
   }
+};
+
+// An op a plugin declared (ABI 1.2): a copy of its schema, owned by the registry, and its
+// validation spec. Never removed while the registry lives.
+struct DeclaredOp {
+  std::vector<std::string> names;  // every string the schema points to
+  std::vector<dlfuse_arg_schema_t> inputs, outputs;
+  std::vector<dlfuse_attr_schema_t> attrs;
+  dlfuse_op_schema_t schema{};
+  std::unique_ptr<OpSpec> spec;
 };
 
 // A plugin file, loaded or not. Never moves once created (held by unique_ptr).
@@ -43,15 +57,18 @@ struct Plugin {
   dlfuse_status_t status = DLFUSE_STATUS_OK;  // why it is unavailable
   int32_t device_count = 0;
   std::vector<Kernel> kernels;
+  std::vector<std::unique_ptr<DeclaredOp>> declares;  // its declared ops, until published
 };
 
 // Dispatch order for one op: candidates in preference order.
 struct Candidate {
   Plugin* plugin;
   const Kernel* kernel;
+  int pref;  // the user's preference rank (lower first; INT_MAX: none)
 };
 struct OpTable {
   std::vector<Candidate> candidates;
+  const OpSpec* spec = nullptr;  // the op's schema; NULL: generic checks only
 };
 
 // Immutable once published; old ones live until the registry dies, so a call that
@@ -67,7 +84,6 @@ struct dlfuse_op {
   dlfuse_registry* registry;
   int32_t id;
   std::string name;
-  const dlfuse::OpSpec* spec;  // NULL for ops the registry does not know
 };
 
 struct dlfuse_registry {
@@ -79,11 +95,14 @@ struct dlfuse_registry {
   std::vector<std::pair<std::string, std::string>> preferences;
   std::vector<std::unique_ptr<const dlfuse::Snapshot>> snapshots;
   std::atomic<const dlfuse::Snapshot*> current{nullptr};
-  dlfuse_op* builtin[8] = {};  // the typed functions' handles, by known-op order
+  dlfuse_op* builtin[DLFUSE_NUM_CORE_OPS] = {};  // the typed functions' handles, by core-op index
+  std::vector<std::unique_ptr<dlfuse::DeclaredOp>> declared;  // in declaration order
 };
 
 namespace dlfuse {
 
+// Under registry->mutex: the spec of a core or declared op, or NULL.
+const OpSpec* find_spec_locked(const dlfuse_registry* r, const std::string& name);
 // Under registry->mutex: the op's handle, created on first use.
 dlfuse_op* op_handle_locked(dlfuse_registry* r, const std::string& name);
 // Under registry->mutex: rebuilds and publishes the dispatch snapshot.

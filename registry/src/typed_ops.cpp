@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "attrs.hpp"
+#include "core_ops.hpp"
 #include "error.hpp"
 #include "registry.hpp"
 
@@ -9,16 +10,34 @@ using namespace dlfuse;
 
 namespace {
 
-enum Builtin {
-  kMatmul = 0, kMatmulBackward = 1, kAddMul = 2, kAddMulBackward = 3,
-  kMatmulAct = 4, kMatmulActBackward = 5, kMatmulResidual = 6, kMatmulResidualBackward = 7
+// One attribute value of a typed function, converted to the type the op's schema gives.
+struct AttrValue {
+  bool is_float;
+  int64_t i;
+  double f;
+  AttrValue(int32_t v) : is_float(false), i(v), f(0) {}
+  AttrValue(double v) : is_float(true), i(0), f(v) {}
 };
 
-dlfuse_status_t run(dlfuse_registry_t r, Builtin which, const char* fn, const DLTensor* const* in, int32_t n_in,
-                    DLTensor* const* out, int32_t n_out, const dlfuse_attr_t* attrs, int32_t n_attrs, void* stream) {
+// A typed function's call of core op `Op`: its arguments in the schema's order (the counts
+// checked against dlfuse/ops.def at compile time), attributes keyed and typed by the schema.
+template <int32_t Op, size_t NI, size_t NO, size_t NA>
+dlfuse_status_t run(dlfuse_registry_t r, const char* fn, const DLTensor* const (&in)[NI], DLTensor* const (&out)[NO],
+                    const AttrValue (&values)[NA], void* stream) {
+  static_assert(NI == size_t(core_counts::kInputs[Op]) || NI == size_t(core_counts::kBaseInputs[Op]),
+                "the op's inputs (or those of the minor that added it)");
+  static_assert(NO == size_t(core_counts::kOutputs[Op]), "every output of the op");
+  static_assert(NA == size_t(core_counts::kAttrs[Op]), "every attribute of the op, in schema order");
   return guarded(fn, [&] {
     if (!r) return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument 'registry' is NULL; expected a registry", fn);
-    return call_op(r->builtin[which], in, n_in, out, n_out, attrs, n_attrs, stream);
+    const dlfuse_op_schema_t& schema = op_schema(core_op(Op));
+    dlfuse_attr_t attrs[NA];
+    for (size_t k = 0; k < NA; ++k) {
+      const dlfuse_attr_t& d = schema.attrs[k].default_value;
+      attrs[k] = d.type == DLFUSE_ATTR_FLOAT64 ? float_attr(d.key, values[k].is_float ? values[k].f : double(values[k].i))
+                                               : int_attr(d.key, values[k].is_float ? int64_t(values[k].f) : values[k].i);
+    }
+    return call_op(r->builtin[Op], in, int32_t(NI), out, int32_t(NO), attrs, int32_t(NA), stream);
   });
 }
 
@@ -39,30 +58,20 @@ extern "C" {
 DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_relu(dlfuse_registry_t registry, const DLTensor* a, const DLTensor* b,
                                                      const DLTensor* bias, DLTensor* out, int32_t allow_tf32,
                                                      void* stream) {
-  const DLTensor* in[3] = {a, b, bias};
-  DLTensor* outs[1] = {out};
-  const dlfuse_attr_t attrs[1] = {int_attr(DLFUSE_ATTR_ALLOW_TF32, allow_tf32)};
-  return run(registry, kMatmul, "dlfuse_matmul_add_relu", in, 3, outs, 1, attrs, 1, stream);
+  return run<DLFUSE_OP_INDEX(matmul_add_relu)>(registry, "dlfuse_matmul_add_relu", {a, b, bias}, {out}, {allow_tf32}, stream);
 }
 
 DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_relu_backward(dlfuse_registry_t registry, const DLTensor* grad_out,
                                                               const DLTensor* a, const DLTensor* b, const DLTensor* out,
                                                               DLTensor* grad_a, DLTensor* grad_b, DLTensor* grad_bias,
                                                               int32_t allow_tf32, void* stream) {
-  const DLTensor* in[4] = {grad_out, a, b, out};
-  DLTensor* outs[3] = {grad_a, grad_b, grad_bias};
-  const dlfuse_attr_t attrs[1] = {int_attr(DLFUSE_ATTR_ALLOW_TF32, allow_tf32)};
-  return run(registry, kMatmulBackward, "dlfuse_matmul_add_relu_backward", in, 4, outs, 3, attrs, 1, stream);
+  return run<DLFUSE_OP_INDEX(matmul_add_relu_backward)>(registry, "dlfuse_matmul_add_relu_backward", {grad_out, a, b, out}, {grad_a, grad_b, grad_bias}, {allow_tf32}, stream);
 }
 
 DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation(dlfuse_registry_t registry, const DLTensor* x, const DLTensor* y,
                                                         const DLTensor* bias, double multiplier,
                                                         dlfuse_activation_t activation, DLTensor* out, void* stream) {
-  const DLTensor* in[3] = {x, y, bias};
-  DLTensor* outs[1] = {out};
-  const dlfuse_attr_t attrs[2] = {int_attr(DLFUSE_ATTR_ACTIVATION, activation_bits(activation)),
-                                  float_attr(DLFUSE_ATTR_MULTIPLIER, multiplier)};
-  return run(registry, kAddMul, "dlfuse_add_mul_activation", in, 3, outs, 1, attrs, 2, stream);
+  return run<DLFUSE_OP_INDEX(add_mul_activation)>(registry, "dlfuse_add_mul_activation", {x, y, bias}, {out}, {activation_bits(activation), multiplier}, stream);
 }
 
 DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation_backward(dlfuse_registry_t registry, const DLTensor* grad_out,
@@ -70,43 +79,28 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation_backward(dlfuse_registry
                                                                  const DLTensor* bias, double multiplier,
                                                                  dlfuse_activation_t activation, DLTensor* grad_x,
                                                                  DLTensor* grad_y, DLTensor* grad_bias, void* stream) {
-  const DLTensor* in[4] = {grad_out, x, y, bias};
-  DLTensor* outs[3] = {grad_x, grad_y, grad_bias};
-  const dlfuse_attr_t attrs[2] = {int_attr(DLFUSE_ATTR_ACTIVATION, activation_bits(activation)),
-                                  float_attr(DLFUSE_ATTR_MULTIPLIER, multiplier)};
-  return run(registry, kAddMulBackward, "dlfuse_add_mul_activation_backward", in, 4, outs, 3, attrs, 2, stream);
+  return run<DLFUSE_OP_INDEX(add_mul_activation_backward)>(registry, "dlfuse_add_mul_activation_backward", {grad_out, x, y, bias}, {grad_x, grad_y, grad_bias}, {activation_bits(activation), multiplier}, stream);
 }
 
 DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_activation(dlfuse_registry_t registry, const DLTensor* a,
                                                            const DLTensor* b, const DLTensor* bias,
                                                            dlfuse_activation_t activation, DLTensor* out, DLTensor* pre,
                                                            int32_t allow_tf32, void* stream) {
-  const DLTensor* in[3] = {a, b, bias};
-  DLTensor* outs[2] = {out, pre};
-  const dlfuse_attr_t attrs[2] = {int_attr(DLFUSE_ATTR_ACTIVATION, activation_bits(activation)),
-                                  int_attr(DLFUSE_ATTR_ALLOW_TF32, allow_tf32)};
-  return run(registry, kMatmulAct, "dlfuse_matmul_add_activation", in, 3, outs, 2, attrs, 2, stream);
+  return run<DLFUSE_OP_INDEX(matmul_add_activation)>(registry, "dlfuse_matmul_add_activation", {a, b, bias}, {out, pre}, {activation_bits(activation), allow_tf32}, stream);
 }
 
 DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_activation_backward(
     dlfuse_registry_t registry, const DLTensor* grad_out, const DLTensor* a, const DLTensor* b, const DLTensor* out,
     const DLTensor* pre, dlfuse_activation_t activation, DLTensor* grad_a, DLTensor* grad_b, DLTensor* grad_bias,
     int32_t allow_tf32, void* stream) {
-  const DLTensor* in[5] = {grad_out, a, b, out, pre};
-  DLTensor* outs[3] = {grad_a, grad_b, grad_bias};
-  const dlfuse_attr_t attrs[2] = {int_attr(DLFUSE_ATTR_ACTIVATION, activation_bits(activation)),
-                                  int_attr(DLFUSE_ATTR_ALLOW_TF32, allow_tf32)};
-  return run(registry, kMatmulActBackward, "dlfuse_matmul_add_activation_backward", in, 5, outs, 3, attrs, 2, stream);
+  return run<DLFUSE_OP_INDEX(matmul_add_activation_backward)>(registry, "dlfuse_matmul_add_activation_backward", {grad_out, a, b, out, pre}, {grad_a, grad_b, grad_bias}, {activation_bits(activation), allow_tf32}, stream);
 }
 
 DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_residual(dlfuse_registry_t registry, const DLTensor* a,
                                                          const DLTensor* b, const DLTensor* bias,
                                                          const DLTensor* residual, DLTensor* out, int32_t allow_tf32,
                                                          void* stream) {
-  const DLTensor* in[4] = {a, b, bias, residual};
-  DLTensor* outs[1] = {out};
-  const dlfuse_attr_t attrs[1] = {int_attr(DLFUSE_ATTR_ALLOW_TF32, allow_tf32)};
-  return run(registry, kMatmulResidual, "dlfuse_matmul_add_residual", in, 4, outs, 1, attrs, 1, stream);
+  return run<DLFUSE_OP_INDEX(matmul_add_residual)>(registry, "dlfuse_matmul_add_residual", {a, b, bias, residual}, {out}, {allow_tf32}, stream);
 }
 
 DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_residual_backward(dlfuse_registry_t registry, const DLTensor* grad_out,
@@ -114,11 +108,7 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_residual_backward(dlfuse_registr
                                                                   DLTensor* grad_b, DLTensor* grad_bias,
                                                                   DLTensor* grad_residual, int32_t allow_tf32,
                                                                   void* stream) {
-  const DLTensor* in[3] = {grad_out, a, b};
-  DLTensor* outs[4] = {grad_a, grad_b, grad_bias, grad_residual};
-  const dlfuse_attr_t attrs[1] = {int_attr(DLFUSE_ATTR_ALLOW_TF32, allow_tf32)};
-  return run(registry, kMatmulResidualBackward, "dlfuse_matmul_add_residual_backward", in, 3, outs, 4, attrs, 1,
-             stream);
+  return run<DLFUSE_OP_INDEX(matmul_add_residual_backward)>(registry, "dlfuse_matmul_add_residual_backward", {grad_out, a, b}, {grad_a, grad_b, grad_bias, grad_residual}, {allow_tf32}, stream);
 }
 
 DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation_backward_from_out(dlfuse_registry_t registry,
@@ -127,12 +117,7 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation_backward_from_out(dlfuse
                                                                           dlfuse_activation_t activation,
                                                                           DLTensor* grad_x, DLTensor* grad_y,
                                                                           DLTensor* grad_bias, void* stream) {
-  const DLTensor* in[5] = {grad_out, nullptr, nullptr, nullptr, out};
-  DLTensor* outs[3] = {grad_x, grad_y, grad_bias};
-  const dlfuse_attr_t attrs[2] = {int_attr(DLFUSE_ATTR_ACTIVATION, activation_bits(activation)),
-                                  float_attr(DLFUSE_ATTR_MULTIPLIER, multiplier)};
-  return run(registry, kAddMulBackward, "dlfuse_add_mul_activation_backward_from_out", in, 5, outs, 3, attrs, 2,
-             stream);
+  return run<DLFUSE_OP_INDEX(add_mul_activation_backward)>(registry, "dlfuse_add_mul_activation_backward_from_out", {grad_out, nullptr, nullptr, nullptr, out}, {grad_x, grad_y, grad_bias}, {activation_bits(activation), multiplier}, stream);
 }
 
 }  // extern "C"

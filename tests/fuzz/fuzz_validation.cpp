@@ -202,7 +202,7 @@ using MaaBwdFn = dlfuse_status_t (*)(dlfuse_registry_t, const DLTensor*, const D
                                      const DLTensor*, const DLTensor*, int32_t, DLTensor*, DLTensor*, DLTensor*, int32_t,
                                      void*);
 
-// The known ops in the registry's order (registry/src/op_validators.cpp), a third-party
+// The known ops in the registry's order (dlfuse/ops.def), a third-party
 // op the oracle serves, and a name nobody serves.
 enum Op { kMatmul, kMatmulBwd, kAddMul, kAddMulBwd, kMatmulAct, kMatmulActBwd, kResidual, kResidualBwd, kKnown };
 constexpr int kCustomOp = kKnown, kUnknownOp = kKnown + 1;

@@ -183,7 +183,7 @@ bool in_arena(const Extent& e) {
          e.hi <= (__int128)(uintptr_t)g_arena + (__int128)g_arena_size;
 }
 
-// The ops in the registry's order (registry/src/op_validators.cpp), then the custom one.
+// The ops in the registry's order (dlfuse/ops.def), then the custom one.
 enum Op {
   kMatmul, kMatmulBwd, kAddMul, kAddMulBwd, kMatmulAct, kMatmulActBwd, kResidual, kResidualBwd, kCustom
 };
@@ -352,7 +352,7 @@ dlfuse_status_t kernel(void*, void* kernel_data, const dlfuse_kernel_args_t* a) 
 
 dlfuse_kernel_t make(Op id, uint32_t flags = 0) {
   return dlfuse_kernel_t{sizeof(dlfuse_kernel_t), kNames[id], kDLCPU, kNumDtypes, kDtypes, 1000, kernel,
-                         reinterpret_cast<void*>(static_cast<intptr_t>(id)), flags};
+                         reinterpret_cast<void*>(static_cast<intptr_t>(id)), flags, nullptr, nullptr};
 }
 
 const dlfuse_kernel_t kKernels[] = {make(kMatmul),        make(kMatmulBwd),

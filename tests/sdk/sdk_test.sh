@@ -93,6 +93,9 @@ echo "$out"
 expect "^cxx_example +cpu:0 +add_mul_activation +float64 .* PASS" "$out"
 "$cli" conform "$cxxplugin" >"$work/cxx-conform.log" || { tail -40 "$work/cxx-conform.log"; exit 1; }
 expect "^[1-9][0-9]* passed, 0 failed" "$(tail -1 "$work/cxx-conform.log")"
+# Its own op (ABI 1.2) is listed with its schema.
+out=$(DLFUSE_PLUGIN_PATH=$work/cxx "$cli" list)
+expect "cxx_example_outer \(cxx_example\): x, y -> out; SCALE" "$out"
 
 step "C++ plugin without CMake (docs/plugin-guide.md): the version script is what hides std::"
 mkdir -p "$work/cxx_pc"
@@ -110,21 +113,22 @@ only_entry "$work/cxx_pc/libdlfuse_cxx_example.so"
 leaky=$(nm -DC --defined-only "$work/cxx_pc/leaky.so")
 grep -q 'std::' <<<"$leaky" || echo "note: this compiler hid std:: instances even without the version script"
 
-step "ABI stability: frozen 1.0 layout; 1.0 and future 1.x plugins load; ABI 2 is refused"
+step "ABI stability: frozen 1.0 layout; 1.0, 1.1 and future 1.x plugins load; ABI 2 is refused"
 "$cmake" -S "$src/tests/sdk/abi_compat" -B "$work/abi" -DCMAKE_PREFIX_PATH="$prefix" \
   -DCMAKE_C_COMPILER="$cc" >"$work/abi-configure.log"
 "$cmake" --build "$work/abi" >"$work/abi-build.log" || { cat "$work/abi-build.log"; exit 1; }
 d=$work/abi/plugins
 # An explicitly named plugin that is refused makes `list` exit 1, and is still listed.
 rc=0
-out=$("$cli" list --plugin "$d/libdlfuse_compat_v1_0.so" --plugin "$d/libdlfuse_compat_v1_next.so" \
-      --plugin "$d/libdlfuse_compat_v2.so") || rc=$?
+out=$("$cli" list --plugin "$d/libdlfuse_compat_v1_0.so" --plugin "$d/libdlfuse_compat_v1_1.so" \
+      --plugin "$d/libdlfuse_compat_v1_next.so" --plugin "$d/libdlfuse_compat_v2.so") || rc=$?
 echo "$out"
 [ "$rc" = 1 ] || { echo "dlfuse list with a refused plugin: expected exit 1, got $rc"; exit 1; }
 expect "^compat_v1_0 +1\.0\.0 +available" "$out"
+expect "^compat_v1_1 +1\.0\.0 +available" "$out"
 expect "^compat_v1_next +1\.0\.0 +available" "$out"
 expect "^compat_v2 +- +unavailable .*built for dlfuse ABI 2\.[0-9]+; this libdlfuse speaks ABI 1\.[0-9]+ \(majors must match\)" "$out"
-for v in v1_0 v1_next; do
+for v in v1_0 v1_1 v1_next; do
   out=$("$cli" run add_mul_activation --dtype f64 --plugin "$d/libdlfuse_compat_$v.so" --shape 48,40)
   expect "^compat_$v +cpu:0 +add_mul_activation +float64 .* PASS" "$out"
 done

@@ -184,14 +184,15 @@ TEST(Discovery, WholeCorpusIncludingBrokenPlugins) {
   // Plugins that load (their kernels misbehave, or they serve another device type).
   const std::vector<std::string> good = {"unit_echo",      "unit_echo2",  "unit_echo3",        "unit_newerminor",
                                          "unit_throws",    "unit_kernelerror", "unit_badstatus", "unit_silent",
-                                         "unit_unterminated", "unit_k_device4242", "unit_v10", "unit_v11"};
+                                         "unit_unterminated", "unit_k_device4242", "unit_v10", "unit_v11",
+                                         "unit_prio_a",    "unit_prio_b", "unit_v11layout", "unit_decl"};
   for (const auto& p : plugins(reg)) {
     const std::string stem = fs::path(p.path).stem().string().substr(std::strlen("libdlfuse_"));
     const bool should_work = std::find(good.begin(), good.end(), stem) != good.end();
     EXPECT_EQ(p.available, should_work ? 1 : 0) << p.path << ": " << p.reason;
     if (!should_work) EXPECT_FALSE(p.reason.empty()) << p.path;
   }
-  // unit_echo2 (priority -5) beats every other (-10).
+  // unit_echo2 (priority -5) beats every other (-10; unit_prio_b's -5 for float32 loads later).
   Probe echo2("unit_echo2");
   ASSERT_TRUE(echo2.loaded());
   const int64_t before = echo2.calls();

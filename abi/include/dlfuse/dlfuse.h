@@ -104,6 +104,8 @@ typedef struct dlfuse_kernel_info_t {
   const DLDataType* dtypes;
   int32_t priority;
   uint32_t flags;           /* ABI 1.1: the kernel's DLFUSE_KERNEL_* bits (dlfuse/plugin.h) */
+  const int32_t* dtype_priorities; /* ABI 1.2: num_dtypes priorities, the one for each of
+                                      dtypes (each is `priority` unless the plugin gave its own) */
 } dlfuse_kernel_info_t;
 
 /* plugin or kernel (0 .. num_kernels-1) out of range: NOT_FOUND. */
@@ -112,8 +114,8 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_kernel_info(dlfuse_registry_t regi
                                                           dlfuse_kernel_info_t* info);
 
 /* Dispatch order for (op, device type, dtype): plugins preferred by the user first (the
- * latest dlfuse_registry_prefer call first), then higher kernel priority, then load
- * order. op may be NULL for every op; plugin_name NULL clears the preferences for op
+ * latest dlfuse_registry_prefer call first), then higher kernel priority for that dtype
+ * (dlfuse_kernel_info_t.dtype_priorities), then load order. op may be NULL for every op; plugin_name NULL clears the preferences for op
  * (NULL: all). The env var DLFUSE_PREFER (comma-separated plugin names) is applied at
  * creation as if passed to prefer() for every op, first name winning. */
 DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_prefer(dlfuse_registry_t registry, const char* op,
@@ -140,6 +142,45 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_op_call(dlfuse_op_t op, const DLTensor* con
  * UNSUPPORTED. */
 DLFUSE_EXPORT dlfuse_status_t dlfuse_op_resolve(dlfuse_op_t op, int32_t device_type,
                                                 DLDataType dtype, int32_t* plugin);
+
+/* ---- ABI 1.2: op schemas and output inference (docs/abi.md, "Op schemas") ------------ */
+
+/* The ops with a schema: the core ops (dlfuse/ops.def, in that order, indices
+ * 0..DLFUSE_NUM_CORE_OPS-1), then the ops the loaded plugins declared, in load order. The
+ * count grows when a later load declares ops; an index keeps its op. An op a plugin offers
+ * without declaring it has no schema and is not listed. */
+DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_op_count(dlfuse_registry_t registry, int32_t* count);
+
+/* Schema number `index` (0..count-1). The caller sets schema->struct_size to
+ * sizeof(dlfuse_op_schema_t); the registry fills what fits. Every pointer in it lives as
+ * long as the registry. NOT_FOUND for an index out of range. */
+DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_op_schema(dlfuse_registry_t registry, int32_t index,
+                                                        dlfuse_op_schema_t* schema);
+
+/* The schema of a looked-up op, as dlfuse_registry_op_schema. NOT_FOUND when the op has
+ * none (a plugin offers it without declaring it). */
+DLFUSE_EXPORT dlfuse_status_t dlfuse_op_schema(dlfuse_op_t op, dlfuse_op_schema_t* schema);
+
+/* The shapes and dtypes the outputs of a call would have, from its inputs and attributes,
+ * so that a caller can allocate them without knowing the op:
+ *  - inputs: num_inputs views in the schema's order (NULL where optional and absent); only
+ *    ndim, shape and dtype are read, so data may be NULL. num_inputs is the schema's count
+ *    (or the count of the minor that added the op, as dlfuse_op_call accepts).
+ *  - attrs: as dlfuse_op_call (missing ones take their defaults).
+ *  - num_outputs: the schema's output count; ndims[num_outputs], dtypes[num_outputs] and
+ *    shapes[num_outputs * DLFUSE_MAX_NDIM] receive output i's ndim, dtype and shape at
+ *    shapes + i * DLFUSE_MAX_NDIM.
+ * Every output is inferred, optional ones included. An output flagged DLFUSE_ARG_REDUCIBLE
+ * gets the widest shape its op accepts there (a gradient not yet summed to a broadcast
+ * input's shape); pass a narrower one to dlfuse_op_call where the op allows it. The dtype is
+ * the inputs' dtype. Inference applies the shape rules only: dlfuse_op_call still checks the
+ * call in full. Inputs whose shapes do not fit the rules are INVALID_ARGUMENT, with the
+ * message naming them. */
+DLFUSE_EXPORT dlfuse_status_t dlfuse_op_infer_outputs(dlfuse_op_t op, const DLTensor* const* inputs,
+                                                      int32_t num_inputs, const dlfuse_attr_t* attrs,
+                                                      int32_t num_attrs, int32_t num_outputs,
+                                                      int32_t* ndims, int64_t* shapes,
+                                                      DLDataType* dtypes);
 
 /* ---- the typed kernels (docs/ops.md) ------------------------------------------------- */
 

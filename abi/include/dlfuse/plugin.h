@@ -9,9 +9,10 @@
  *  - No C++ exception, longjmp or abort crosses this boundary: catch everything.
  *  - On failure a function returns a status and writes a NUL-terminated message of at
  *    most `err_size` bytes (truncated if longer) into `err`.
- *  - The registry validates every kernel call for the ops named in types.h before the
- *    plugin sees it (docs/abi.md lists what is checked); a plugin checks what only it
- *    can know (alignment it needs, device limits, its own resources).
+ *  - The registry validates every kernel call for the core ops (dlfuse/ops.def) and for
+ *    the ops plugins declare (ABI 1.2, dlfuse_kernel_t.schema) before the plugin sees it
+ *    (docs/abi.md lists what is checked); a plugin checks what only it can know
+ *    (alignment it needs, device limits, its own resources).
  *  - Kernels enqueue on `stream` (NULL: the plugin's default stream) and return; they
  *    do not synchronize the device unless the device has no asynchronous queue.
  *  - Kernels and device services may be called from many threads at once.
@@ -38,8 +39,8 @@ typedef struct dlfuse_host_info_t {
 
 /* One call of a kernel. Tensors are non-owning DLTensor views: `strides` may be NULL
  * (compact row-major) and `byte_offset` must be honored (on OpenCL `data` is a cl_mem).
- * For the ops of ABI 1 the registry passes every attribute the op takes, defaults
- * filled in, in the order docs/ops.md gives. */
+ * For an op with a schema (the core ops, declared ops) the registry passes every attribute
+ * the op takes, defaults filled in, in the schema's order. */
 typedef struct dlfuse_kernel_args_t {
   size_t struct_size;
   const char* op;                 /* the op's name, e.g. DLFUSE_OP_MATMUL_ADD_RELU */
@@ -74,6 +75,13 @@ typedef struct dlfuse_kernel_t {
   void* kernel_data;        /* passed back to fn */
   /* ABI 1.1 */
   uint32_t flags;           /* DLFUSE_KERNEL_* bits; 0 for none */
+  /* ABI 1.2 */
+  const dlfuse_op_schema_t* schema; /* for an op the core does not know: its schema, which
+                                       the registry then validates calls by, lists and
+                                       infers outputs by (NULL: calls get generic checks
+                                       only); must be NULL for a core op. Read at load. */
+  const int32_t* dtype_priorities;  /* NULL, or num_dtypes priorities: dtype_priorities[i]
+                                       replaces `priority` for dtypes[i] */
 } dlfuse_kernel_t;
 
 /* The kernel takes the inputs that ABI 1.1 appended to an op of ABI 1.0 (today only

@@ -127,7 +127,9 @@ inline double multiplier(const dlfuse_kernel_args_t* args) { return attr_float(a
 /* What a kernel checks although the registry validated the call, so that a host calling it
  * directly cannot crash the plugin: the tensor counts, inputs present (but those whose bit
  * is set in `optional_inputs`, ABI 1.1; input 0 never), output 0 when
- * `first_output_required`, one dtype for every tensor, every tensor on `device_type`. */
+ * `first_output_required`, one dtype for every tensor, every tensor on `device_type`.
+ * For a core op the counts and mask come from dlfuse/ops.def: DLFUSE_NUM_INPUTS(op),
+ * DLFUSE_NUM_OUTPUTS(op), DLFUSE_OPTIONAL_INPUTS(op) (dlfuse/ops.h). */
 inline void check_call(const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs, bool first_output_required,
                        int32_t device_type, uint32_t optional_inputs = 0) {
   const std::string op = args->op ? args->op : "?";
@@ -258,18 +260,26 @@ class KernelTable {
     const char* op;
     dlfuse_kernel_fn_t fn;
     void* kernel_data = nullptr;
-    uint32_t flags = 0;  // DLFUSE_KERNEL_* bits
+    uint32_t flags = 0;                          // DLFUSE_KERNEL_* bits
+    const dlfuse_op_schema_t* schema = nullptr;  // ABI 1.2: an op of the plugin's own
+    std::vector<int32_t> dtype_priorities = {};  // ABI 1.2: one per dtype of the table; empty: the table's priority
   };
   KernelTable(int32_t device_type, std::vector<DLDataType> dtypes, int32_t priority, std::vector<Entry> ops = {})
       : device_type_(device_type), dtypes_(std::move(dtypes)), priority_(priority) {
-    for (const Entry& e : ops) add(e.op, e.fn, e.kernel_data, nullptr, e.flags);
+    for (Entry& e : ops) add(e.op, e.fn, e.kernel_data, nullptr, e.flags, e.schema, std::move(e.dtype_priorities));
   }
-  KernelTable(const KernelTable&) = delete;  // entries point into dtypes_
+  KernelTable(const KernelTable&) = delete;  // entries point into dtypes_ and priorities_
   KernelTable& operator=(const KernelTable&) = delete;
-  /* Adds an op served by fn for every dtype of the table (or `dtypes` when given). */
+  /* Adds an op served by fn for every dtype of the table (or `dtypes` when given), with the
+   * op's schema when it is the plugin's own op, and a priority per dtype when given (one
+   * per dtype; a size mismatch throws std::invalid_argument). */
   KernelTable& add(const char* op, dlfuse_kernel_fn_t fn, void* kernel_data = nullptr,
-                   const std::vector<DLDataType>* dtypes = nullptr, uint32_t flags = 0) {
+                   const std::vector<DLDataType>* dtypes = nullptr, uint32_t flags = 0,
+                   const dlfuse_op_schema_t* schema = nullptr, std::vector<int32_t> dtype_priorities = {}) {
     const std::vector<DLDataType>& d = dtypes ? *dtypes : dtypes_;
+    if (!dtype_priorities.empty() && dtype_priorities.size() != d.size())
+      throw std::invalid_argument(std::string(op) + ": one priority per dtype expected");
+    priorities_.push_back(std::move(dtype_priorities));  // a moved vector keeps its buffer
     entries_.push_back(dlfuse_kernel_t{/* .struct_size = */ sizeof(dlfuse_kernel_t),
                                        /* .op = */ op,
                                        /* .device_type = */ device_type_,
@@ -278,7 +288,10 @@ class KernelTable {
                                        /* .priority = */ priority_,
                                        /* .fn = */ fn,
                                        /* .kernel_data = */ kernel_data,
-                                       /* .flags = */ flags});
+                                       /* .flags = */ flags,
+                                       /* .schema = */ schema,
+                                       /* .dtype_priorities = */
+                                       priorities_.back().empty() ? nullptr : priorities_.back().data()});
     return *this;
   }
   const dlfuse_kernel_t* data() const { return entries_.data(); }
@@ -298,6 +311,7 @@ class KernelTable {
   int32_t device_type_;
   std::vector<DLDataType> dtypes_;
   int32_t priority_;
+  std::vector<std::vector<int32_t>> priorities_;
   std::vector<dlfuse_kernel_t> entries_;
 };
 

@@ -23,7 +23,7 @@ extern "C" {
 /* ABI version. Major: incompatible change, refused at load. Minor: fields or
  * enum values appended; older plugins keep loading. */
 #define DLFUSE_ABI_MAJOR 1
-#define DLFUSE_ABI_MINOR 1
+#define DLFUSE_ABI_MINOR 2
 
 /* Exported from libdlfuse and from plugins with default visibility. */
 #if defined(_WIN32)
@@ -90,8 +90,9 @@ typedef struct dlfuse_attr_t {
   } value;
 } dlfuse_attr_t;
 
-/* The ops of ABI 1, by name. Ops are named by strings so that a plugin can add an op
- * without an ABI change; the registry knows these and validates them fully. */
+/* The core ops by name (dlfuse/ops.def describes each). Ops are named by strings so that a
+ * plugin can add an op without an ABI change; the registry validates the core ops and the
+ * ops plugins declare (ABI 1.2) by their schemas. */
 #define DLFUSE_OP_MATMUL_ADD_RELU "matmul_add_relu"
 #define DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD "matmul_add_relu_backward"
 #define DLFUSE_OP_ADD_MUL_ACTIVATION "add_mul_activation"
@@ -112,5 +113,7 @@ typedef enum dlfuse_copy_kind_t {
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
+
+#include "dlfuse/ops.h"
 
 #endif /* DLFUSE_TYPES_H_ */

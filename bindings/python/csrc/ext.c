@@ -16,6 +16,7 @@
 #include <dlfcn.h>
 #include <stdint.h>
 #include <string.h>
+#include <strings.h>
 
 #include <dlpack/dlpack.h>
 #include <dlfuse/dlfuse.h>
@@ -44,6 +45,11 @@ static struct {
   __typeof__(&dlfuse_matmul_add_residual_backward) mres_bwd;
   __typeof__(&dlfuse_add_mul_activation_backward_from_out) amc_bwd_out;
   __typeof__(&dlfuse_last_error) last_error;
+  /* ABI 1.2: any op by name, by its schema; NULL with an older libdlfuse */
+  __typeof__(&dlfuse_op_get) op_get;
+  __typeof__(&dlfuse_op_schema) op_schema;
+  __typeof__(&dlfuse_op_infer_outputs) op_infer;
+  __typeof__(&dlfuse_op_call) op_call;
   PyObject* errors[16];     /* status -> exception class; [0] is dlfuse.Error */
   PyObject* tensor_type;    /* dlfuse.Tensor */
   PyObject* alloc_fallback; /* _core._alloc_fallback(like, shape, code, bits, dev_type, dev_id, registry) */
@@ -1173,6 +1179,171 @@ fail:
 /* ---- set-up ----------------------------------------------------------------------------------- */
 
 /* load(path, errors, tensor_type, alloc_fallback, default_registry, activations) */
+/* ---- any op by name (ABI 1.2) ------------------------------------------------------------- */
+
+/* One attribute from Python: its schema entry found by name (any case), the value converted
+ * to the schema's type. */
+static int generic_attr(const dlfuse_op_schema_t* sc, PyObject* key, PyObject* value, dlfuse_attr_t* a) {
+  const char* k = PyUnicode_AsUTF8(key);
+  if (!k) return -1;
+  for (int32_t i = 0; i < sc->num_attrs; ++i) {
+    if (strcasecmp(sc->attrs[i].name, k) != 0) continue;
+    *a = sc->attrs[i].default_value;
+    if (a->type == DLFUSE_ATTR_FLOAT64) {
+      a->value.f64 = PyFloat_AsDouble(value);
+    } else {
+      if (PyFloat_Check(value)) {
+        PyErr_Format(PyExc_TypeError, "%s(): attribute %s: expected an int, got a float", sc->name, sc->attrs[i].name);
+        return -1;
+      }
+      a->value.i64 = PyLong_AsLongLong(value);
+    }
+    return PyErr_Occurred() ? -1 : 0;
+  }
+  PyObject* names = PyList_New(0);
+  for (int32_t i = 0; names && i < sc->num_attrs; ++i) {
+    PyObject* n = PyUnicode_FromString(sc->attrs[i].name);
+    if (!n || PyList_Append(names, n) < 0) Py_CLEAR(names);
+    Py_XDECREF(n);
+  }
+  if (names) PyErr_Format(PyExc_TypeError, "%s() got an unexpected attribute '%s'; expected one of %R", sc->name, k, names);
+  Py_XDECREF(names);
+  return -1;
+}
+
+/* call(op, inputs, attrs, out, stream, registry): op by name; inputs a tuple (None where an
+ * optional input is absent); attrs a dict; out None or a sequence (None entries allocated).
+ * Outputs are allocated like the first input, with the shapes the registry infers. */
+static PyObject* py_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  if (need_loaded() < 0) return NULL;
+  if (!S.op_get || !S.op_schema || !S.op_infer || !S.op_call) {
+    PyErr_SetString(PyExc_NotImplementedError, "dlfuse: call() needs libdlfuse of ABI >= 1.2; the loaded library is older");
+    return NULL;
+  }
+  if (nargs != 6 || !PyUnicode_Check(args[0]) || !PyTuple_Check(args[1]) || !PyDict_Check(args[2])) {
+    PyErr_SetString(PyExc_TypeError, "_ext.call(op: str, inputs: tuple, attrs: dict, out, stream, registry)");
+    return NULL;
+  }
+  const char* name = PyUnicode_AsUTF8(args[0]);
+  void* h;
+  void* s;
+  int given;
+  if (!name || parse_registry(args[5], &h) < 0 || parse_stream(args[4], &s, &given) < 0) return NULL;
+  dlfuse_op_t op = NULL;
+  int st = S.op_get((dlfuse_registry_t)h, name, &op);
+  if (st) return raise_status(st, NULL), NULL;
+  dlfuse_op_schema_t sc;
+  memset(&sc, 0, sizeof sc);
+  sc.struct_size = sizeof sc;
+  st = S.op_schema(op, &sc);
+  if (st) return raise_status(st, NULL), NULL;
+  const Py_ssize_t nin = PyTuple_GET_SIZE(args[1]);
+  if (nin != sc.num_inputs) {
+    PyErr_Format(PyExc_TypeError, "%s() takes %d inputs (%zd given)", sc.name, sc.num_inputs, nin);
+    return NULL;
+  }
+  PyObject* out_seq = NULL;
+  if (!is_none(args[3])) {
+    out_seq = PySequence_Fast(args[3], "out: expected a sequence of tensors (None where to allocate)");
+    if (!out_seq) return NULL;
+    if (PySequence_Fast_GET_SIZE(out_seq) != sc.num_outputs) {
+      PyErr_Format(PyExc_TypeError, "%s(): out: expected %d entries, got %zd", sc.name, sc.num_outputs,
+                   PySequence_Fast_GET_SIZE(out_seq));
+      Py_DECREF(out_seq);
+      return NULL;
+    }
+  }
+  dlfuse_attr_t attrs[DLFUSE_MAX_ATTRS];
+  int32_t nattrs = 0;
+  Py_ssize_t pos = 0;
+  PyObject *key, *value;
+  while (PyDict_Next(args[2], &pos, &key, &value)) {
+    if (nattrs >= DLFUSE_MAX_ATTRS || generic_attr(&sc, key, value, &attrs[nattrs]) < 0) {
+      if (!PyErr_Occurred()) PyErr_Format(PyExc_TypeError, "%s(): too many attributes", sc.name);
+      Py_XDECREF(out_seq);
+      return NULL;
+    }
+    ++nattrs;
+  }
+  View v[2 * DLFUSE_MAX_ARGS];
+  memset(v, 0, sizeof v);
+  const DLTensor* in[DLFUSE_MAX_ARGS];
+  DLTensor* outs[DLFUSE_MAX_ARGS];
+  PyObject* res[DLFUSE_MAX_ARGS] = {NULL};
+  int first = -1;
+  int nv = 0;
+  for (Py_ssize_t i = 0; i < nin; ++i) {
+    PyObject* o = PyTuple_GET_ITEM(args[1], i);
+    in[i] = NULL;
+    if (is_none(o)) continue;
+    if (view_import(o, sc.inputs[i].name, s, &v[i]) < 0) goto fail;
+    nv = (int)i + 1;
+    in[i] = v[i].t;
+    if (first < 0) {
+      first = (int)i;
+      if (pick_stream(&v[i], given, &s) < 0) goto fail;
+    }
+  }
+  nv = (int)nin;
+  {
+    int32_t ndims[DLFUSE_MAX_ARGS];
+    int64_t shapes[DLFUSE_MAX_ARGS * DLFUSE_MAX_NDIM];
+    DLDataType dtypes[DLFUSE_MAX_ARGS];
+    st = S.op_infer(op, in, (int32_t)nin, attrs, nattrs, sc.num_outputs, ndims, shapes, dtypes);
+    if (st) {
+      raise_status(st, NULL);
+      goto fail;
+    }
+    for (int32_t i = 0; i < sc.num_outputs; ++i) {
+      PyObject* given_out = out_seq ? PySequence_Fast_GET_ITEM(out_seq, i) : Py_None;
+      if (!is_none(given_out)) {
+        res[i] = Py_NewRef(given_out);
+      } else {
+        if (first < 0) {
+          PyErr_Format(PyExc_TypeError, "%s(): no input to allocate outputs like; pass out=", sc.name);
+          goto fail;
+        }
+        Shape sh;
+        sh.ndim = ndims[i];
+        memcpy(sh.d, shapes + (size_t)i * DLFUSE_MAX_NDIM, sizeof(int64_t) * (size_t)ndims[i]);
+        res[i] = alloc_like(PyTuple_GET_ITEM(args[1], first), &v[first], &sh, args[5]);
+        if (!res[i]) goto fail;
+      }
+      if (view_import_out(res[i], sc.outputs[i].name, s, &v[nin + i]) < 0) goto fail;
+      nv = (int)nin + i + 1;
+      outs[i] = v[nin + i].t;
+    }
+  }
+  Py_BEGIN_ALLOW_THREADS
+  st = S.op_call(op, in, (int32_t)nin, outs, sc.num_outputs, attrs, nattrs, s);
+  Py_END_ALLOW_THREADS
+  if (st) {
+    raise_status(st, NULL);
+    goto fail;
+  }
+  release_all(v, nv);
+  Py_XDECREF(out_seq);
+  for (int32_t i = 0; i < sc.num_outputs; ++i)
+    if (mark_written(res[i], s) < 0) {
+      for (int32_t j = 0; j < sc.num_outputs; ++j) Py_XDECREF(res[j]);
+      return NULL;
+    }
+  if (sc.num_outputs == 1) return res[0];
+  PyObject* t = PyTuple_New(sc.num_outputs);
+  if (!t) {
+    for (int32_t j = 0; j < sc.num_outputs; ++j) Py_XDECREF(res[j]);
+    return NULL;
+  }
+  for (int32_t i = 0; i < sc.num_outputs; ++i) PyTuple_SET_ITEM(t, i, res[i]);
+  return t;
+fail:
+  release_all(v, nv);
+  Py_XDECREF(out_seq);
+  for (int32_t j = 0; j < DLFUSE_MAX_ARGS; ++j) Py_XDECREF(res[j]);
+  return NULL;
+}
+
 static PyObject* py_load(PyObject* self, PyObject* args) {
   (void)self;
   const char* path;
@@ -1215,6 +1386,13 @@ static PyObject* py_load(PyObject* self, PyObject* args) {
   memcpy(&S.mres, &g[2], sizeof g[2]);
   memcpy(&S.mres_bwd, &g[3], sizeof g[3]);
   memcpy(&S.amc_bwd_out, &g[4], sizeof g[4]);
+  /* ABI 1.2: optional likewise */
+  void* h12[4] = {dlsym(lib, "dlfuse_op_get"), dlsym(lib, "dlfuse_op_schema"), dlsym(lib, "dlfuse_op_infer_outputs"),
+                  dlsym(lib, "dlfuse_op_call")};
+  memcpy(&S.op_get, &h12[0], sizeof h12[0]);
+  memcpy(&S.op_schema, &h12[1], sizeof h12[1]);
+  memcpy(&S.op_infer, &h12[2], sizeof h12[2]);
+  memcpy(&S.op_call, &h12[3], sizeof h12[3]);
   for (int i = 0; i < 16; ++i) {
     Py_CLEAR(S.errors[i]);
     if (i < PyTuple_GET_SIZE(errors)) S.errors[i] = Py_NewRef(PyTuple_GET_ITEM(errors, i));
@@ -1312,6 +1490,9 @@ static PyObject* py_export_capsule(PyObject* self, PyObject* args) {
 
 static PyMethodDef methods[] = {
     {"load", py_load, METH_VARARGS, "load(path, errors, Tensor, alloc_fallback, registry, activations)"},
+    {"call", (PyCFunction)(void (*)(void))py_call, METH_FASTCALL,
+     "call(op, inputs, attrs, out, stream, registry)\n--\n\n"
+     "Any op by name (ABI 1.2), by its schema: dlfuse.call's native half."},
     {"matmul_add_relu", (PyCFunction)(void (*)(void))py_matmul_add_relu, METH_FASTCALL | METH_KEYWORDS,
      "matmul_add_relu(a, b, bias, out=None, stream=None, *, allow_tf32=False, registry=None)\n--\n\n"
      "out = relu(a @ b + bias). a [..., M, K], b [..., K, N], bias broadcastable to out.\n"

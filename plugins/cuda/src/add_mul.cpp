@@ -99,7 +99,7 @@ void set_geometry(AmFast& p, const DLTensor* out, bool any_row) {
 
 dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_t* args) {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&]() -> dlfuse_status_t {
-    CallContext cx(state, args, 3, 1);
+    CallContext cx(state, args, DLFUSE_ARITY(add_mul_activation));
     const int act = kit::activation(args);
     const float mult = float(kit::multiplier(args));
     const DLTensor *x = args->inputs[0], *y = args->inputs[1], *b = args->inputs[2];
@@ -129,7 +129,7 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&]() -> dlfuse_status_t {
     // Five inputs (the kernel takes ABI 1.1's): x, y, bias, or out alone (the registry has
     // checked that exactly one form is given, and the activation).
-    CallContext cx(state, args, 5, 3, 0x1eu);
+    CallContext cx(state, args, DLFUSE_ARITY(add_mul_activation_backward), DLFUSE_OPTIONAL_INPUTS(add_mul_activation_backward));
     const int act = kit::activation(args);
     const float mult = float(kit::multiplier(args));
     const DLTensor *g = args->inputs[0], *out = args->inputs[4];

@@ -113,7 +113,7 @@ bool activation_grad(CallContext& cx, int act, bool from_out, const DLTensor* go
 
 dlfuse_status_t matmul_add_activation(void* state, void*, const dlfuse_kernel_args_t* args) {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&]() -> dlfuse_status_t {
-    CallContext cx(state, args, 3, 2);
+    CallContext cx(state, args, DLFUSE_ARITY(matmul_add_activation));
     const int act = kit::activation(args);
     const DLTensor *a = args->inputs[0], *b = args->inputs[1], *bias = args->inputs[2];
     DLTensor *out = args->outputs[0], *pre = args->outputs[1];
@@ -155,7 +155,7 @@ void activation_backward(CallContext& cx, bool tf32, int act, bool from_out, con
 dlfuse_status_t matmul_add_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&]() -> dlfuse_status_t {
     // Inputs grad_out, a, b, out, pre: exactly one of out and pre (the registry checked).
-    CallContext cx(state, args, 5, 3, 0x18u);
+    CallContext cx(state, args, DLFUSE_ARITY(matmul_add_activation_backward), DLFUSE_OPTIONAL_INPUTS(matmul_add_activation_backward));
     const DLTensor *pre = args->inputs[4], *src = pre ? pre : args->inputs[3];
     DLTensor *ga = args->outputs[0], *gb = args->outputs[1], *gbias = args->outputs[2];
     if (!src && (ga || gb || gbias)) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "neither out nor pre is given");
@@ -167,7 +167,7 @@ dlfuse_status_t matmul_add_activation_backward(void* state, void*, const dlfuse_
 
 dlfuse_status_t matmul_add_residual(void* state, void*, const dlfuse_kernel_args_t* args) {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&]() -> dlfuse_status_t {
-    CallContext cx(state, args, 4, 1);
+    CallContext cx(state, args, DLFUSE_ARITY(matmul_add_residual));
     const DLTensor *a = args->inputs[0], *b = args->inputs[1], *bias = args->inputs[2], *res = args->inputs[3];
     DLTensor* out = args->outputs[0];
     if (!out) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "out is NULL");
@@ -209,7 +209,7 @@ dlfuse_status_t matmul_add_residual(void* state, void*, const dlfuse_kernel_args
 
 dlfuse_status_t matmul_add_residual_backward(void* state, void*, const dlfuse_kernel_args_t* args) {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&]() -> dlfuse_status_t {
-    CallContext cx(state, args, 3, 4);
+    CallContext cx(state, args, DLFUSE_ARITY(matmul_add_residual_backward));
     const DLTensor *gout = args->inputs[0], *a = args->inputs[1], *b = args->inputs[2];
     DLTensor *ga = args->outputs[0], *gb = args->outputs[1], *gbias = args->outputs[2], *gres = args->outputs[3];
     if (!ga && !gb && !gbias && !gres) return DLFUSE_STATUS_OK;

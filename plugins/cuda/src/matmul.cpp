@@ -24,7 +24,7 @@ void relu_in_place(CallContext& cx, const GemmTarget& t) {
 
 dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* args) {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&]() -> dlfuse_status_t {
-    CallContext cx(state, args, 3, 1);
+    CallContext cx(state, args, DLFUSE_ARITY(matmul_add_relu));
     const DLTensor *a = args->inputs[0], *b = args->inputs[1], *bias = args->inputs[2];
     DLTensor* out = args->outputs[0];
     if (!out) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "out is NULL");
@@ -53,7 +53,7 @@ dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* 
 
 dlfuse_status_t matmul_add_relu_backward(void* state, void*, const dlfuse_kernel_args_t* args) {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&]() -> dlfuse_status_t {
-    CallContext cx(state, args, 4, 3);
+    CallContext cx(state, args, DLFUSE_ARITY(matmul_add_relu_backward));
     const DLTensor *gout = args->inputs[0], *a = args->inputs[1], *b = args->inputs[2], *out = args->inputs[3];
     DLTensor *ga = args->outputs[0], *gb = args->outputs[1], *gbias = args->outputs[2];
     // dZ = relu'(out) * grad_out and its column sums in one pass, then the two GEMMs: the

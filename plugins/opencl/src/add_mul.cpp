@@ -42,7 +42,7 @@ void check_form(const DLTensor* x, const DLTensor* y, const DLTensor* b, const D
 
 dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, 3, 1, kFwdNames);
+    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(add_mul_activation), kFwdNames);
     const DLTensor *x = args->inputs[0], *y = args->inputs[1], *b = args->inputs[2], *out = args->outputs[0];
     if (!out) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "argument 'out' is NULL");
     cl_int act;
@@ -70,8 +70,9 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
     // The kernel declares DLFUSE_KERNEL_TAKES_V1_1_INPUTS, so the registry passes five
     // inputs; four (the 1.0 form, out absent) are taken too, for a caller of the table.
     const bool five = !args || args->num_inputs != 4;
-    Call c = prepare_call(static_cast<State*>(state), args, five ? 5 : 4, 3, five ? kBwdNames : kBwdNames10,
-                          /* x, y, bias, out */ 0x1e);
+    Call c = prepare_call(static_cast<State*>(state), args, five ? int(DLFUSE_NUM_INPUTS(add_mul_activation_backward)) : int(DLFUSE_BASE_INPUTS(add_mul_activation_backward)),
+                          DLFUSE_NUM_OUTPUTS(add_mul_activation_backward), five ? kBwdNames : kBwdNames10,
+                          DLFUSE_OPTIONAL_INPUTS(add_mul_activation_backward));
     const DLTensor *g = args->inputs[0], *x = args->inputs[1], *y = args->inputs[2], *b = args->inputs[3];
     const DLTensor* out = five ? args->inputs[4] : nullptr;
     const DLTensor* grads[3] = {args->outputs[0], args->outputs[1], args->outputs[2]};

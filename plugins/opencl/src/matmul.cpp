@@ -188,7 +188,7 @@ const char* const kResBwdNames[] = {"grad_out", "a", "b", "grad_a", "grad_b", "g
 
 dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, 3, 1, kReluFwdNames);
+    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_relu), kReluFwdNames);
     const DLTensor* const* in = args->inputs;
     matmul_forward(c, in[0], in[1], in[2], nullptr, required_out(args, 0, "out"), nullptr, DLFUSE_ACT_RELU);
     return DLFUSE_STATUS_OK;
@@ -197,7 +197,7 @@ dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* 
 
 dlfuse_status_t matmul_add_activation(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, 3, 2, kActFwdNames);
+    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_activation), kActFwdNames);
     const int act = kit::activation(args);
     const DLTensor* const* in = args->inputs;
     matmul_forward(c, in[0], in[1], in[2], nullptr, required_out(args, 0, "out"), args->outputs[1], act);
@@ -207,7 +207,7 @@ dlfuse_status_t matmul_add_activation(void* state, void*, const dlfuse_kernel_ar
 
 dlfuse_status_t matmul_add_residual(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, 4, 1, kResFwdNames);
+    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_residual), kResFwdNames);
     const DLTensor* const* in = args->inputs;
     matmul_forward(c, in[0], in[1], in[2], in[3], required_out(args, 0, "out"), nullptr, DLFUSE_ACT_IDENTITY);
     return DLFUSE_STATUS_OK;
@@ -216,7 +216,7 @@ dlfuse_status_t matmul_add_residual(void* state, void*, const dlfuse_kernel_args
 
 dlfuse_status_t matmul_add_relu_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, 4, 3, kReluBwdNames);
+    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_relu_backward), kReluBwdNames);
     const DLTensor* const* in = args->inputs;
     DLTensor* const* o = args->outputs;
     matmul_backward(c, in[0], in[1], in[2], in[3], DLFUSE_ACT_RELU, true, o[0], o[1], {o[2]});
@@ -226,7 +226,8 @@ dlfuse_status_t matmul_add_relu_backward(void* state, void*, const dlfuse_kernel
 
 dlfuse_status_t matmul_add_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, 5, 3, kActBwdNames, /* out, pre */ 0x18);
+    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_activation_backward), kActBwdNames,
+                          DLFUSE_OPTIONAL_INPUTS(matmul_add_activation_backward));
     const int act = kit::activation(args);
     const DLTensor* const* in = args->inputs;
     DLTensor* const* o = args->outputs;
@@ -244,7 +245,7 @@ dlfuse_status_t matmul_add_activation_backward(void* state, void*, const dlfuse_
 
 dlfuse_status_t matmul_add_residual_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, 3, 4, kResBwdNames);
+    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_residual_backward), kResBwdNames);
     const DLTensor* const* in = args->inputs;
     DLTensor* const* o = args->outputs;
     matmul_backward(c, in[0], in[1], in[2], nullptr, DLFUSE_ACT_IDENTITY, false, o[0], o[1], {o[2], o[3]});

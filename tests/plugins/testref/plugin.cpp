@@ -23,7 +23,7 @@ const DLDataType kDtypes[] = {
 constexpr int32_t kPriority = -100;  // loses to every real CPU plugin
 
 dlfuse_kernel_t kernel(const char* op, dlfuse_kernel_fn_t fn, uint32_t flags = 0) {
-  return dlfuse_kernel_t{sizeof(dlfuse_kernel_t), op, kDLCPU, 4, kDtypes, kPriority, fn, nullptr, flags};
+  return dlfuse_kernel_t{sizeof(dlfuse_kernel_t), op, kDLCPU, 4, kDtypes, kPriority, fn, nullptr, flags, nullptr, nullptr};
 }
 
 const dlfuse_kernel_t kKernels[] = {

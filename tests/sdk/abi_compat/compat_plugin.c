@@ -1,7 +1,9 @@
-/* One small plugin, built three ways against the installed SDK to pin down the ABI's
+/* One small plugin, built four ways against the installed SDK to pin down the ABI's
  * versioning rules (docs/plugin-guide.md, "ABI evolution"):
  *   COMPAT_MINOR_DELTA=0, COMPAT_V1_0_SIZE  a plugin of ABI 1.0 exactly: it must load
  *                                           into every 1.x host;
+ *   COMPAT_V1_1_SIZE                        a plugin of ABI 1.1 exactly (kernel entries
+ *                                           without the fields 1.2 appended);
  *   COMPAT_MINOR_DELTA=1                    a plugin from a future 1.(x+1): a longer
  *                                           descriptor whose unknown tail the host ignores;
  *   COMPAT_MAJOR=2                          a plugin of another major: refused with a
@@ -24,6 +26,11 @@
 #endif
 #ifndef COMPAT_MINOR_DELTA
 #define COMPAT_MINOR_DELTA 0
+#endif
+#if defined(COMPAT_V1_1_SIZE)
+#define COMPAT_ABI_MINOR 1 /* built against the 1.1 headers */
+#else
+#define COMPAT_ABI_MINOR (DLFUSE_ABI_MINOR + COMPAT_MINOR_DELTA)
 #endif
 
 static int compact_2d(const DLTensor* t, int64_t m, int64_t n) {
@@ -129,9 +136,26 @@ typedef struct {
 } kernel_v1_0_t;
 static const kernel_v1_0_t kKernels[] = {
     {sizeof(kernel_v1_0_t), DLFUSE_OP_ADD_MUL_ACTIVATION, kDLCPU, 1, kF64, 5, add_mul_identity_relu, NULL}};
+#elif defined(COMPAT_V1_1_SIZE)
+/* The kernel table as a 1.1 build lays it out: entries end at `flags` (ABI 1.2 appended
+ * `schema` and `dtype_priorities`). */
+typedef struct {
+  size_t struct_size;
+  const char* op;
+  int32_t device_type;
+  int32_t num_dtypes;
+  const DLDataType* dtypes;
+  int32_t priority;
+  dlfuse_kernel_fn_t fn;
+  void* kernel_data;
+  uint32_t flags;
+} kernel_v1_1_t;
+static const kernel_v1_1_t kKernels[] = {
+    {sizeof(kernel_v1_1_t), DLFUSE_OP_ADD_MUL_ACTIVATION, kDLCPU, 1, kF64, 5, add_mul_identity_relu, NULL, 0}};
 #else
 static const dlfuse_kernel_t kKernels[] = {
-    {sizeof(dlfuse_kernel_t), DLFUSE_OP_ADD_MUL_ACTIVATION, kDLCPU, 1, kF64, 5, add_mul_identity_relu, NULL, 0}};
+    {sizeof(dlfuse_kernel_t), DLFUSE_OP_ADD_MUL_ACTIVATION, kDLCPU, 1, kF64, 5, add_mul_identity_relu, NULL, 0, NULL,
+     NULL}};
 #endif
 static dlfuse_status_t get_kernels(void* st, const dlfuse_kernel_t** k, int32_t* num, char* e, size_t n) {
   (void)st;
@@ -158,7 +182,7 @@ static const future_plugin_t kPlugin = {
 #else
         sizeof(dlfuse_plugin_t),
 #endif
-        COMPAT_MAJOR, DLFUSE_ABI_MINOR + COMPAT_MINOR_DELTA, COMPAT_NAME, "1.0.0", kDLCPU, open_plugin,
+        COMPAT_MAJOR, COMPAT_ABI_MINOR, COMPAT_NAME, "1.0.0", kDLCPU, open_plugin,
         close_plugin, get_kernels, count, alloc, release, copy, sync},
     appended};
 

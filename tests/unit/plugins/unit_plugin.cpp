@@ -12,6 +12,7 @@
 // (the unit tests check the registry, not the numerics). Every call is recorded in a
 // global that the tests read through unit_plugin_record().
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -232,6 +233,10 @@ dlfuse_status_t k_scale(void*, void*, const dlfuse_kernel_args_t* a) {
 }
 
 const DLDataType kF32 = {kDLFloat, 32, 1};
+#ifdef UNIT_F64_PRIORITY  // ABI 1.2: float32 at UNIT_PRIORITY and float64 at its own priority
+const DLDataType kF32F64[2] = {{kDLFloat, 32, 1}, {kDLFloat, 64, 1}};
+const int32_t kDtypePriorities[2] = {UNIT_PRIORITY, UNIT_F64_PRIORITY};
+#endif
 
 dlfuse_kernel_t make_kernel(const char* op, dlfuse_kernel_fn_t fn) {
   dlfuse_kernel_t k;
@@ -242,6 +247,11 @@ dlfuse_kernel_t make_kernel(const char* op, dlfuse_kernel_fn_t fn) {
   k.num_dtypes = 1;
   k.dtypes = &kF32;
   k.priority = UNIT_PRIORITY;
+#ifdef UNIT_F64_PRIORITY
+  k.num_dtypes = 2;
+  k.dtypes = kF32F64;
+  k.dtype_priorities = kDtypePriorities;
+#endif
   k.fn = fn;
   k.kernel_data = nullptr;
   return k;
@@ -252,13 +262,48 @@ dlfuse_kernel_t with_flags(dlfuse_kernel_t k, uint32_t flags) {
   return k;
 }
 
+// UNIT_DECLARES (ABI 1.2) adds "unit_declared", an op of its own with a schema, served by
+// k_backward (zero-filling): 1 the schema below; 2 the same with another default (a
+// conflicting declaration); 3 a malformed one (rule MATMUL over one input); 4 a schema for a
+// core op's name (matmul_add_activation, which this build's table does not list otherwise).
+#ifdef UNIT_DECLARES
+const dlfuse_arg_schema_t kDeclaredInputs[] = {{"x", 0, 0, 0, 0, -1}, {"y", DLFUSE_ARG_OPTIONAL, 0, 0, 0, -1}};
+// out: NumPy broadcast of x and y, may be x itself; sum: like x, or any shape broadcasting to it.
+const dlfuse_arg_schema_t kDeclaredOutputs[] = {
+    {"out", 0, 0, UNIT_DECLARES == 3 ? DLFUSE_SHAPE_MATMUL : DLFUSE_SHAPE_BROADCAST, UNIT_DECLARES == 3 ? 0x1u : 0x3u,
+     0},
+    {"sum", DLFUSE_ARG_OPTIONAL | DLFUSE_ARG_REDUCIBLE, 0, DLFUSE_SHAPE_LIKE, 0x1u, -1}};
+dlfuse_attr_schema_t factor_attr() {
+  dlfuse_attr_schema_t a{};
+  a.name = "FACTOR";
+  a.default_value.key = 7;
+  a.default_value.type = DLFUSE_ATTR_INT64;
+  a.default_value.value.i64 = UNIT_DECLARES == 2 ? 3 : 2;
+  a.min_value = 1;
+  a.max_value = 4;
+  return a;
+}
+const dlfuse_attr_schema_t kDeclaredAttrs[] = {factor_attr()};
+const dlfuse_op_schema_t kDeclaredSchema = {
+    sizeof(dlfuse_op_schema_t), UNIT_DECLARES == 4 ? DLFUSE_OP_MATMUL_ADD_ACTIVATION : "unit_declared", 2, 2,
+    kDeclaredInputs, 2, kDeclaredOutputs, 1, kDeclaredAttrs, nullptr, -1};
+dlfuse_kernel_t declared_kernel() {
+  dlfuse_kernel_t k = make_kernel(UNIT_DECLARES == 4 ? DLFUSE_OP_MATMUL_ADD_ACTIVATION : "unit_declared", k_backward);
+  k.schema = &kDeclaredSchema;
+  return k;
+}
+#define UNIT_DECLARED_COUNT 1
+#else
+#define UNIT_DECLARED_COUNT 0
+#endif
+
 // UNIT_V1_1_OPS adds the four ops of ABI 1.1 (zero-filling, as k_backward) and the flag
 // that lets add_mul_activation_backward take its ABI 1.1 input, `out`.
 #ifdef UNIT_V1_1_OPS
-#define UNIT_KERNEL_COUNT (UNIT_NUM_KERNELS + 4)
+#define UNIT_KERNEL_COUNT (UNIT_NUM_KERNELS + 4 + UNIT_DECLARED_COUNT)
 #define UNIT_AMA_BACKWARD_FLAGS DLFUSE_KERNEL_TAKES_V1_1_INPUTS
 #else
-#define UNIT_KERNEL_COUNT UNIT_NUM_KERNELS
+#define UNIT_KERNEL_COUNT (UNIT_NUM_KERNELS + UNIT_DECLARED_COUNT)
 #define UNIT_AMA_BACKWARD_FLAGS 0u
 #endif
 
@@ -277,6 +322,9 @@ const dlfuse_kernel_t g_kernels[UNIT_KERNEL_COUNT] = {
     make_kernel(DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD, k_backward),
     make_kernel(DLFUSE_OP_MATMUL_ADD_RESIDUAL, k_backward),
     make_kernel(DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD, k_backward),
+#endif
+#ifdef UNIT_DECLARES
+    declared_kernel(),
 #endif
 };
 
@@ -375,6 +423,22 @@ dlfuse_status_t p_get_kernels(void* state, const dlfuse_kernel_t** kernels,
 #endif
   *kernels = broken;
   *num_kernels = UNIT_NUM_KERNELS;
+  return DLFUSE_STATUS_OK;
+#elif defined(UNIT_KERNEL_LAYOUT_V1_1)
+  // The table a 1.1 build makes: entries of 1.1's sizeof(dlfuse_kernel_t), which ends after
+  // `flags` (padded to 64 bytes), without the fields 1.2 appended.
+  (void)err;
+  (void)err_size;
+  constexpr size_t kV11Size = 64;
+  static_assert(offsetof(dlfuse_kernel_t, schema) == kV11Size, "1.2 appended after 1.1's padded end");
+  alignas(dlfuse_kernel_t) static unsigned char packed[UNIT_KERNEL_COUNT * kV11Size];
+  for (int i = 0; i < UNIT_KERNEL_COUNT; ++i) {
+    dlfuse_kernel_t k = g_kernels[i];
+    k.struct_size = kV11Size;
+    std::memcpy(packed + size_t(i) * kV11Size, &k, kV11Size);
+  }
+  *kernels = reinterpret_cast<const dlfuse_kernel_t*>(packed);
+  *num_kernels = UNIT_KERNEL_COUNT;
   return DLFUSE_STATUS_OK;
 #else
   (void)err;

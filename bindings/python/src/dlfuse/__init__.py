@@ -25,7 +25,7 @@ except ImportError as _e:
 from ._capi import LibraryNotFound, library_path
 from ._core import (AbiMismatchError, DeviceError, Error, InternalError, InvalidArgumentError,
                     LoadFailedError, NotFoundError, OutOfMemoryError, PluginInfo, Registry,
-                    Tensor, UnavailableError, UnsupportedError, abi_version,
+                    Tensor, UnavailableError, UnsupportedError, abi_version, call,
                     add_mul_activation, add_mul_activation_backward, last_error, load_plugin,
                     matmul_add_activation, matmul_add_activation_backward, matmul_add_relu,
                     matmul_add_relu_backward, matmul_add_residual, matmul_add_residual_backward,
@@ -36,7 +36,7 @@ __version__ = "0.1.0"
 __all__ = ["AbiMismatchError", "DeviceError", "Error", "InternalError", "InvalidArgumentError",
            "LibraryNotFound", "LoadFailedError", "NotFoundError", "OutOfMemoryError",
            "PluginInfo", "Registry", "Tensor", "UnavailableError", "UnsupportedError",
-           "abi_version", "add_mul_activation", "add_mul_activation_backward", "last_error",
+           "abi_version", "add_mul_activation", "call", "add_mul_activation_backward", "last_error",
            "library_path", "load_plugin", "matmul_add_activation",
            "matmul_add_activation_backward", "matmul_add_relu", "matmul_add_relu_backward",
            "matmul_add_residual", "matmul_add_residual_backward", "plugins", "registry", "to_device"]

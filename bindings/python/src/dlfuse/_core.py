@@ -513,3 +513,13 @@ matmul_add_activation = _ext.matmul_add_activation
 matmul_add_activation_backward = _ext.matmul_add_activation_backward
 matmul_add_residual = _ext.matmul_add_residual
 matmul_add_residual_backward = _ext.matmul_add_residual_backward
+
+
+def call(op, *inputs, out=None, stream=None, registry=None, **attrs):
+    """Run any op by name, a plugin's own included (ABI 1.2), by its schema.
+
+    `inputs` in the op's order (None where an optional one is absent); `attrs` by name, in
+    any case (missing ones take their defaults); `out` None, or one entry per output (None
+    where to allocate). Outputs are allocated like the first input, with the shapes the
+    registry infers. Returns the output, or a tuple when the op has several."""
+    return _ext.call(op, inputs, attrs, out, stream, registry)

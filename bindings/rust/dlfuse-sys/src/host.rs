@@ -3,8 +3,8 @@ use std::ffi::c_void;
 use std::os::raw::c_char;
 
 use crate::{
-    dlfuse_activation_t, dlfuse_attr_t, dlfuse_copy_kind_t, dlfuse_status_t, DLDataType, DLDevice,
-    DLTensor,
+    dlfuse_activation_t, dlfuse_attr_t, dlfuse_copy_kind_t, dlfuse_op_schema_t, dlfuse_status_t, DLDataType,
+    DLDevice, DLTensor,
 };
 
 /// Opaque: `struct dlfuse_registry`.
@@ -61,9 +61,31 @@ pub struct dlfuse_kernel_info_t {
     pub priority: i32,
     /// ABI 1.1: the kernel's `DLFUSE_KERNEL_*` bits.
     pub flags: u32,
+    /// ABI 1.2: one priority per dtype.
+    pub dtype_priorities: *const i32,
 }
 
 extern "C" {
+    // ABI 1.2: op schemas and output inference.
+    pub fn dlfuse_registry_op_count(registry: dlfuse_registry_t, count: *mut i32) -> dlfuse_status_t;
+    pub fn dlfuse_registry_op_schema(
+        registry: dlfuse_registry_t,
+        index: i32,
+        schema: *mut dlfuse_op_schema_t,
+    ) -> dlfuse_status_t;
+    pub fn dlfuse_op_schema(op: dlfuse_op_t, schema: *mut dlfuse_op_schema_t) -> dlfuse_status_t;
+    pub fn dlfuse_op_infer_outputs(
+        op: dlfuse_op_t,
+        inputs: *const *const DLTensor,
+        num_inputs: i32,
+        attrs: *const dlfuse_attr_t,
+        num_attrs: i32,
+        num_outputs: i32,
+        ndims: *mut i32,
+        shapes: *mut i64,
+        dtypes: *mut DLDataType,
+    ) -> dlfuse_status_t;
+
     pub fn dlfuse_abi_version(major: *mut u32, minor: *mut u32);
     pub fn dlfuse_last_error() -> *const c_char;
     pub fn dlfuse_status_string(status: dlfuse_status_t) -> *const c_char;

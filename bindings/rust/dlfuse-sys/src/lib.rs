@@ -1,4 +1,4 @@
-//! Raw, hand-written declarations of the dlfuse C ABI 1.0 (`abi/include/dlfuse/*.h`) and
+//! Raw, hand-written declarations of the dlfuse C ABI 1.2 (`abi/include/dlfuse/*.h`) and
 //! of the DLPack >= 1.0 structs it uses. Names follow the C headers. Layouts are checked
 //! against the C compiler's by `tests/layout.rs`.
 //!

@@ -2,7 +2,7 @@
 use std::ffi::c_void;
 use std::os::raw::c_char;
 
-use crate::{dlfuse_attr_t, dlfuse_copy_kind_t, dlfuse_status_t, DLDataType, DLTensor};
+use crate::{dlfuse_attr_t, dlfuse_copy_kind_t, dlfuse_op_schema_t, dlfuse_status_t, DLDataType, DLTensor};
 
 pub const DLFUSE_PLUGIN_ENTRY: &[u8] = b"dlfuse_plugin_v1\0";
 
@@ -52,6 +52,10 @@ pub struct dlfuse_kernel_t {
     pub kernel_data: *mut c_void,
     /// ABI 1.1: `DLFUSE_KERNEL_*` bits.
     pub flags: u32,
+    /// ABI 1.2: the schema of an op the core does not know (NULL: none).
+    pub schema: *const dlfuse_op_schema_t,
+    /// ABI 1.2: NULL, or one priority per dtype.
+    pub dtype_priorities: *const i32,
 }
 
 #[repr(C)]

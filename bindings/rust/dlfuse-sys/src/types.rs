@@ -1,7 +1,7 @@
 //! dlfuse/types.h: what the host API and the plugin API share.
 
 pub const DLFUSE_ABI_MAJOR: u32 = 1;
-pub const DLFUSE_ABI_MINOR: u32 = 1;
+pub const DLFUSE_ABI_MINOR: u32 = 2;
 
 /// `dlfuse_status_t` (a C enum). Kept as an integer: a newer library may return values
 /// this crate does not know.
@@ -68,3 +68,72 @@ pub type dlfuse_copy_kind_t = i32;
 pub const DLFUSE_COPY_HOST_TO_DEVICE: dlfuse_copy_kind_t = 1;
 pub const DLFUSE_COPY_DEVICE_TO_HOST: dlfuse_copy_kind_t = 2;
 pub const DLFUSE_COPY_DEVICE_TO_DEVICE: dlfuse_copy_kind_t = 3;
+
+// ---- dlfuse/ops.h (ABI 1.2): op schemas. The ops themselves are read at run time
+// (dlfuse_registry_op_schema), so this crate lists none of them beyond the names above.
+
+pub const DLFUSE_MAX_NDIM: usize = 16;
+pub const DLFUSE_MAX_ARGS: usize = 16;
+pub const DLFUSE_MAX_ATTRS: usize = 8;
+pub const DLFUSE_ARG_OPTIONAL: u32 = 1;
+pub const DLFUSE_ARG_REDUCIBLE: u32 = 2;
+pub const DLFUSE_ATTR_REQUIRED: u32 = 1;
+
+pub type dlfuse_shape_rule_t = i32;
+pub const DLFUSE_SHAPE_MATMUL: dlfuse_shape_rule_t = 1;
+pub const DLFUSE_SHAPE_BROADCAST: dlfuse_shape_rule_t = 2;
+pub const DLFUSE_SHAPE_LIKE: dlfuse_shape_rule_t = 3;
+pub const DLFUSE_SHAPE_CALLBACK: dlfuse_shape_rule_t = 4;
+
+/// An input or output of an op's schema (an array element, frozen layout).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct dlfuse_arg_schema_t {
+    pub name: *const std::os::raw::c_char,
+    pub flags: u32,
+    pub since_minor: u32,
+    pub shape_rule: i32,
+    pub shape_inputs: u32,
+    pub alias_input: i32,
+}
+
+/// An attribute of an op's schema (an array element, frozen layout).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct dlfuse_attr_schema_t {
+    pub name: *const std::os::raw::c_char,
+    pub flags: u32,
+    pub default_value: dlfuse_attr_t,
+    pub min_value: i64,
+    pub max_value: i64,
+}
+
+pub type dlfuse_shape_fn_t = Option<
+    unsafe extern "C" fn(
+        inputs: *const *const crate::DLTensor,
+        num_inputs: i32,
+        attrs: *const dlfuse_attr_t,
+        num_attrs: i32,
+        output: i32,
+        ndim: *mut i32,
+        shape: *mut i64,
+        err: *mut std::os::raw::c_char,
+        err_size: usize,
+    ) -> dlfuse_status_t,
+>;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct dlfuse_op_schema_t {
+    pub struct_size: usize,
+    pub name: *const std::os::raw::c_char,
+    pub since_minor: u32,
+    pub num_inputs: i32,
+    pub inputs: *const dlfuse_arg_schema_t,
+    pub num_outputs: i32,
+    pub outputs: *const dlfuse_arg_schema_t,
+    pub num_attrs: i32,
+    pub attrs: *const dlfuse_attr_schema_t,
+    pub shape_fn: dlfuse_shape_fn_t,
+    pub plugin: i32,
+}

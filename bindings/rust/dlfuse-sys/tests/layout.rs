@@ -78,7 +78,8 @@ fn items() -> Vec<Item> {
             "stream" => stream, "err" => err, "err_size" => err_size);
     layout!(v, "dlfuse_kernel_t", dlfuse_kernel_t; "struct_size" => struct_size, "op" => op,
             "device_type" => device_type, "num_dtypes" => num_dtypes, "dtypes" => dtypes,
-            "priority" => priority, "fn" => fn_, "kernel_data" => kernel_data);
+            "priority" => priority, "fn" => fn_, "kernel_data" => kernel_data, "flags" => flags,
+            "schema" => schema, "dtype_priorities" => dtype_priorities);
     layout!(v, "dlfuse_plugin_t", dlfuse_plugin_t; "struct_size" => struct_size,
             "abi_major" => abi_major, "abi_minor" => abi_minor, "name" => name,
             "version" => version, "device_type" => device_type, "open" => open,
@@ -92,11 +93,23 @@ fn items() -> Vec<Item> {
             "abi_major" => abi_major, "abi_minor" => abi_minor, "num_kernels" => num_kernels);
     layout!(v, "dlfuse_kernel_info_t", dlfuse_kernel_info_t; "struct_size" => struct_size,
             "op" => op, "device_type" => device_type, "num_dtypes" => num_dtypes,
-            "dtypes" => dtypes, "priority" => priority);
+            "dtypes" => dtypes, "priority" => priority, "flags" => flags,
+            "dtype_priorities" => dtype_priorities);
+    layout!(v, "dlfuse_arg_schema_t", dlfuse_arg_schema_t; "name" => name, "flags" => flags,
+            "since_minor" => since_minor, "shape_rule" => shape_rule, "shape_inputs" => shape_inputs,
+            "alias_input" => alias_input);
+    layout!(v, "dlfuse_attr_schema_t", dlfuse_attr_schema_t; "name" => name, "flags" => flags,
+            "default_value" => default_value, "min_value" => min_value, "max_value" => max_value);
+    layout!(v, "dlfuse_op_schema_t", dlfuse_op_schema_t; "struct_size" => struct_size, "name" => name,
+            "since_minor" => since_minor, "num_inputs" => num_inputs, "inputs" => inputs,
+            "num_outputs" => num_outputs, "outputs" => outputs, "num_attrs" => num_attrs,
+            "attrs" => attrs, "shape_fn" => shape_fn, "plugin" => plugin);
     v.push(Item { name: "sizeof(dlfuse_status_t)".into(), c_expr: "sizeof(dlfuse_status_t)".into(),
                   rust: size_of::<dlfuse_status_t>() as u64 });
     v.push(Item { name: "sizeof(DLDeviceType)".into(), c_expr: "sizeof(DLDeviceType)".into(),
                   rust: size_of::<DLDeviceType>() as u64 });
+    constants!(v; DLFUSE_MAX_NDIM, DLFUSE_MAX_ARGS, DLFUSE_MAX_ATTRS, DLFUSE_ARG_OPTIONAL, DLFUSE_ARG_REDUCIBLE,
+        DLFUSE_ATTR_REQUIRED, DLFUSE_SHAPE_MATMUL, DLFUSE_SHAPE_BROADCAST, DLFUSE_SHAPE_LIKE, DLFUSE_SHAPE_CALLBACK);
     constants!(v; DLFUSE_ABI_MAJOR, DLFUSE_ABI_MINOR,
         DLFUSE_STATUS_OK, DLFUSE_STATUS_INVALID_ARGUMENT, DLFUSE_STATUS_UNSUPPORTED,
         DLFUSE_STATUS_NOT_FOUND, DLFUSE_STATUS_ABI_MISMATCH, DLFUSE_STATUS_LOAD_FAILED,

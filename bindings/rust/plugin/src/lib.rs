@@ -52,6 +52,8 @@ macro_rules! kernel {
             fn_: Some($f as KernelFn),
             kernel_data: ptr::null_mut(),
             flags: 0,
+            schema: ptr::null(),
+            dtype_priorities: ptr::null(),
         }
     };
 }
