@@ -403,7 +403,8 @@ def main():
         if not p["available"] or p["name"].startswith("testref"):
             continue
         for dev in range(p["device_count"]):
-            is_gpu = p["device_type"] in (2, 3) or (p["device_type"] == 4 and gpu is not None)
+            # OpenCL (4) and WebGPU (15) list GPUs first: a GPU machine's device 0 is its GPU.
+            is_gpu = p["device_type"] in (2, 3) or (p["device_type"] in (4, 15) and gpu is not None)
             cmd = [exe, "ops", p["path"], "--device-id", str(dev)] + common
             cmd += (["--large"] if is_gpu else []) + (["--no-grad-y"] if is_gpu or args.no_grad_y else [])
             for gemm in [None] + (args.opencl_gemm if p["name"] == "opencl" else []):

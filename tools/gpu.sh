@@ -30,6 +30,9 @@
 #   jax            dlfuse.jax on CUDA: test_jax.py with CUDA required (jit, grad, vmap, the 4-layer
 #                  MLP, the handlers beside XLA command buffers), examples/jax_mlp.py trained 300
 #                  steps against jax.numpy, bench/jax_bench.py (per call and MLP step vs XLA)
+#   webgpu         the WebGPU plugin on the NVIDIA Vulkan driver: carried Vulkan loader (.gl/*.deb)
+#                  and wgpu wheel (.whl/wgpu-*.whl) unpacked, the plugin built, its conformance
+#                  (random seed, sweep 64) and dlfuse_webgpu_perf (matmul vs cuBLAS, add_mul vs copy)
 # When $OUT is set (the device tool), everything is packed into $OUT/gpu-logs.tgz at the end.
 #
 # Inputs are found the same way for every job (tools/gpu_env.sh): the DLPack header from
@@ -165,6 +168,42 @@ job_jax() (  # a subshell: its environment stays out of the jobs after it
   cat "$J/jax_bench.log"
   return $rc
 )
+
+job_webgpu() {
+  # Vulkan loader and GL libraries the NVIDIA driver's Vulkan ICD needs (carried .debs).
+  local f wheel res icd rc=0
+  for f in .gl/*.deb; do [ -e "$f" ] && dpkg -x "$f" /; done
+  ldconfig
+  if ! ls /usr/share/vulkan/icd.d/*nvidia*.json /etc/vulkan/icd.d/*nvidia*.json >/dev/null 2>&1; then
+    icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+    [ -f "$icd" ] || icd=$(ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json 2>/dev/null | head -1)
+    export VK_DRIVER_FILES=$icd
+    echo "VK_DRIVER_FILES=$icd"
+  fi
+  # wgpu-native's library and headers from the carried wheel (no registry here).
+  wheel=$(ls .whl/wgpu-*.whl 2>/dev/null | head -1)
+  [ -n "$wheel" ] || { echo "webgpu: carry .whl/wgpu-*.whl"; return 2; }
+  res=$B/wgpu-wheel
+  python3 -c "import zipfile,sys; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])" "$wheel" "$res" || return 2
+  cmake -S "$ROOT" -B "$B" -DDLFUSE_WITH_WEBGPU=ON -DDLFUSE_WGPU_INCLUDE_DIR="$res/wgpu/resources" >"$J/configure.log" 2>&1 &&
+    cmake --build "$B" -j "$(nproc)" --target dlfuse_webgpu dlfuse_webgpu_perf >"$J/build.log" 2>&1 ||
+    { tail -30 "$J/configure.log" "$J/build.log"; return 2; }
+  DLFUSE_WEBGPU_VERBOSE=1 "$CLI" list 2>&1 | grep -A9 "^webgpu" | tee "$J/list.txt"
+  grep -Eq "^webgpu +[^ ]+ +available" "$J/list.txt" || { summary "webgpu: plugin not available"; return 1; }
+  DLFUSE_WEBGPU_ADAPTER=${DLFUSE_WEBGPU_ADAPTER:-gpu} timeout 900 "$CLI" conform "$PLUGINS/libdlfuse_webgpu.so" \
+    --seed random --sweep 64 >"$J/conform.log" 2>&1 || rc=1
+  summary "webgpu conform: $(grep -hE 'passed, [0-9]+ failed' "$J/conform.log" | tail -1) ($(grep -m1 -o 'seed [0-9]*' "$J/conform.log"))"
+  DLFUSE_WEBGPU_ADAPTER=${DLFUSE_WEBGPU_ADAPTER:-gpu} timeout 600 "$B/bin/dlfuse_webgpu_perf" 2>&1 | tee "$J/perf.txt"
+  ((${PIPESTATUS[0]} == 0)) || rc=1
+  grep RATIO "$J/perf.txt" | while read -r l; do summary "webgpu $l"; done
+  # Tile sizes to tune with: DLFUSE_WEBGPU_GEMM_TILE=BM,BN,BK,TM,TN (matmul only, 3 sizes).
+  for t in ${WEBGPU_TILES:-128,128,8,8,8 128,128,16,8,8 64,128,8,8,8 128,64,8,8,8}; do
+    echo "== tile $t"
+    DLFUSE_WEBGPU_GEMM_TILE=$t DLFUSE_WEBGPU_ADAPTER=${DLFUSE_WEBGPU_ADAPTER:-gpu} timeout 300 \
+      "$B/bin/dlfuse_webgpu_perf" 8192 4096 4096 1024 1024 10 2>&1 | grep -E "matmul|RATIO matmul"
+  done | tee "$J/tiles.txt"
+  return $rc
+}
 
 rc=0
 {

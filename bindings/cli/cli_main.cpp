@@ -17,7 +17,7 @@ const char* const kUsage =
     "                                   reference, time them\n"
     "      --shape M,K,N | M,N  --batch B  --dtype f32|f64|f16|bf16  --plugin NAME|PATH\n"
     "      --act relu|identity|sigmoid|tanh|gelu_erf|gelu_tanh|silu  --multiplier X\n"
-    "      --device-type cpu|cuda|opencl  --device-id I  --repeat N  --seed S\n"
+    "      --device-type cpu|cuda|opencl|webgpu  --device-id I  --repeat N  --seed S\n"
     "      --prefer NAME[,NAME]...      dispatch to these plugins first (ahead of\n"
     "                                   DLFUSE_PREFER; not with --plugin)\n"
     "      `run all` without --plugin runs every available plugin, device and dtype;\n"

@@ -10,6 +10,7 @@ std::string device_type_name(int32_t t) {
     case kDLCPU: return "cpu";
     case kDLCUDA: return "cuda";
     case kDLOpenCL: return "opencl";
+    case kDLWebGPU: return "webgpu";
     case kDLROCM: return "rocm";
     case kDLVulkan: return "vulkan";
     case kDLMetal: return "metal";
@@ -18,7 +19,7 @@ std::string device_type_name(int32_t t) {
 }
 
 bool parse_device_type(const std::string& s, int32_t* t) {
-  for (int32_t c : {kDLCPU, kDLCUDA, kDLOpenCL, kDLROCM, kDLVulkan, kDLMetal})
+  for (int32_t c : {kDLCPU, kDLCUDA, kDLOpenCL, kDLROCM, kDLVulkan, kDLMetal, kDLWebGPU})
     if (s == device_type_name(c)) { *t = c; return true; }
   return false;
 }

@@ -24,6 +24,7 @@ std::string device_type_name(int32_t type) {
     case kDLCUDA: return "cuda";
     case kDLCUDAHost: return "cuda_host";
     case kDLOpenCL: return "opencl";
+    case kDLWebGPU: return "webgpu";
     case kDLVulkan: return "vulkan";
     case kDLMetal: return "metal";
     case kDLROCM: return "rocm";

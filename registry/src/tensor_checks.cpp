@@ -118,7 +118,7 @@ dlfuse_status_t check_layout(const char* op, const char* arg, const DLTensor* t,
 
 dlfuse_status_t check_placement_slow(const char* op, const char* arg, TensorView* v) {
   const DLTensor* t = v->t;
-  v->space = t->device.device_type == kDLOpenCL ? reinterpret_cast<uintptr_t>(t->data) : 0;
+  v->space = data_is_handle(t->device.device_type) ? reinterpret_cast<uintptr_t>(t->data) : 0;
   v->lo = v->hi = 0;
   if (t->byte_offset > static_cast<uint64_t>(INT64_MAX))
     return DLFUSE_BAD("byte_offset", "<= 2^63-1", std::to_string(t->byte_offset));

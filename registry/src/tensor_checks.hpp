@@ -22,7 +22,7 @@ struct TensorView {
   int64_t strides[kMaxNdim];  // in elements; compact row-major when t->strides is NULL
   int64_t bytes;  // from the first element's byte to past the farthest one's; 0 if empty
   // The bytes the view can touch, [lo, hi), in the address space named by `space`:
-  // 0 for directly addressed memory, the cl_mem handle on OpenCL.
+  // 0 for directly addressed memory, the handle itself where data is one (data_is_handle).
   uintptr_t space;
   uint64_t lo, hi;
 };
@@ -44,6 +44,10 @@ dlfuse_status_t check_placement_slow(const char* op, const char* arg, TensorView
 // The common case inline (it runs for every tensor of every call): a non-empty tensor in
 // directly addressed memory, with a power-of-two item size, that passes. Anything else,
 // failures included, goes through check_placement_slow, which gives the message.
+// Devices whose DLTensor.data is a handle (OpenCL's cl_mem, WebGPU's WGPUBuffer), not an
+// address: each handle is its own space, the byte range is byte_offset onwards.
+inline bool data_is_handle(int32_t device_type) { return device_type == kDLOpenCL || device_type == kDLWebGPU; }
+
 inline dlfuse_status_t check_placement(const char* op, const char* arg, TensorView* v) {
   const DLTensor* t = v->t;
   const uintptr_t addr = reinterpret_cast<uintptr_t>(t->data);
@@ -53,7 +57,7 @@ inline dlfuse_status_t check_placement(const char* op, const char* arg, TensorVi
   // Both below 2^62: their sum fits in int64, as check_placement_slow requires.
   const uint64_t extent = offset + bytes;
   const uint64_t first = addr + offset;
-  if (__builtin_expect(t->device.device_type != kDLOpenCL && v->numel > 0 && addr != 0 &&
+  if (__builtin_expect(!data_is_handle(t->device.device_type) && v->numel > 0 && addr != 0 &&
                            (offset | bytes) < (uint64_t{1} << 62) && addr <= UINT64_MAX - extent &&
                            (static_cast<uint64_t>(v->itemsize) & mask) == 0 && (first & mask) == 0,
                        1)) {

@@ -15,6 +15,7 @@ std::string device_name(DLDevice dev) {
     case kDLCPU: type = "cpu"; break;
     case kDLCUDA: type = "cuda"; break;
     case kDLOpenCL: type = "opencl"; break;
+    case kDLWebGPU: type = "webgpu"; break;
     case kDLROCM: type = "rocm"; break;
     case kDLVulkan: type = "vulkan"; break;
     case kDLMetal: type = "metal"; break;

@@ -435,26 +435,29 @@ def test_concurrent_calls(rng):
     assert not errors, errors
 
 
-# ---- OpenCL device memory through the plugin's device services -----------------------------
+# ---- Device memory of the OpenCL and WebGPU plugins through their device services ---------
 
-def test_opencl_device_tensors(rng):
-    if not any(p.available and p.device == "opencl" for p in dlfuse.plugins()):
-        pytest.skip("no OpenCL plugin available")
+@pytest.mark.parametrize("dev", ["opencl", "webgpu"])
+def test_device_tensors(rng, dev):
+    if not any(p.available and p.device == dev for p in dlfuse.plugins()):
+        pytest.skip(f"no {dev} plugin available")
     x = rng.standard_normal((6, 5)).astype(np.float32)
     y = rng.standard_normal((6, 5)).astype(np.float32)
     bias = rng.standard_normal(5).astype(np.float32)
-    tx, ty, tb = (dlfuse.to_device(v, "opencl:0") for v in (x, y, bias))
+    tx, ty, tb = (dlfuse.to_device(v, f"{dev}:0") for v in (x, y, bias))
     out = dlfuse.add_mul_activation(tx, ty, tb, 0.5, "sigmoid")
-    assert isinstance(out, dlfuse.Tensor) and out.device == ("opencl", 0)
+    assert isinstance(out, dlfuse.Tensor) and out.device == (dev, 0)
     pre = x.astype(np.float64) + bias + 0.5 * y
     assert_close_sum(out.to_numpy(), 1 / (1 + np.exp(-pre)), 0.0, np.float32)
     w = rng.standard_normal((5, 3)).astype(np.float32)
     b3 = rng.standard_normal(3).astype(np.float32)
-    mo = dlfuse.matmul_add_relu(tx, dlfuse.to_device(w, "opencl"), dlfuse.to_device(b3, "opencl"))
+    mo = dlfuse.matmul_add_relu(tx, dlfuse.to_device(w, dev), dlfuse.to_device(b3, dev))
     ref, scale = ref_mar(x, w, b3)
     assert_close_sum(mo.to_numpy(), ref, scale, np.float32)
+    t = dlfuse.Tensor.empty((2, 3), "float32", f"{dev}:0")
+    assert t.device == (dev, 0) and t.shape == (2, 3)
     with pytest.raises(dlfuse.InvalidArgumentError, match="device"):
-        dlfuse.add_mul_activation(tx, y, bias)  # mixing OpenCL and host memory
+        dlfuse.add_mul_activation(tx, y, bias)  # mixing device and host memory
 
 
 def test_refused_export_keeps_the_consumers_error():

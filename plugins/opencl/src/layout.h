@@ -1,5 +1,6 @@
 // Strided views of DLTensors over an op's output shape, collapsed to the three dims a
 // pointwise or reduction kernel's grid covers (the host loops over any further dims).
+// The WebGPU plugin compiles this file too (plugins/webgpu/src/ops.h): no OpenCL in here.
 #ifndef DLFUSE_OPENCL_LAYOUT_H_
 #define DLFUSE_OPENCL_LAYOUT_H_
 

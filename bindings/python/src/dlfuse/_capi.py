@@ -27,6 +27,7 @@ kDLMetal = 8
 kDLROCM = 10
 kDLCUDAManaged = 13
 kDLOneAPI = 14
+kDLWebGPU = 15
 
 kDLInt = 0
 kDLUInt = 1
@@ -38,7 +39,7 @@ DLPACK_FLAG_BITMASK_IS_COPIED = 1 << 1
 
 DEVICE_NAMES = {kDLCPU: "cpu", kDLCUDA: "cuda", kDLCUDAHost: "cuda_host", kDLOpenCL: "opencl",
                 kDLVulkan: "vulkan", kDLMetal: "metal", kDLROCM: "rocm",
-                kDLCUDAManaged: "cuda_managed", kDLOneAPI: "oneapi"}
+                kDLCUDAManaged: "cuda_managed", kDLOneAPI: "oneapi", kDLWebGPU: "webgpu"}
 DEVICE_TYPES = {v: k for k, v in DEVICE_NAMES.items()}
 
 

@@ -246,7 +246,7 @@ def _numpy_dtype(code, bits):
 
 
 def _parse_device(device):
-    """'cpu', 'cuda', 'cuda:1', 'opencl:0', (type, id) -> (type, id)."""
+    """'cpu', 'cuda', 'cuda:1', 'opencl:0', 'webgpu:0', (type, id) -> (type, id)."""
     if isinstance(device, tuple):
         t, i = device
         return (C.DEVICE_TYPES[t] if isinstance(t, str) else int(t), int(i))

@@ -1,0 +1,157 @@
+// add_mul_activation forward (one pass, in place allowed) and backward: one pass over the
+// inputs that writes the gradients of the output's shape and, when some gradient is
+// broadcast, d_pre into a float scratch that reductions sum. The backward reads d_pre from
+// x, y and bias (ABI 1.0) or from the forward's out (ABI 1.1, the fifth input): the same
+// kernel, out passed in x's place.
+#include "dlfuse_webgpu_kernels.h"
+#include "ops.h"
+
+namespace dlfuse_webgpu {
+namespace {
+
+const char* const kFwdNames[] = {"x", "y", "bias", "out"};
+const char* const kBwdNames[] = {"grad_out", "x", "y", "bias", "out", "grad_x", "grad_y", "grad_bias"};
+const char* const kBwdNames10[] = {"grad_out", "x", "y", "bias", "grad_x", "grad_y", "grad_bias"};
+
+// The backward's two forms (docs/ops.md): x, y and bias, or out alone, whose derivative
+// exists for identity, relu, sigmoid and tanh only.
+void check_form(const DLTensor* x, const DLTensor* y, const DLTensor* b, const DLTensor* out, int act) {
+  const auto bad = [](const std::string& m) { throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, m); };
+  if (out) {
+    if (x || y || b) bad("x, y, bias, out: expected x, y and bias, or out, got all four");
+    if (act > DLFUSE_ACT_TANH)
+      bad("out: expected IDENTITY, RELU, SIGMOID or TANH with out (pass x, y and bias), got ACTIVATION " +
+          std::to_string(act));
+    return;
+  }
+  const char* names[3] = {"x", "y", "bias"};
+  const DLTensor* t[3] = {x, y, b};
+  for (int i = 0; i < 3; ++i)
+    if (!t[i]) bad(std::string(names[i]) + ": expected the forward's input (or out instead), got NULL");
+}
+
+// The forward four elements per invocation (kernels/pointwise4.wgsl) where the block allows
+// it: n2 a multiple of 4, out and the inputs that vary along dim 2 contiguous there with
+// rows at multiples of 4 elements, the other inputs broadcast along it. False: not taken.
+bool forward4(Launch& l, const Call& c, const WGPUBuffer bufs[4], const std::vector<ClView>& v, int64_t n0, int64_t n1,
+              int64_t n2, int act, float mult) {
+  const auto aligned = [](const ClView& w) { return w.s2 == 1 && w.off % 4 == 0 && w.s0 % 4 == 0 && w.s1 % 4 == 0; };
+  if (n2 % 4 != 0 || !aligned(v[3])) return false;
+  const int64_t cap = l.dev.limits.maxComputeWorkgroupsPerDimension;
+  if ((n2 / 4 + 255) / 256 > cap || n1 > cap || n0 > cap) return false;
+  int modes = 0;
+  for (int i = 0; i < 3; ++i) {
+    if (aligned(v[size_t(i)])) modes |= 1 << i;
+    else if (v[size_t(i)].s2 != 0) return false;
+  }
+  std::vector<int32_t> prm = {int32_t(n0), int32_t(n1), int32_t(n2 / 4), act, float_bits(mult), modes};
+  for (int i = 0; i < 4; ++i) {
+    const ClView& w = v[size_t(i)];
+    push_view(prm, i == 3 || (modes >> i & 1) ? ClView{w.off / 4, w.s0 / 4, w.s1 / 4, 1} : w);
+  }
+  const Pipeline& p = c.dev->pipeline("pw4:amx_fwd4", c.prec, kPointwise4, "amx_fwd4", 9);
+  // vec4 views at bindings 1..4, the same buffers as scalars at 5..7 (broadcast inputs).
+  l.dispatch(p, {(modes & 1) ? bufs[0] : nullptr, (modes & 2) ? bufs[1] : nullptr, (modes & 4) ? bufs[2] : nullptr,
+                 bufs[3], (modes & 1) ? nullptr : bufs[0], (modes & 2) ? nullptr : bufs[1],
+                 (modes & 4) ? nullptr : bufs[2], nullptr},
+             prm, uint32_t((n2 / 4 + 255) / 256), uint32_t(n1), uint32_t(n0));
+  return true;
+}
+
+}  // namespace
+
+dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
+  return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
+    Call c = prepare_call(static_cast<State*>(state), args, 3, 1, kFwdNames);
+    const DLTensor *x = args->inputs[0], *y = args->inputs[1], *b = args->inputs[2];
+    const DLTensor* out = args->outputs[0];
+    if (!out) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "out: expected a tensor, got NULL");
+    const int act = kit::activation(args);
+    const float mult = float(kit::multiplier(args));
+    const int rank = out->ndim;
+    Launch l(*c.dev);
+    const Pipeline& p = pointwise(c, "amx_fwd");
+    const WGPUBuffer bufs[4] = {buf_of(x), buf_of(y), buf_of(b), buf_of(out)};
+    for_each_block(shape_of(out),
+                   {aligned_strides(x, rank), aligned_strides(y, rank), aligned_strides(b, rank), strides_of(out)},
+                   {elem_offset(x), elem_offset(y), elem_offset(b), elem_offset(out)},
+                   [&](const std::vector<ClView>& v, int64_t n0, int64_t n1, int64_t n2) {
+                     if (!forward4(l, c, bufs, v, n0, n1, n2, act, mult)) {
+                       std::vector<int32_t> prm = {0, 0, 0, act, float_bits(mult)};
+                       for (const ClView& w : v) push_view(prm, w);
+                       pointwise_dispatch(l, p, {bufs[0], bufs[1], bufs[2], bufs[3], nullptr, nullptr, nullptr, nullptr},
+                                          prm, n0, n1, n2);
+                     }
+                     return true;
+                   });
+    l.submit();
+    return DLFUSE_STATUS_OK;
+  });
+}
+
+dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
+  return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
+    // The kernel declares DLFUSE_KERNEL_TAKES_V1_1_INPUTS, so the registry passes five
+    // inputs; four (the 1.0 form, out absent) are taken too, for a caller of the table.
+    const bool five = !args || args->num_inputs != 4;
+    Call c = prepare_call(static_cast<State*>(state), args, five ? 5 : 4, 3, five ? kBwdNames : kBwdNames10,
+                          /* x, y, bias, out */ 0x1e);
+    const DLTensor *g = args->inputs[0], *x = args->inputs[1], *y = args->inputs[2], *b = args->inputs[3];
+    const DLTensor* out = five ? args->inputs[4] : nullptr;
+    const DLTensor* grads[3] = {args->outputs[0], args->outputs[1], args->outputs[2]};
+    const int act = kit::activation(args);
+    const float mult = float(kit::multiplier(args));
+    check_form(x, y, b, out, act);
+    if (out) x = out;  // the kernel reads d_pre's source through x (y and bias unused)
+    const Dims oshape = shape_of(g);
+    const int rank = int(oshape.size());
+    const int64_t n = numel(oshape);
+
+    // Which gradients have the output's shape (written directly) and which need a reduction.
+    int direct = 0;
+    bool reduce[3] = {false, false, false};
+    for (int i = 0; i < 3; ++i) {
+      const DLTensor* t = grads[i];
+      if (!t || numel(shape_of(t)) == 0) continue;
+      if (aligned_shape(t, rank) == oshape) direct |= 1 << i;
+      else reduce[i] = true;
+    }
+    const bool need_tmp = reduce[0] || reduce[1] || reduce[2];
+    if (!direct && !need_tmp) return DLFUSE_STATUS_OK;
+
+    const Dims none(size_t(rank), 0);  // y and bias in the out form: never read
+    std::vector<Dims> strides = {strides_of(g), aligned_strides(x, rank), y ? aligned_strides(y, rank) : none,
+                                 b ? aligned_strides(b, rank) : none};
+    std::vector<int64_t> offs = {elem_offset(g), elem_offset(x), y ? elem_offset(y) : 0, b ? elem_offset(b) : 0};
+    WGPUBuffer gb[3] = {nullptr, nullptr, nullptr};
+    for (int i = 0; i < 3; ++i) {
+      const bool written = (direct >> i) & 1;
+      strides.push_back(written ? strides_of(grads[i]) : none);
+      offs.push_back(written ? elem_offset(grads[i]) : 0);
+      if (written) gb[i] = buf_of(grads[i]);
+    }
+    const Dims ts = compact_strides(oshape);
+    strides.push_back(need_tmp ? ts : none);
+    offs.push_back(0);
+
+    Launch l(*c.dev);
+    WGPUBuffer tmp = need_tmp ? l.scratch(uint64_t(n) * sizeof(float)) : nullptr;
+    const Pipeline& p = pointwise(c, "amx_bwd");
+    // An empty output still reduces to zeros (for_each_block runs nothing then).
+    for_each_block(oshape, strides, offs, [&](const std::vector<ClView>& v, int64_t n0, int64_t n1, int64_t n2) {
+      std::vector<int32_t> prm = {int32_t(n0), int32_t(n1), int32_t(n2), act, float_bits(mult), direct,
+                                  out ? 1 : 0, need_tmp ? 1 : 0};
+      for (const ClView& w : v) push_view(prm, w);
+      pointwise_dispatch(l, p,
+                         {buf_of(g), buf_of(x), y ? buf_of(y) : nullptr, b ? buf_of(b) : nullptr, gb[0], gb[1], gb[2], tmp},
+                         prm, n0, n1, n2);
+      return true;
+    });
+    for (int i = 0; i < 3; ++i)
+      if (reduce[i]) reduce_into(l, c, oshape, tmp, 0, ts, true, grads[i], i == 1 ? mult : 1.0f);
+    l.submit();
+    return DLFUSE_STATUS_OK;
+  });
+}
+
+}  // namespace dlfuse_webgpu

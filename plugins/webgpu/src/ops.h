@@ -1,0 +1,88 @@
+// What every kernel entry does before its work (find the device, the precision, check each
+// WGPUBuffer), and the building blocks the ops share: the GEMM, reductions, pointwise grids.
+#ifndef DLFUSE_WEBGPU_OPS_H_
+#define DLFUSE_WEBGPU_OPS_H_
+
+#include "../../opencl/src/layout.h"  // strided views over a 3-D grid: the OpenCL plugin's, shared
+#include "runtime.h"
+
+namespace dlfuse_webgpu {
+
+using dlfuse_opencl::aligned_shape;
+using dlfuse_opencl::aligned_strides;
+using dlfuse_opencl::ClReduced;
+using dlfuse_opencl::ClView;
+using dlfuse_opencl::compact_strides;
+using dlfuse_opencl::Dims;
+using dlfuse_opencl::elem_offset;
+using dlfuse_opencl::extent;
+using dlfuse_opencl::for_each_block;
+using dlfuse_opencl::for_each_reduction;
+using dlfuse_opencl::numel;
+using dlfuse_opencl::shape_of;
+using dlfuse_opencl::strides_of;
+
+struct Call {
+  Device* dev = nullptr;
+  Prec prec = Prec::kF32;
+  int64_t esize = 4;
+};
+
+// `names` gives each input then each output a name for messages. Checks that all tensors
+// are on one WebGPU device of this plugin, each WGPUBuffer is one this plugin allocated
+// there and holds the view, that element indices fit the kernels' int32 arithmetic, and
+// that the stream is NULL or the device's WGPUQueue (WebGPU has one queue per device).
+// Input i may be NULL where bit i of `optional_inputs` is set (never input 0); outputs may
+// always be NULL (the caller checks the ones it needs).
+Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs,
+                  const char* const* names, uint32_t optional_inputs = 0);
+
+// A matrix of one GEMM batch: element (r, c) is buf[off + r * rs + c * cs].
+struct MatRef {
+  WGPUBuffer buf = nullptr;
+  int64_t off = 0, rs = 0, cs = 0;
+};
+
+// What the GEMM adds to the product before it stores (kernels/gemm.wgsl).
+struct Epilogue {
+  MatRef bias, residual, pre;
+  int act = DLFUSE_ACT_IDENTITY;
+};
+
+// Batch table rows: [offC, offBias, offRes, offPre, (offA, offB) x R] (kernels/gemm.wgsl).
+constexpr size_t kTableHeader = 4;
+
+// C = epilogue(sum over r < R of A_r @ B_r) for nbatch batches of [M, K] @ [K, N].
+void gemm(Launch& l, const Call& c, const MatRef& A, const MatRef& B, const MatRef& C, const Epilogue& ep, int64_t M,
+          int64_t N, int64_t K, int64_t nbatch, int64_t R, const std::vector<int64_t>& table);
+
+// dst = scale * reduce_to(src) where src has `shape` (strides src_strides) and dst is a
+// tensor that broadcasts to `shape`. `src_is_float`: src is a float scratch buffer.
+void reduce_into(Launch& l, const Call& c, const Dims& shape, WGPUBuffer src, int64_t src_off, const Dims& src_strides,
+                 bool src_is_float, const DLTensor* dst, float scale);
+
+// The pointwise pipeline `entry` of kernels/pointwise.wgsl.
+const Pipeline& pointwise(const Call& c, const char* entry);
+// Dispatches a pointwise kernel over the grid [n0, n1, n2] (kernels/pointwise.wgsl, grid()):
+// prm's first three words are set here, the rest is the kernel's.
+void pointwise_dispatch(Launch& l, const Pipeline& p, const std::vector<WGPUBuffer>& bufs, std::vector<int32_t> prm,
+                        int64_t n0, int64_t n1, int64_t n2);
+
+// Appends a view's four parameter words (offset, strides of dims 0, 1, 2).
+void push_view(std::vector<int32_t>& p, const ClView& v);
+int32_t float_bits(float f);
+
+dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
+dlfuse_status_t matmul_add_relu_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
+dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
+dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
+dlfuse_status_t matmul_add_activation(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
+dlfuse_status_t matmul_add_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
+dlfuse_status_t matmul_add_residual(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
+dlfuse_status_t matmul_add_residual_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
+
+inline WGPUBuffer buf_of(const DLTensor* t) { return static_cast<WGPUBuffer>(t->data); }
+
+}  // namespace dlfuse_webgpu
+
+#endif

@@ -1,0 +1,202 @@
+#include <climits>
+#include <cstring>
+#include <vector>
+
+#include "dlfuse_webgpu_kernels.h"
+#include "ops.h"
+
+namespace dlfuse_webgpu {
+
+namespace {
+bool is_dtype(DLDataType d, uint8_t code, uint8_t bits) { return d.code == code && d.bits == bits && d.lanes == 1; }
+constexpr int64_t kIndexLimit = int64_t(INT32_MAX);  // the kernels index elements in int32
+}  // namespace
+
+Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs,
+                  const char* const* names, uint32_t optional_inputs) {
+  const auto bad = [&](const std::string& m) { throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, m); };
+  if (!args || args->num_inputs != num_inputs || args->num_outputs != num_outputs || !args->inputs || !args->outputs)
+    bad("expected " + std::to_string(num_inputs) + " inputs and " + std::to_string(num_outputs) + " outputs");
+  const DLTensor* first = args->inputs[0];
+  if (!first) bad(std::string(names[0]) + ": expected a tensor, got NULL");
+  if (first->device.device_type != kDLWebGPU)
+    bad(std::string(names[0]) + ": device_type: expected kDLWebGPU (" + std::to_string(int(kDLWebGPU)) + "), got " +
+        std::to_string(first->device.device_type));
+  Call c;
+  c.dev = &s->device(first->device.device_id);
+  if (is_dtype(first->dtype, kDLFloat, 32)) c.prec = Prec::kF32;
+  else if (is_dtype(first->dtype, kDLFloat, 16)) c.prec = Prec::kF16;
+  else throw Error(DLFUSE_STATUS_UNSUPPORTED, "dtype: expected float32 or float16, got another");
+  if (c.prec == Prec::kF16 && !c.dev->fp16)
+    throw Error(DLFUSE_STATUS_UNSUPPORTED, c.dev->label() + " lacks shader-f16: float16 is not supported there");
+  c.esize = c.prec == Prec::kF16 ? 2 : 4;
+  const uint64_t max_binding = c.dev->limits.maxStorageBufferBindingSize;
+  for (int i = 0; i < num_inputs + num_outputs; ++i) {
+    const DLTensor* t = i < num_inputs ? args->inputs[i] : args->outputs[i - num_inputs];
+    const std::string arg = names[i];
+    if (!t) {
+      if (i < num_inputs && (i == 0 || !((optional_inputs >> i) & 1u))) bad(arg + ": expected a tensor, got NULL");
+      continue;
+    }
+    if (t->device.device_type != kDLWebGPU || t->device.device_id != first->device.device_id)
+      bad(arg + ": expected a tensor on webgpu:" + std::to_string(first->device.device_id) + ", got device type " +
+          std::to_string(t->device.device_type) + " id " + std::to_string(t->device.device_id));
+    if (t->dtype.code != first->dtype.code || t->dtype.bits != first->dtype.bits || t->dtype.lanes != 1)
+      bad(arg + ": expected the dtype of " + names[0] + ", got another");
+    const int64_t ext = extent(t);
+    if (ext == 0) continue;
+    if (!t->data) bad(arg + ": data: expected a WGPUBuffer, got NULL");
+    if (t->byte_offset % uint64_t(c.esize))
+      bad(arg + ": byte_offset: expected a multiple of " + std::to_string(c.esize) + ", got " +
+          std::to_string(t->byte_offset));
+    const uint64_t size = c.dev->buffer_size(buf_of(t));
+    if (size == 0)
+      bad(arg + ": data: expected a WGPUBuffer allocated on " + c.dev->label() +
+          " (dlfuse_device_alloc), got another pointer");
+    const uint64_t need = t->byte_offset + uint64_t(ext) * uint64_t(c.esize);
+    if (need > size)
+      bad(arg + ": the view ends at byte " + std::to_string(need) + " (byte_offset " + std::to_string(t->byte_offset) +
+          "); expected at most the buffer's size " + std::to_string(size));
+    if (elem_offset(t) + ext > kIndexLimit)
+      throw Error(DLFUSE_STATUS_UNSUPPORTED, arg + ": the view reaches element " + std::to_string(elem_offset(t) + ext) +
+                                                 "; this plugin indexes below 2^31 elements");
+    if (size > max_binding)
+      throw Error(DLFUSE_STATUS_UNSUPPORTED, arg + ": its buffer of " + std::to_string(size) + " bytes exceeds " +
+                                                 c.dev->label() + "'s maxStorageBufferBindingSize " +
+                                                 std::to_string(max_binding));
+  }
+  if (args->stream && args->stream != static_cast<void*>(c.dev->queue))
+    bad("stream: expected NULL or the WGPUQueue of " + c.dev->label() + " (WebGPU has one queue per device), got another");
+  return c;
+}
+
+int32_t float_bits(float f) {
+  int32_t i;
+  std::memcpy(&i, &f, 4);
+  return i;
+}
+
+void push_view(std::vector<int32_t>& p, const ClView& v) {
+  p.insert(p.end(), {int32_t(v.off), int32_t(v.s0), int32_t(v.s1), int32_t(v.s2)});
+}
+
+const Pipeline& pointwise(const Call& c, const char* entry) {
+  return c.dev->pipeline(std::string("pw:") + entry, c.prec, kPointwise, entry, 9);
+}
+
+void pointwise_dispatch(Launch& l, const Pipeline& p, const std::vector<WGPUBuffer>& bufs, std::vector<int32_t> prm,
+                        int64_t n0, int64_t n1, int64_t n2) {
+  const int64_t n = n0 * n1 * n2;
+  if (n == 0) return;
+  if (n >= kIndexLimit)
+    throw Error(DLFUSE_STATUS_UNSUPPORTED, "a grid of " + std::to_string(n) + " elements; this plugin takes below 2^31");
+  const int64_t cap = l.dev.limits.maxComputeWorkgroupsPerDimension;
+  const int64_t gx = (n2 + 255) / 256;
+  if (gx <= cap && n1 <= cap && n0 <= cap) {
+    prm[0] = int32_t(n0), prm[1] = int32_t(n1), prm[2] = int32_t(n2);
+    l.dispatch(p, bufs, prm, uint32_t(gx), uint32_t(n1), uint32_t(n0));
+    return;
+  }
+  const int64_t groups = (n + 255) / 256;
+  const int64_t x = std::min<int64_t>(groups, cap);
+  prm[0] = -int32_t(n0), prm[1] = int32_t(n1), prm[2] = int32_t(n2);  // -n0: the linear form
+  l.dispatch(p, bufs, prm, uint32_t(x), uint32_t((groups + x - 1) / x), 1);
+}
+
+namespace {
+// kernels/gemm.wgsl with its accumulators, multiply-adds and stores written out for the tile:
+// TM x TN/4 vec4 registers, no arrays (a shader compiler may keep a private array in
+// memory when it does not unroll the loops that index it).
+std::string unrolled_gemm(const Tile& t) {
+  std::string decl, mma, epi;
+  const char* comp = "xyzw";
+  for (int i = 0; i < t.tm; ++i)
+    for (int j = 0; j < t.tn / 4; ++j)
+      decl += "var acc_" + std::to_string(i) + "_" + std::to_string(j) + " = vec4<f32>(0.0);\n  ";
+  for (int i = 0; i < t.tm / 4; ++i)
+    mma += "let a" + std::to_string(i) + " = As[ak + " + std::to_string(i) + " * NTY];\n        ";
+  for (int j = 0; j < t.tn / 4; ++j)
+    mma += "let b" + std::to_string(j) + " = Bs[bk + " + std::to_string(j) + " * NTX];\n        ";
+  for (int i = 0; i < t.tm; ++i)
+    for (int j = 0; j < t.tn / 4; ++j) {
+      const std::string acc = "acc_" + std::to_string(i) + "_" + std::to_string(j);
+      mma += acc + " = fma(vec4<f32>(a" + std::to_string(i / 4) + "." + comp[i % 4] + "), b" + std::to_string(j) +
+             ", " + acc + ");\n        ";
+    }
+  for (int i = 0; i < t.tm; ++i)
+    for (int j = 0; j < t.tn / 4; ++j)
+      epi += "store4(m0 + (" + std::to_string(i / 4) + " * NTY + ty) * 4 + " + std::to_string(i % 4) + ", n0 + (" +
+             std::to_string(j) + " * NTX + tx) * 4, acc_" + std::to_string(i) + "_" + std::to_string(j) + ", offs);\n  ";
+  std::string src = kGemm;
+  const auto put = [&](const char* mark, const std::string& text) {
+    const size_t at = src.find(mark);
+    if (at == std::string::npos) throw Error(DLFUSE_STATUS_INTERNAL, std::string("gemm.wgsl lacks ") + mark);
+    src.replace(at, std::strlen(mark), text);
+  };
+  put("//@ACC_DECL@", decl);
+  put("//@MMA@", mma);
+  put("//@EPILOGUE@", epi);
+  return src;
+}
+}  // namespace
+
+void gemm(Launch& l, const Call& c, const MatRef& A, const MatRef& B, const MatRef& C, const Epilogue& ep, int64_t M,
+          int64_t N, int64_t K, int64_t nbatch, int64_t R, const std::vector<int64_t>& table) {
+  if (M == 0 || N == 0 || nbatch == 0) return;
+  const Tile& t = c.dev->tile;
+  // vec4 operand reads where every row the kernel loads starts 16-byte aligned (batch
+  // offsets from the table included) and the contiguous dim is whole vec4s.
+  bool va = A.cs == 1 && A.off % 4 == 0 && A.rs % 4 == 0 && K % 4 == 0 && t.bk % 4 == 0;
+  bool vb = B.cs == 1 && B.off % 4 == 0 && B.rs % 4 == 0 && N % 4 == 0;
+  const size_t row = kTableHeader + size_t(2 * R);
+  for (size_t i = 0; i + row <= table.size(); i += row)
+    for (size_t j = kTableHeader; j < row; j += 2) {
+      va = va && table[i + j] % 4 == 0;
+      vb = vb && table[i + j + 1] % 4 == 0;
+    }
+  if (const char* e = std::getenv("DLFUSE_WEBGPU_GEMM_VEC4"); e && std::string(e) == "off") va = vb = false;
+  const std::string consts = "const BM: i32 = " + std::to_string(t.bm) + ";\nconst BN: i32 = " + std::to_string(t.bn) +
+                             ";\nconst BK: i32 = " + std::to_string(t.bk) + ";\nconst TM: i32 = " + std::to_string(t.tm) +
+                             ";\nconst TN: i32 = " + std::to_string(t.tn) + ";\nconst VEC_A: bool = " +
+                             (va ? "true" : "false") + ";\nconst VEC_B: bool = " + (vb ? "true" : "false") + ";\n";
+  const Pipeline& p = c.dev->pipeline("gemm:" + t.str() + (va ? ":va" : "") + (vb ? ":vb" : ""), c.prec,
+                                      consts + unrolled_gemm(t), "gemm", 9);
+  std::vector<int32_t> prm(32, 0);
+  const int flags = (ep.bias.buf ? 1 : 0) | (ep.residual.buf ? 2 : 0) | (ep.pre.buf ? 4 : 0);
+  const int64_t head[] = {M, N, K, R, flags, ep.act, A.off, A.rs, A.cs, 0, B.off, B.rs, B.cs, 0, C.off, C.rs, C.cs,
+                          ep.bias.off, ep.bias.rs, ep.bias.cs, ep.residual.off, ep.residual.rs, ep.residual.cs,
+                          ep.pre.off, ep.pre.rs, ep.pre.cs, table.empty() ? 0 : 1};
+  for (size_t i = 0; i < sizeof head / sizeof head[0]; ++i) prm[i] = int32_t(head[i]);
+  if (table.size() + 32 > size_t(kIndexLimit / 4))
+    throw Error(DLFUSE_STATUS_UNSUPPORTED, "a batch table of " + std::to_string(table.size()) + " offsets");
+  for (int64_t v : table) prm.push_back(int32_t(v));
+  const int64_t gx = (N + t.bn - 1) / t.bn, gy = (M + t.bm - 1) / t.bm;
+  l.dispatch(p, {A.buf, va ? A.buf : nullptr, B.buf, vb ? B.buf : nullptr, C.buf, ep.bias.buf, ep.residual.buf, ep.pre.buf},
+             prm, uint32_t(gx), uint32_t(gy), uint32_t(nbatch));
+}
+
+void reduce_into(Launch& l, const Call& c, const Dims& shape, WGPUBuffer src, int64_t src_off, const Dims& src_strides,
+                 bool src_is_float, const DLTensor* dst, float scale) {
+  const int rank = int(shape.size());
+  std::string err;
+  const Pipeline& p = pointwise(c, "reduce");
+  const bool ok = for_each_reduction(
+      shape, src_strides, src_off, aligned_shape(dst, rank), aligned_strides(dst, rank), elem_offset(dst), &err,
+      [&](const ClView& vs, const ClReduced& red, const ClView& vd, int64_t n0, int64_t n1, int64_t n2) {
+        std::vector<int32_t> prm = {int32_t(n0), int32_t(n1), int32_t(n2), float_bits(scale), src_is_float ? 1 : 0,
+                                    red.nr};
+        for (int i = 0; i < 8; ++i) prm.push_back(int32_t(red.n[i]));
+        for (int i = 0; i < 8; ++i) prm.push_back(int32_t(red.s[i]));
+        push_view(prm, vs);
+        push_view(prm, vd);
+        // bindings: t1 = src (typed), t2 = dst, tf = src (float)
+        pointwise_dispatch(l, p,
+                           {src_is_float ? nullptr : src, buf_of(dst), nullptr, nullptr, nullptr, nullptr, nullptr,
+                            src_is_float ? src : nullptr},
+                           prm, n0, n1, n2);
+        return true;
+      });
+  if (!ok) throw Error(DLFUSE_STATUS_UNSUPPORTED, err);
+}
+
+}  // namespace dlfuse_webgpu

@@ -1,0 +1,589 @@
+#include "runtime.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "dlfuse_webgpu_kernels.h"  // generated: one string per kernels/*.wgsl
+
+namespace dlfuse_webgpu {
+namespace {
+
+// Where wgpu-native's validation errors go: the ErrorScope of the calling thread (the
+// library reports them synchronously, on the thread that made the failing call).
+__attribute__((tls_model("initial-exec"))) thread_local std::string* tls_error_sink = nullptr;
+
+void on_uncaptured_error(WGPUDevice const*, WGPUErrorType type, WGPUStringView message, void*, void*) {
+  std::string m = str(message);
+  if (m.size() > 1500) m = m.substr(0, 1500) + " ...";
+  const std::string line = "WebGPU error (type " + std::to_string(int(type)) + "): " + m;
+  if (tls_error_sink && tls_error_sink->empty()) *tls_error_sink = line;
+}
+
+void on_device_lost(WGPUDevice const*, WGPUDeviceLostReason, WGPUStringView, void*, void*) {}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+const char* backend_name(WGPUBackendType b) {
+  switch (b) {
+    case WGPUBackendType_Vulkan: return "Vulkan";
+    case WGPUBackendType_Metal: return "Metal";
+    case WGPUBackendType_D3D12: return "D3D12";
+    case WGPUBackendType_D3D11: return "D3D11";
+    case WGPUBackendType_OpenGL: return "OpenGL";
+    case WGPUBackendType_OpenGLES: return "OpenGLES";
+    default: return "other";
+  }
+}
+
+const char* type_name(WGPUAdapterType t) {
+  switch (t) {
+    case WGPUAdapterType_DiscreteGPU: return "discrete gpu";
+    case WGPUAdapterType_IntegratedGPU: return "integrated gpu";
+    case WGPUAdapterType_CPU: return "cpu";
+    default: return "unknown";
+  }
+}
+
+struct Candidate {
+  WGPUAdapter adapter;
+  std::string name, backend, type;
+  bool is_cpu;
+  int rank;  // default order: discrete, integrated, unknown, cpu
+};
+
+std::string describe(const std::vector<Candidate>& c) {
+  std::string s;
+  for (size_t i = 0; i < c.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(i) + " = " + c[i].backend + " / " + c[i].name + " (" + c[i].type + ")";
+  return s.empty() ? "none" : s;
+}
+
+// DLFUSE_WEBGPU_ADAPTER: comma-separated selectors, each an index into the default order,
+// "gpu", "cpu", or a case-insensitive substring of "<backend> / <adapter name>". The
+// adapters it names, in the order named (each once), become device_id 0, 1, ...
+std::vector<Candidate> select(const std::vector<Candidate>& all, const std::string& spec) {
+  std::vector<Candidate> out;
+  std::vector<bool> taken(all.size(), false);
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t comma = spec.find(',', pos);
+    if (comma == std::string::npos) comma = spec.size();
+    std::string sel = spec.substr(pos, comma - pos);
+    pos = comma + 1;
+    sel.erase(0, sel.find_first_not_of(" \t"));
+    sel.erase(sel.find_last_not_of(" \t") + 1);
+    if (sel.empty()) continue;
+    bool matched = false;
+    const bool numeric = std::all_of(sel.begin(), sel.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    for (size_t i = 0; i < all.size(); ++i) {
+      bool hit;
+      if (numeric) hit = std::strtoul(sel.c_str(), nullptr, 10) == i;
+      else if (lower(sel) == "gpu") hit = !all[i].is_cpu;
+      else if (lower(sel) == "cpu") hit = all[i].is_cpu;
+      else hit = lower(all[i].backend + " / " + all[i].name).find(lower(sel)) != std::string::npos;
+      if (!hit) continue;
+      matched = true;
+      if (!taken[i]) out.push_back(all[i]);
+      taken[i] = true;
+    }
+    if (!matched)
+      throw Error(DLFUSE_STATUS_UNAVAILABLE, "DLFUSE_WEBGPU_ADAPTER='" + spec + "': selector '" + sel +
+                                                 "' matches no adapter; adapters: " + describe(all));
+  }
+  if (out.empty())
+    throw Error(DLFUSE_STATUS_UNAVAILABLE, "DLFUSE_WEBGPU_ADAPTER='" + spec + "' selects no adapter; adapters: " + describe(all));
+  return out;
+}
+
+Tile tile_from_env() {
+  Tile t;
+  const char* e = std::getenv("DLFUSE_WEBGPU_GEMM_TILE");
+  if (!e || !*e) return t;
+  int v[5];
+  if (std::sscanf(e, "%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4]) != 5)
+    throw Error(DLFUSE_STATUS_UNAVAILABLE, std::string("DLFUSE_WEBGPU_GEMM_TILE='") + e + "'; expected BM,BN,BK,TM,TN");
+  t = Tile{v[0], v[1], v[2], v[3], v[4]};
+  const bool ok = t.bm > 0 && t.bn > 0 && t.bk > 0 && t.tm > 0 && t.tn > 0 && t.tm % 4 == 0 && t.tn % 4 == 0 &&
+                  t.bk % 4 == 0 && t.bm % t.tm == 0 && t.bn % t.tn == 0 && t.threads() <= 1024;
+  if (!ok)
+    throw Error(DLFUSE_STATUS_UNAVAILABLE, std::string("DLFUSE_WEBGPU_GEMM_TILE='") + e +
+                                               "'; expected TM, TN and BK multiples of 4, BM a multiple of TM, BN of TN, "
+                                               "(BM/TM)*(BN/TN) <= 1024");
+  return t;
+}
+
+void open_device(Device& d, const Api& a) {
+  a.wgpuAdapterGetLimits(d.adapter, &d.limits);
+  d.limits.nextInChain = nullptr;
+  d.fp16 = a.wgpuAdapterHasFeature(d.adapter, WGPUFeatureName_ShaderF16);
+  if (const char* f = std::getenv("DLFUSE_WEBGPU_FP16"); f && std::string(f) == "off") d.fp16 = false;
+  const WGPUFeatureName features[] = {WGPUFeatureName_ShaderF16};
+  WGPUDeviceDescriptor desc = WGPU_DEVICE_DESCRIPTOR_INIT;
+  desc.label = view("dlfuse");
+  desc.requiredFeatureCount = d.fp16 ? 1 : 0;
+  desc.requiredFeatures = features;
+  desc.requiredLimits = &d.limits;  // everything the adapter offers: buffer sizes, bindings
+  desc.deviceLostCallbackInfo.mode = WGPUCallbackMode_AllowSpontaneous;
+  desc.deviceLostCallbackInfo.callback = on_device_lost;
+  desc.uncapturedErrorCallbackInfo.callback = on_uncaptured_error;
+  struct Result {
+    WGPUDevice device = nullptr;
+    std::string message;
+    bool done = false;
+  } r;
+  WGPURequestDeviceCallbackInfo cb = WGPU_REQUEST_DEVICE_CALLBACK_INFO_INIT;
+  cb.mode = WGPUCallbackMode_AllowSpontaneous;
+  cb.callback = [](WGPURequestDeviceStatus status, WGPUDevice device, WGPUStringView message, void* u1, void*) {
+    Result* res = static_cast<Result*>(u1);
+    if (status == WGPURequestDeviceStatus_Success) res->device = device;
+    else res->message = str(message);
+    res->done = true;
+  };
+  cb.userdata1 = &r;
+  a.wgpuAdapterRequestDevice(d.adapter, &desc, cb);  // wgpu-native answers before returning
+  if (!r.done || !r.device)
+    throw Error(DLFUSE_STATUS_UNAVAILABLE,
+                "requesting a device of " + d.label() + " failed: " + (r.done ? r.message : std::string("no answer")));
+  d.device = r.device;
+  d.queue = a.wgpuDeviceGetQueue(d.device);
+  d.dummy = d.create_buffer(16, false);
+}
+
+}  // namespace
+
+std::string Tile::str() const {
+  return std::to_string(bm) + "," + std::to_string(bn) + "," + std::to_string(bk) + "," + std::to_string(tm) + "," +
+         std::to_string(tn);
+}
+
+ErrorScope::ErrorScope() : prev_(tls_error_sink) { tls_error_sink = &msg_; }
+ErrorScope::~ErrorScope() { tls_error_sink = prev_; }
+void ErrorScope::check(const std::string& what) {
+  if (!msg_.empty()) {
+    std::string m;
+    m.swap(msg_);
+    throw Error(DLFUSE_STATUS_DEVICE_ERROR, what + ": " + m);
+  }
+}
+
+namespace {
+// One instance per process, never released, like the library itself: releasing it makes
+// the Vulkan loader unload its driver, and memory a driver keeps in its globals would then
+// read as leaked (LeakSanitizer), though every device and buffer is released at close().
+WGPUInstance process_instance(const Api& a) {
+  static std::once_flag once;
+  static WGPUInstance instance = nullptr;
+  std::call_once(once, [&] {
+    WGPUInstanceExtras extras{};
+    extras.chain.sType = static_cast<WGPUSType>(WGPUSType_InstanceExtras);
+    extras.backends = WGPUInstanceBackend_Primary;  // Vulkan, Metal, DX12
+    WGPUInstanceDescriptor idesc = WGPU_INSTANCE_DESCRIPTOR_INIT;
+    idesc.nextInChain = &extras.chain;
+    instance = a.wgpuCreateInstance(&idesc);
+  });
+  if (!instance) throw Error(DLFUSE_STATUS_UNAVAILABLE, "wgpuCreateInstance failed (" + a.path + ")");
+  return instance;
+}
+}  // namespace
+
+void open_devices(State* s) {
+  const Api& a = api();
+  s->instance = process_instance(a);
+  WGPUInstanceEnumerateAdapterOptions opts{};
+  opts.backends = WGPUInstanceBackend_Primary;
+  const size_t n = a.wgpuInstanceEnumerateAdapters(s->instance, &opts, nullptr);
+  std::vector<WGPUAdapter> adapters(n);
+  if (n) a.wgpuInstanceEnumerateAdapters(s->instance, &opts, adapters.data());
+  std::vector<Candidate> all;
+  for (WGPUAdapter ad : adapters) {
+    WGPUAdapterInfo info = WGPU_ADAPTER_INFO_INIT;
+    a.wgpuAdapterGetInfo(ad, &info);
+    Candidate c{ad, str(info.device), backend_name(info.backendType), type_name(info.adapterType),
+                info.adapterType == WGPUAdapterType_CPU, 2};
+    if (c.name.empty()) c.name = str(info.description);
+    c.rank = info.adapterType == WGPUAdapterType_DiscreteGPU ? 0 : info.adapterType == WGPUAdapterType_IntegratedGPU ? 1
+             : c.is_cpu ? 3 : 2;
+    a.wgpuAdapterInfoFreeMembers(info);
+    all.push_back(c);
+  }
+  std::stable_sort(all.begin(), all.end(), [](const Candidate& x, const Candidate& y) { return x.rank < y.rank; });
+  const auto release_unused = [&](const std::vector<Candidate>& keep) {
+    for (const Candidate& c : all)
+      if (std::none_of(keep.begin(), keep.end(), [&](const Candidate& k) { return k.adapter == c.adapter; }))
+        a.wgpuAdapterRelease(c.adapter);
+  };
+  if (all.empty())
+    throw Error(DLFUSE_STATUS_UNAVAILABLE, "no WebGPU adapter (Vulkan, Metal or DX12) found by " + a.path +
+                                               " (on Linux: a Vulkan driver, e.g. Debian's mesa-vulkan-drivers)");
+  std::vector<Candidate> chosen = all;
+  if (const char* env = std::getenv("DLFUSE_WEBGPU_ADAPTER"); env && *env) {
+    try {
+      chosen = select(all, env);
+    } catch (...) {
+      release_unused({});
+      throw;
+    }
+  }
+  release_unused(chosen);
+  const Tile tile = tile_from_env();
+  for (const Candidate& c : chosen) {
+    auto d = std::make_unique<Device>();
+    d->index = int32_t(s->devices.size());
+    d->adapter = c.adapter;
+    d->name = c.name;
+    d->backend = c.backend;
+    d->type = c.type;
+    d->is_cpu = c.is_cpu;
+    d->tile = tile;
+    Device& ref = *d;
+    s->devices.push_back(std::move(d));  // owned (and released) from here on
+    open_device(ref, a);
+  }
+  // DLFUSE_WEBGPU_VERBOSE=1: say which adapter got which device_id.
+  if (const char* v = std::getenv("DLFUSE_WEBGPU_VERBOSE"); v && *v && std::string(v) != "0")
+    for (const auto& d : s->devices)
+      std::fprintf(stderr, "dlfuse webgpu: %s%s; gemm tile %s\n", d->label().c_str(), d->fp16 ? " [shader-f16]" : "",
+                   d->tile.str().c_str());
+}
+
+Device& State::device(int32_t id) {
+  if (id < 0 || id >= int32_t(devices.size()))
+    throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "device_id: expected 0.." + std::to_string(int(devices.size()) - 1) +
+                                                    ", got " + std::to_string(id));
+  return *devices[size_t(id)];
+}
+
+State::~State() { devices.clear(); }
+
+std::string Device::label() const { return "webgpu:" + std::to_string(index) + " (" + backend + " / " + name + ", " + type + ")"; }
+
+Device::~Device() {
+  const Api& a = api();
+  if (device) {
+    ErrorScope scope;  // whatever remains in flight is waited for, errors dropped
+    a.wgpuDevicePoll(device, true, nullptr);
+  }
+  for (auto& kv : pipelines_) {
+    if (kv.second->pipeline) a.wgpuComputePipelineRelease(kv.second->pipeline);
+    if (kv.second->layout) a.wgpuBindGroupLayoutRelease(kv.second->layout);
+  }
+  for (auto& kv : buffers_) a.wgpuBufferRelease(kv.first);  // buffers the host never freed
+  if (dummy) a.wgpuBufferRelease(dummy);
+  if (queue) a.wgpuQueueRelease(queue);
+  if (device) a.wgpuDeviceRelease(device);
+  if (adapter) a.wgpuAdapterRelease(adapter);
+}
+
+const Pipeline& Device::pipeline(const std::string& key, Prec p, const std::string& src, const char* entry,
+                                 int storage) {
+  const std::string full_key = key + (p == Prec::kF16 ? "/f16" : "/f32");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = pipelines_.find(full_key); it != pipelines_.end()) return *it->second;
+  if (auto it = pipeline_errors_.find(full_key); it != pipeline_errors_.end())
+    throw Error(DLFUSE_STATUS_DEVICE_ERROR, it->second);
+  if (p == Prec::kF16 && !fp16)
+    throw Error(DLFUSE_STATUS_UNSUPPORTED, label() + " lacks shader-f16: float16 is not supported there");
+  const Api& a = api();
+  const std::string code = std::string(p == Prec::kF16 ? "enable f16;\nalias T = f16;\n" : "alias T = f32;\n") +
+                           kCommon + "\n" + src;
+  ErrorScope scope;
+  auto pl = std::make_unique<Pipeline>();
+  pl->storage = storage;
+  WGPUShaderSourceWGSL wgsl = WGPU_SHADER_SOURCE_WGSL_INIT;
+  wgsl.code = WGPUStringView{code.data(), code.size()};
+  WGPUShaderModuleDescriptor sdesc = WGPU_SHADER_MODULE_DESCRIPTOR_INIT;
+  sdesc.nextInChain = &wgsl.chain;
+  // Without WGSL's run-time bounds checks (an index clamp per array access, a counter per
+  // loop): every index is in bounds by construction (prepare_call checks each view against
+  // its buffer). DLFUSE_WEBGPU_BOUNDS_CHECKS=1 keeps them, for debugging.
+  const char* bc = std::getenv("DLFUSE_WEBGPU_BOUNDS_CHECKS");
+  WGPUShaderModule module = bc && std::string(bc) == "1"
+                                ? a.wgpuDeviceCreateShaderModule(device, &sdesc)
+                                : a.wgpuDeviceCreateShaderModuleTrusted(device, &sdesc, WGPUShaderRuntimeChecks_None);
+  std::vector<WGPUBindGroupLayoutEntry> entries(size_t(storage), WGPUBindGroupLayoutEntry(WGPU_BIND_GROUP_LAYOUT_ENTRY_INIT));
+  for (int i = 0; i < storage; ++i) {
+    entries[size_t(i)].binding = uint32_t(i);
+    entries[size_t(i)].visibility = WGPUShaderStage_Compute;
+    entries[size_t(i)].buffer.type = WGPUBufferBindingType_Storage;
+  }
+  WGPUBindGroupLayoutDescriptor ldesc = WGPU_BIND_GROUP_LAYOUT_DESCRIPTOR_INIT;
+  ldesc.entryCount = entries.size();
+  ldesc.entries = entries.data();
+  pl->layout = a.wgpuDeviceCreateBindGroupLayout(device, &ldesc);
+  WGPUPipelineLayoutDescriptor pdesc = WGPU_PIPELINE_LAYOUT_DESCRIPTOR_INIT;
+  pdesc.bindGroupLayoutCount = 1;
+  pdesc.bindGroupLayouts = &pl->layout;
+  WGPUPipelineLayout playout = a.wgpuDeviceCreatePipelineLayout(device, &pdesc);
+  WGPUComputePipelineDescriptor cdesc = WGPU_COMPUTE_PIPELINE_DESCRIPTOR_INIT;
+  cdesc.layout = playout;
+  cdesc.compute.module = module;
+  cdesc.compute.entryPoint = view(entry);
+  pl->pipeline = a.wgpuDeviceCreateComputePipeline(device, &cdesc);
+  a.wgpuPipelineLayoutRelease(playout);
+  a.wgpuShaderModuleRelease(module);
+  try {
+    scope.check("building the WGSL kernel " + std::string(entry) + " (" + full_key + ") on " + label());
+  } catch (const Error& e) {
+    pipeline_errors_[full_key] = e.what();
+    if (pl->pipeline) a.wgpuComputePipelineRelease(pl->pipeline);
+    if (pl->layout) a.wgpuBindGroupLayoutRelease(pl->layout);
+    throw;
+  }
+  const Pipeline& ref = *pl;
+  pipelines_[full_key] = std::move(pl);
+  return ref;
+}
+
+WGPUBuffer Device::create_buffer(uint64_t nbytes, bool track) {
+  const uint64_t size = std::max<uint64_t>(16, (nbytes + 15) / 16 * 16);
+  if (size > limits.maxBufferSize)
+    throw Error(DLFUSE_STATUS_OUT_OF_MEMORY, "a buffer of " + std::to_string(nbytes) + " bytes exceeds " + label() +
+                                                 "'s maxBufferSize " + std::to_string(limits.maxBufferSize));
+  const Api& a = api();
+  ErrorScope scope;
+  WGPUBufferDescriptor desc = WGPU_BUFFER_DESCRIPTOR_INIT;
+  desc.usage = WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc | WGPUBufferUsage_CopyDst;
+  desc.size = size;
+  WGPUBuffer b = a.wgpuDeviceCreateBuffer(device, &desc);
+  try {
+    scope.check("wgpuDeviceCreateBuffer(" + std::to_string(size) + " bytes) on " + label());
+  } catch (const Error& e) {
+    if (b) a.wgpuBufferRelease(b);
+    throw Error(DLFUSE_STATUS_OUT_OF_MEMORY, e.what());
+  }
+  if (!b) throw Error(DLFUSE_STATUS_OUT_OF_MEMORY, "wgpuDeviceCreateBuffer(" + std::to_string(size) + " bytes) failed");
+  if (track) {
+    std::lock_guard<std::mutex> lock(mu_);
+    buffers_[b] = nbytes;
+  }
+  return b;
+}
+
+uint64_t Device::buffer_size(WGPUBuffer b) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = buffers_.find(b);
+  return it == buffers_.end() ? 0 : std::max<uint64_t>(1, it->second);
+}
+
+void Device::forget_buffer(WGPUBuffer b) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!buffers_.erase(b))
+      throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "ptr: expected a buffer allocated on " + label() + ", got another pointer");
+  }
+  api().wgpuBufferRelease(b);  // wgpu keeps it alive until queued work that uses it is done
+}
+
+void Device::submit(WGPUCommandBuffer cb) {
+  const Api& a = api();
+  a.wgpuQueueSubmitForIndex(queue, 1, &cb);
+  a.wgpuCommandBufferRelease(cb);
+}
+
+void Device::wait_idle() {
+  ErrorScope scope;
+  api().wgpuDevicePoll(device, true, nullptr);
+  scope.check("waiting for " + label());
+}
+
+namespace {
+// Copies out of a mapped staging buffer. The driver recycles that memory between buffers
+// from its own (uninstrumented) threads, so ThreadSanitizer would pair these reads with an
+// earlier buffer's writes at the same address: the loop is left uninstrumented (and kept a
+// loop, not a memcpy call, which the sanitizer intercepts).
+__attribute__((no_sanitize("thread"), optimize("no-tree-loop-distribute-patterns"))) void copy_from_driver(
+    void* dst, const char* src, uint64_t n) {
+  char* d = static_cast<char*>(dst);
+  uint64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    __builtin_memcpy(&w, src + i, 8);
+    __builtin_memcpy(d + i, &w, 8);
+  }
+  for (; i < n; ++i) d[i] = src[i];
+}
+
+// Aligned ranges: WebGPU copies and queue writes take offsets and sizes in 4-byte words.
+uint64_t down4(uint64_t v) { return v / 4 * 4; }
+uint64_t up4(uint64_t v) { return (v + 3) / 4 * 4; }
+}  // namespace
+
+void Device::read(WGPUBuffer src, uint64_t offset, void* dst, uint64_t nbytes) {
+  if (nbytes == 0) return;
+  const Api& a = api();
+  ErrorScope scope;
+  const uint64_t lo = down4(offset), hi = up4(offset + nbytes), size = hi - lo;
+  WGPUBufferDescriptor desc = WGPU_BUFFER_DESCRIPTOR_INIT;
+  desc.usage = WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst;
+  desc.size = size;
+  WGPUBuffer staging = a.wgpuDeviceCreateBuffer(device, &desc);
+  WGPUCommandEncoderDescriptor edesc = WGPU_COMMAND_ENCODER_DESCRIPTOR_INIT;
+  WGPUCommandEncoder enc = a.wgpuDeviceCreateCommandEncoder(device, &edesc);
+  a.wgpuCommandEncoderCopyBufferToBuffer(enc, src, lo, staging, 0, size);
+  WGPUCommandBufferDescriptor cdesc = WGPU_COMMAND_BUFFER_DESCRIPTOR_INIT;
+  WGPUCommandBuffer cb = a.wgpuCommandEncoderFinish(enc, &cdesc);
+  a.wgpuCommandEncoderRelease(enc);
+  const WGPUSubmissionIndex idx = a.wgpuQueueSubmitForIndex(queue, 1, &cb);
+  a.wgpuCommandBufferRelease(cb);
+  struct Map {
+    std::atomic<int> status{0};  // 0 pending, 1 mapped, 2 failed
+    std::string message;
+  } m;
+  WGPUBufferMapCallbackInfo info = WGPU_BUFFER_MAP_CALLBACK_INFO_INIT;
+  info.mode = WGPUCallbackMode_AllowSpontaneous;
+  info.callback = [](WGPUMapAsyncStatus status, WGPUStringView message, void* u1, void*) {
+    Map* mm = static_cast<Map*>(u1);
+    if (status != WGPUMapAsyncStatus_Success) mm->message = str(message);
+    mm->status.store(status == WGPUMapAsyncStatus_Success ? 1 : 2);
+  };
+  info.userdata1 = &m;
+  a.wgpuBufferMapAsync(staging, WGPUMapMode_Read, 0, size, info);
+  // The map completes once the copy's submission has; poll until the callback has run (it
+  // may run inside another thread's poll).
+  for (int spins = 0; m.status.load() == 0; ++spins) {
+    a.wgpuDevicePoll(device, true, &idx);
+    if (spins > 1000000) break;
+  }
+  std::string failure;
+  if (m.status.load() == 1) {
+    const void* p = a.wgpuBufferGetConstMappedRange(staging, 0, size);
+    if (p) copy_from_driver(dst, static_cast<const char*>(p) + (offset - lo), nbytes);
+    else failure = "wgpuBufferGetConstMappedRange returned NULL";
+    a.wgpuBufferUnmap(staging);
+  } else {
+    failure = "mapping the staging buffer failed: " + (m.status.load() == 2 ? m.message : std::string("no answer"));
+  }
+  a.wgpuBufferRelease(staging);
+  scope.check("reading " + std::to_string(nbytes) + " bytes from " + label());
+  if (!failure.empty()) throw Error(DLFUSE_STATUS_DEVICE_ERROR, "reading from " + label() + ": " + failure);
+}
+
+void Device::write(WGPUBuffer dst, uint64_t offset, const void* src, uint64_t nbytes) {
+  if (nbytes == 0) return;
+  const Api& a = api();
+  const uint64_t lo = down4(offset), hi = up4(offset + nbytes);
+  if (lo == offset && hi == offset + nbytes) {
+    ErrorScope scope;
+    a.wgpuQueueWriteBuffer(queue, dst, offset, src, nbytes);  // copies src before returning
+    scope.check("writing " + std::to_string(nbytes) + " bytes to " + label());
+    return;
+  }
+  // Unaligned ends: read the enclosing words, patch them and write them back (the queue
+  // orders this after all work submitted before).
+  std::vector<char> words(hi - lo);
+  read(dst, lo, words.data(), hi - lo);
+  std::memcpy(words.data() + (offset - lo), src, nbytes);
+  ErrorScope scope;
+  a.wgpuQueueWriteBuffer(queue, dst, lo, words.data(), words.size());
+  scope.check("writing " + std::to_string(nbytes) + " bytes to " + label());
+}
+
+void Device::copy_device(WGPUBuffer src, uint64_t src_off, WGPUBuffer dst, uint64_t dst_off, uint64_t nbytes) {
+  if (nbytes == 0) return;
+  if (src_off % 4 || dst_off % 4 || nbytes % 4) {  // WebGPU copies whole words: go through the host
+    std::vector<char> tmp(nbytes);
+    read(src, src_off, tmp.data(), nbytes);
+    write(dst, dst_off, tmp.data(), nbytes);
+    return;
+  }
+  const Api& a = api();
+  ErrorScope scope;
+  WGPUCommandEncoderDescriptor edesc = WGPU_COMMAND_ENCODER_DESCRIPTOR_INIT;
+  WGPUCommandEncoder enc = a.wgpuDeviceCreateCommandEncoder(device, &edesc);
+  a.wgpuCommandEncoderCopyBufferToBuffer(enc, src, src_off, dst, dst_off, nbytes);
+  WGPUCommandBufferDescriptor cdesc = WGPU_COMMAND_BUFFER_DESCRIPTOR_INIT;
+  WGPUCommandBuffer cb = a.wgpuCommandEncoderFinish(enc, &cdesc);
+  a.wgpuCommandEncoderRelease(enc);
+  submit(cb);
+  scope.check("copying " + std::to_string(nbytes) + " bytes on " + label());
+}
+
+Launch::Launch(Device& d) : dev(d) {
+  const Api& a = api();
+  WGPUCommandEncoderDescriptor edesc = WGPU_COMMAND_ENCODER_DESCRIPTOR_INIT;
+  enc_ = a.wgpuDeviceCreateCommandEncoder(dev.device, &edesc);
+  WGPUComputePassDescriptor pdesc = WGPU_COMPUTE_PASS_DESCRIPTOR_INIT;
+  pass_ = a.wgpuCommandEncoderBeginComputePass(enc_, &pdesc);
+}
+
+Launch::~Launch() {
+  const Api& a = api();
+  if (pass_) {
+    a.wgpuComputePassEncoderEnd(pass_);
+    a.wgpuComputePassEncoderRelease(pass_);
+  }
+  if (enc_) a.wgpuCommandEncoderRelease(enc_);
+  for (WGPUBindGroup g : groups_) a.wgpuBindGroupRelease(g);
+  for (WGPUBuffer b : owned_) a.wgpuBufferRelease(b);
+}
+
+WGPUBuffer Launch::scratch(uint64_t nbytes) {
+  owned_.push_back(dev.create_buffer(nbytes, false));
+  return owned_.back();
+}
+
+void Launch::dispatch(const Pipeline& p, const std::vector<WGPUBuffer>& bufs, const std::vector<int32_t>& params,
+                      uint32_t gx, uint32_t gy, uint32_t gz) {
+  if (gx == 0 || gy == 0 || gz == 0) return;
+  const uint32_t cap = dev.limits.maxComputeWorkgroupsPerDimension;
+  if (gx > cap || gy > cap || gz > cap)
+    throw Error(DLFUSE_STATUS_UNSUPPORTED, "a grid of " + std::to_string(gx) + "x" + std::to_string(gy) + "x" +
+                                               std::to_string(gz) + " workgroups exceeds " + dev.label() +
+                                               "'s maxComputeWorkgroupsPerDimension " + std::to_string(cap));
+  if (int(bufs.size()) + 1 != p.storage)
+    throw Error(DLFUSE_STATUS_INTERNAL, "kernel binding count: expected " + std::to_string(p.storage - 1) + ", got " +
+                                            std::to_string(bufs.size()));
+  const Api& a = api();
+  // The parameter block: a storage buffer read by binding 0, filled by a queue write (which
+  // the queue orders before the submission that reads it).
+  const uint64_t pbytes = (std::max<size_t>(16, params.size() * 4) + 15) / 16 * 16;
+  WGPUBufferDescriptor desc = WGPU_BUFFER_DESCRIPTOR_INIT;
+  desc.usage = WGPUBufferUsage_Storage | WGPUBufferUsage_CopyDst;
+  desc.size = pbytes;
+  WGPUBuffer pb = a.wgpuDeviceCreateBuffer(dev.device, &desc);
+  owned_.push_back(pb);
+  std::vector<int32_t> words(size_t(pbytes / 4), 0);
+  std::copy(params.begin(), params.end(), words.begin());
+  a.wgpuQueueWriteBuffer(dev.queue, pb, 0, words.data(), pbytes);
+  scope_.check("creating a kernel's parameter buffer on " + dev.label());
+  std::vector<WGPUBindGroupEntry> entries(size_t(p.storage), WGPUBindGroupEntry(WGPU_BIND_GROUP_ENTRY_INIT));
+  for (int i = 0; i < p.storage; ++i) {
+    WGPUBuffer b = i == 0 ? pb : bufs[size_t(i - 1)] ? bufs[size_t(i - 1)] : dev.dummy;
+    entries[size_t(i)].binding = uint32_t(i);
+    entries[size_t(i)].buffer = b;
+    entries[size_t(i)].offset = 0;
+    entries[size_t(i)].size = WGPU_WHOLE_SIZE;
+  }
+  WGPUBindGroupDescriptor gdesc = WGPU_BIND_GROUP_DESCRIPTOR_INIT;
+  gdesc.layout = p.layout;
+  gdesc.entryCount = entries.size();
+  gdesc.entries = entries.data();
+  WGPUBindGroup g = a.wgpuDeviceCreateBindGroup(dev.device, &gdesc);
+  groups_.push_back(g);
+  a.wgpuComputePassEncoderSetPipeline(pass_, p.pipeline);
+  a.wgpuComputePassEncoderSetBindGroup(pass_, 0, g, 0, nullptr);
+  a.wgpuComputePassEncoderDispatchWorkgroups(pass_, gx, gy, gz);
+  scope_.check("recording a kernel on " + dev.label());
+}
+
+void Launch::submit() {
+  const Api& a = api();
+  a.wgpuComputePassEncoderEnd(pass_);
+  a.wgpuComputePassEncoderRelease(pass_);
+  pass_ = nullptr;
+  WGPUCommandBufferDescriptor cdesc = WGPU_COMMAND_BUFFER_DESCRIPTOR_INIT;
+  WGPUCommandBuffer cb = a.wgpuCommandEncoderFinish(enc_, &cdesc);
+  a.wgpuCommandEncoderRelease(enc_);
+  enc_ = nullptr;
+  dev.submit(cb);
+  scope_.check("submitting work to " + dev.label());
+}
+
+}  // namespace dlfuse_webgpu
