@@ -33,6 +33,12 @@
 #   webgpu         the WebGPU plugin on the NVIDIA Vulkan driver: carried Vulkan loader (.gl/*.deb)
 #                  and wgpu wheel (.whl/wgpu-*.whl) unpacked, the plugin built, its conformance
 #                  (random seed, sweep 64) and dlfuse_webgpu_perf (matmul vs cuBLAS, add_mul vs copy)
+#   wheel          the Python wheel as a user here builds it: a fresh venv that sees the machine's
+#                  torch (--system-site-packages), `pip install --no-build-isolation ./bindings/python`
+#                  in it (build requirements from a carried .whl/ folder where there is one), then
+#                  from outside the tree with no DLFUSE_* variable set every op forward and
+#                  backward on CUDA tensors against float64: the package calls and dlfuse.torch's
+#                  C++ operators (bindings/python/tools/wheel_ops.py)
 # When $OUT is set (the device tool), everything is packed into $OUT/gpu-logs.tgz at the end.
 #
 # Inputs are found the same way for every job (tools/gpu_env.sh): the DLPack header from
@@ -203,6 +209,29 @@ job_webgpu() {
       "$B/bin/dlfuse_webgpu_perf" 8192 4096 4096 1024 1024 10 2>&1 | grep -E "matmul|RATIO matmul"
   done | tee "$J/tiles.txt"
   return $rc
+}
+
+job_wheel() {
+  local v=$B-wheel-venv links=(--no-index) pip
+  [ -d "$ROOT/.whl" ] && links+=(--find-links "$ROOT/.whl")
+  rm -rf "$v"
+  if python3 -m venv --system-site-packages "$v"; then
+    pip=("$v/bin/python" -m pip)
+  else  # no ensurepip here: the system's pip, pointed at the venv
+    python3 -m venv --system-site-packages --without-pip "$v" || return 1
+    pip=(python3 -m pip --python "$v/bin/python")
+  fi
+  if [ -d "$ROOT/.whl" ]; then
+    "${pip[@]}" install "${links[@]}" "scikit-build-core>=1.0" "apache-tvm-ffi>=0.1" || return 1
+  fi
+  # Without build isolation the build sees torch, so the wheel holds the C++ operators.
+  (cd "$ROOT" && env -u DLFUSE_LIBRARY -u DLFUSE_EXT_DIR -u DLFUSE_PLUGIN_PATH -u DLFUSE_PREFER \
+    CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "${pip[@]}" install -v --no-build-isolation "${links[@]}" \
+    ./bindings/python) >"$J/pip.log" 2>&1 ||
+    { tail -40 "$J/pip.log"; return 1; }
+  grep -E "dlfuse wheel:|CUDA architectures|C\+\+ PyTorch operators" "$J/pip.log"
+  (cd "$J" && env -u DLFUSE_LIBRARY -u DLFUSE_EXT_DIR -u DLFUSE_PLUGIN_PATH -u DLFUSE_PREFER \
+    "$v/bin/python" "$ROOT/bindings/python/tools/wheel_ops.py" cuda --cpp-ops)
 }
 
 rc=0

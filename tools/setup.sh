@@ -5,11 +5,12 @@ set -euo pipefail
 
 # oneDNN (CPU plugin), the Khronos OpenCL headers + ICD loader with PoCL as the CPU device
 # (OpenCL plugin), clinfo to list platforms, Google Benchmark for bench/, clang-14 with
-# its libFuzzer runtime (the fuzz preset), valgrind (memcheck runs of the CPU path) and Mesa's
-# Vulkan drivers for lavapipe, the CPU Vulkan device the WebGPU plugin is tested on.
+# its libFuzzer runtime (the fuzz preset), valgrind (memcheck runs of the CPU path), Mesa's
+# Vulkan drivers for lavapipe, the CPU Vulkan device the WebGPU plugin is tested on, and
+# ccache (the Python wheel's build uses it where installed: bindings/python/wheel).
 apt_packages=(cmake g++ make pkg-config python3 python3-pip libgtest-dev libgmock-dev
   libdnnl-dev opencl-headers ocl-icd-opencl-dev pocl-opencl-icd clinfo libbenchmark-dev
-  clang-14 libclang-rt-14-dev valgrind mesa-vulkan-drivers)
+  clang-14 libclang-rt-14-dev valgrind mesa-vulkan-drivers ccache)
 apt_packages+=(cargo rustc) # bindings/rust: Debian's toolchain (rustc 1.63), no crates from outside
 missing=()
 for p in "${apt_packages[@]}"; do
@@ -24,11 +25,11 @@ if ((${#missing[@]})); then
 fi
 
 # DLPack >= 1.0 (docs/abi.md): the header ships in apache-tvm-ffi. NumPy/pytest for the
-# Python tests; scikit-build-core so `pip install --no-build-isolation ./bindings/python`
-# (and the python.wheel test) builds the wheel without a registry. jax[cpu]: dlfuse.jax's
-# XLA FFI handlers build against its headers, and its tests run on CPU. wgpu: wgpu-native's
+# Python tests; scikit-build-core for `pip install --no-build-isolation ./bindings/python`;
+# build (sdists) and auditwheel for the python.wheel test. jax[cpu]: dlfuse.jax's XLA FFI
+# handlers build against its headers, and its tests run on CPU. wgpu: wgpu-native's
 # library and headers (the WebGPU plugin, docs/webgpu.md).
 python3 -m pip install -q --disable-pip-version-check "apache-tvm-ffi>=0.1" "numpy>=2.1" "pytest>=8" \
-  "setuptools>=61" wheel "scikit-build-core>=0.10" "jax[cpu]>=0.10" "wgpu>=0.32" 2>&1 |
+  "setuptools>=61" wheel "scikit-build-core>=1.0" build auditwheel "jax[cpu]>=0.10" "wgpu>=0.32" 2>&1 |
   grep -v "Running pip as the 'root' user" || true
 python3 -c "import tvm_ffi.libinfo as l; print('setup: DLPack header from', l.find_dlpack_include_path())"

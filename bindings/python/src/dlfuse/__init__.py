@@ -31,7 +31,7 @@ from ._core import (AbiMismatchError, DeviceError, Error, InternalError, Invalid
                     matmul_add_relu_backward, matmul_add_residual, matmul_add_residual_backward,
                     plugins, registry, to_device)
 
-__version__ = "0.1.0"
+from ._version import __version__  # written beside _ext by the build, from the project's version
 
 __all__ = ["AbiMismatchError", "DeviceError", "Error", "InternalError", "InvalidArgumentError",
            "LibraryNotFound", "LoadFailedError", "NotFoundError", "OutOfMemoryError",
