@@ -39,6 +39,8 @@
 #                  from outside the tree with no DLFUSE_* variable set every op forward and
 #                  backward on CUDA tensors against float64: the package calls and dlfuse.torch's
 #                  C++ operators (bindings/python/tools/wheel_ops.py)
+#   mlp[=ARGS]     bench/mlp_step.py: DLRM-v2's dense-MLP training step, dlfuse.torch against PyTorch,
+#                  eager, CUDA graphs, torch.compile; ARGS are its options, e.g. mlp="--no-compile"
 # When $OUT is set (the device tool), everything is packed into $OUT/gpu-logs.tgz at the end.
 #
 # Inputs are found the same way for every job (tools/gpu_env.sh): the DLPack header from
@@ -124,6 +126,12 @@ job_bench() {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
   DLFUSE_OPENCL_DEVICE=${DLFUSE_OPENCL_DEVICE:-gpu} python3 bench/run.py --build "$B" --out "$J" --no-build --no-plot "$@" \
     2>"$J/progress.log"
+}
+
+job_mlp() {
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
+  env -u DLFUSE_PLUGIN_PATH -u DLFUSE_PREFER DLFUSE_LIBRARY="$B/lib/libdlfuse.so" DLFUSE_EXT_DIR="$B/python/dlfuse" \
+    python3 bench/mlp_step.py --json "$J/mlp_step.json" "$@" 2>"$J/progress.log" | tee "$J/table.md"
 }
 
 job_ab() {
