@@ -229,9 +229,16 @@ job_wheel() {
     python3 -m venv --system-site-packages --without-pip "$v" || return 1
     pip=(python3 -m pip --python "$v/bin/python")
   fi
+  # Where python3 is itself a venv (the GPU machine's torch lives in one), --system-site-packages
+  # reaches only the base interpreter's packages: a .pth adds python3's own, torch and NumPy.
+  python3 -c "import sys, site; sys.exit(sys.prefix == sys.base_prefix)" &&
+    python3 -c "import site; print('\n'.join(site.getsitepackages()))" \
+      >"$("$v/bin/python" -c "import sysconfig; print(sysconfig.get_path('purelib'))")/machine-site.pth"
   if [ -d "$ROOT/.whl" ]; then
     "${pip[@]}" install "${links[@]}" "scikit-build-core>=1.0" "apache-tvm-ffi>=0.1" || return 1
   fi
+  # CUDA_ARCHS narrows the device code here too (the wheel's default is the cuda preset's list).
+  [ -z "${CUDA_ARCHS:-}" ] || export SKBUILD_CMAKE_DEFINE="CMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHS"
   # Without build isolation the build sees torch, so the wheel holds the C++ operators.
   (cd "$ROOT" && env -u DLFUSE_LIBRARY -u DLFUSE_EXT_DIR -u DLFUSE_PLUGIN_PATH -u DLFUSE_PREFER \
     CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "${pip[@]}" install -v --no-build-isolation "${links[@]}" \

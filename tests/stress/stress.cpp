@@ -13,6 +13,8 @@
 // thread's own message. Exit 0 only when every call behaved.
 #include <dlfuse/dlfuse.h>
 
+#include "reference.h"
+
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -127,40 +129,9 @@ struct Tensor {
 
 // ---- activations (float64) -------------------------------------------------------------------
 
-double act(int a, double p) {
-  switch (a) {
-    case DLFUSE_ACT_IDENTITY: return p;
-    case DLFUSE_ACT_RELU: return p > 0 ? p : 0.0;
-    case DLFUSE_ACT_SIGMOID: return 1.0 / (1.0 + std::exp(-p));
-    case DLFUSE_ACT_TANH: return std::tanh(p);
-    case DLFUSE_ACT_GELU_ERF: return 0.5 * p * (1.0 + std::erf(p / std::sqrt(2.0)));
-    case DLFUSE_ACT_GELU_TANH: return 0.5 * p * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (p + 0.044715 * p * p * p)));
-    default: return p / (1.0 + std::exp(-p));  // SILU
-  }
-}
-double dact(int a, double p) {
-  switch (a) {
-    case DLFUSE_ACT_IDENTITY: return 1.0;
-    case DLFUSE_ACT_RELU: return p > 0 ? 1.0 : 0.0;
-    case DLFUSE_ACT_SIGMOID: {
-      const double s = act(a, p);
-      return s * (1 - s);
-    }
-    case DLFUSE_ACT_TANH: {
-      const double t = std::tanh(p);
-      return 1 - t * t;
-    }
-    case DLFUSE_ACT_GELU_ERF: return 0.5 * (1.0 + std::erf(p / std::sqrt(2.0))) + p * std::exp(-0.5 * p * p) / std::sqrt(2 * M_PI);
-    case DLFUSE_ACT_GELU_TANH: {
-      const double k = std::sqrt(2.0 / M_PI), u = k * (p + 0.044715 * p * p * p), t = std::tanh(u);
-      return 0.5 * (1 + t) + 0.5 * p * (1 - t * t) * k * (1 + 3 * 0.044715 * p * p);
-    }
-    default: {
-      const double s = 1.0 / (1.0 + std::exp(-p));
-      return s * (1 + p * (1 - s));
-    }
-  }
-}
+// The conformance suite's float64 reference (tests/conformance/reference.h), written once.
+double act(int a, double p) { return ref_activate(a, p); }
+double dact(int a, double p) { return ref_activate_grad(a, p, 1.0); }
 
 // ---- cases -------------------------------------------------------------------------------------
 
