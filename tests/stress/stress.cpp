@@ -130,8 +130,8 @@ struct Tensor {
 // ---- activations (float64) -------------------------------------------------------------------
 
 // The conformance suite's float64 reference (tests/conformance/reference.h), written once.
-double act(int a, double p) { return ref_activate(a, p); }
-double dact(int a, double p) { return ref_activate_grad(a, p, 1.0); }
+double act(int a, double p) { return dlfuse_conformance::ref_activate(a, p); }
+double dact(int a, double p) { return dlfuse_conformance::ref_activate_grad(a, p, 1.0); }
 
 // ---- cases -------------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@
 namespace dlfuse_onednn {
 namespace {
 
-enum KeyKind : int64_t { kReduction = 2, kEltwiseBwd = 3 };  // matmul.cpp uses 1, add_mul.cpp 10 and 11
+enum KeyKind : int64_t { kReduction = 2, kEltwiseBwd = 3 };  // matmul.cpp uses 1 and 4, add_mul.cpp 10 and 11
 
 // dz = grad_out * act'(pre) for a transcendental activation with oneDNN's eltwise_backward
 // (vectorized exp/erf/tanh) over the whole compact tensor in one call; false where the
@@ -128,8 +128,18 @@ void store_scaled(const View& src, const View& dst, double scale) {
   copy_view(c, dst);
 }
 
-// t = scale * reduce_to(dz, t's shape) with a oneDNN reduction primitive (sum).
+// t = scale * reduce_to(dz, t's shape) with a oneDNN reduction primitive (sum). A sum to
+// one value is done here in float64 instead: oneDNN sums in float32, which over millions
+// of elements drifts by 1e-4 relative.
 void reduce_sum(State& st, const View& dz, const View& t, double scale) {
+  if (t.numel() == 1 && is_compact(dz)) {
+    const int64_t total = dz.numel(), chunk = int64_t(1) << 16;
+    double s = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : s) if (total > (int64_t(1) << 15))
+    for (int64_t b = 0; b < total; b += chunk) s += loops::sum(dz.data + b, std::min(chunk, total - b));
+    t.data[0] = float(s * scale);
+    return;
+  }
   Buffer tmp;
   View dst = compact_view(tmp, t.shape);
   Key key{kReduction};

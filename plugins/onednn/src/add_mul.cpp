@@ -10,8 +10,10 @@
 #include <cmath>
 
 #include "activation.h"
+#include "add_mul_fast.h"
 #include "common.h"
 #include "grad.h"
+#include "layout.h"
 #include "loops.h"
 
 namespace dlfuse_onednn {
@@ -21,31 +23,6 @@ using dnnl::algorithm;
 using dnnl::memory;
 
 enum KeyKind : int64_t { kBinary = 10, kEltwiseBwd = 11 };
-
-// ---- layout classification for the fast paths -----------------------------------------
-// The fast paths see every tensor as [rows, N] compact; bias (and grad_bias) is a row
-// vector over N (unit stride), a scalar, or a compact full tensor.
-enum class BiasKind { kRow, kScalar, kFull, kOther };
-
-bool full_compact(const View& v, const std::vector<int64_t>& shape) {
-  if (v.rank() > int(shape.size())) return false;
-  const View a = aligned(v, int(shape.size()));
-  return a.shape == shape && is_compact(a);
-}
-
-BiasKind bias_kind(const View& bias, const std::vector<int64_t>& shape) {
-  const int r = int(shape.size());
-  const View b = aligned(bias, r);
-  bool ones = true, row = r > 0 && b.shape[r - 1] == shape[r - 1] && (b.strides[r - 1] == 1 || shape[r - 1] == 1);
-  for (int i = 0; i < r; ++i) {
-    if (b.shape[i] != 1) ones = false;
-    if (i < r - 1 && b.shape[i] != 1) row = false;
-  }
-  if (ones) return BiasKind::kScalar;
-  if (row) return BiasKind::kRow;
-  if (full_compact(bias, shape)) return BiasKind::kFull;
-  return BiasKind::kOther;
-}
 
 // ---- forward -----------------------------------------------------------------------------
 void forward_generic(const View& x, const View& y, const View& bias, const View& out, int act, float mult) {
@@ -430,6 +407,7 @@ dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_
     const DLTensor* const* in = args->inputs;
     DLTensor* out = args->outputs[0];
     const Storage s = storage_of(in[0]->dtype);
+    if (add_mul_forward_fast(in[0], in[1], in[2], out, act, mult)) return DLFUSE_STATUS_OK;
     Buffer bx, by, bb, bo;
     const int64_t rows = s == Storage::kF32 ? 0 : block_rows(out);
     if (rows == 0) {
@@ -464,12 +442,14 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
       for (int k = 1; k < 4; ++k)
         if (in[k]) kit::invalid(std::string(k == 1 ? "x" : k == 2 ? "y" : "bias") + " (out is given)", "NULL", "a tensor");
       check_act_from_out(act, "pass x, y and bias instead");
-      backward_from_out(st, args, act, mult);
+      if (!add_mul_backward_fast(in[0], nullptr, nullptr, nullptr, in[4], args->outputs, act, mult))
+        backward_from_out(st, args, act, mult);
       return DLFUSE_STATUS_OK;
     }
     for (int k = 1; k < 4; ++k)
       if (!in[k]) kit::invalid(std::string(k == 1 ? "x" : k == 2 ? "y" : "bias") + " (out is absent)", "a tensor", "NULL");
     DLTensor* const* out = args->outputs;
+    if (add_mul_backward_fast(in[0], in[1], in[2], in[3], nullptr, out, act, mult)) return DLFUSE_STATUS_OK;
     const Storage s = storage_of(in[0]->dtype);
     Buffer bufs[7];
     const View* none[3] = {nullptr, nullptr, nullptr};

@@ -132,11 +132,13 @@ inline dnnl::memory::dims dnnl_strides(const std::vector<int64_t>& shape, const 
   return s;
 }
 
-inline dnnl::memory::desc md_of(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
-  return dnnl::memory::desc(dnnl::memory::dims(shape.begin(), shape.end()), dnnl::memory::data_type::f32,
-                            dnnl_strides(shape, strides));
+inline dnnl::memory::desc md_of(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides,
+                                 dnnl::memory::data_type dt = dnnl::memory::data_type::f32) {
+  return dnnl::memory::desc(dnnl::memory::dims(shape.begin(), shape.end()), dt, dnnl_strides(shape, strides));
 }
-inline dnnl::memory::desc md_of(const View& v) { return md_of(v.shape, v.strides); }
+inline dnnl::memory::desc md_of(const View& v, dnnl::memory::data_type dt = dnnl::memory::data_type::f32) {
+  return md_of(v.shape, v.strides, dt);
+}
 
 // A float buffer the plugin owns (compact temporaries), 64-byte aligned.
 struct Buffer {

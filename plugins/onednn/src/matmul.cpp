@@ -16,13 +16,14 @@
 #include "common.h"
 #include "grad.h"
 #include "loops.h"
+#include "pointwise_avx512.h"
 
 namespace dlfuse_onednn {
 namespace {
 
 using dnnl::memory;
 
-enum KeyKind : int64_t { kMatmul = 1 };  // grad.cpp uses 2
+enum KeyKind : int64_t { kMatmul = 1, kMatmulBf16 = 4 };  // grad.cpp uses 2 and 3
 enum BiasMode : int64_t { kNoBias = 0, kBiasArg = 1, kBiasPostOp = 2 };
 
 View swap_last2(View v) {
@@ -331,12 +332,57 @@ void backward_f32(State& st, const View& g, const View& a, const View& b, const 
   }
 }
 
+// out = act(a @ b + bias) on bfloat16 tensors as they are, with oneDNN's bf16 matmul
+// (bf16 products accumulated in float32, the bias and post-ops applied in float32, one
+// rounding to bf16 at the end, as docs/ops.md asks). Used on CPUs with avx512_bf16, where
+// oneDNN's brgemm kernel multiplies bf16 natively at about twice the float32 rate and no
+// float32 copies are made; false (nothing written) for layouts it does not take: batch
+// dims broadcast, a strided output, a bias that is not a row over N.
+bool forward_bf16_native(State& st, const DLTensor* at, const DLTensor* bt, const DLTensor* biast, DLTensor* outt,
+                         int act) {
+  if (!avx512::native_bf16()) return false;
+  const View a = view_of(at), b = view_of(bt), out = view_of(outt);
+  const int r = out.rank();
+  if (r < 2 || a.rank() != r || b.rank() != r || out.numel() == 0 || a.shape[r - 1] == 0) return false;
+  for (int i = 0; i + 2 < r; ++i)
+    if (a.shape[i] != out.shape[i] || b.shape[i] != out.shape[i]) return false;
+  if (!is_compact(out) || !matrix_ok(a) || !matrix_ok(b)) return false;
+  const View bias = aligned(view_of(biast), r);
+  if (!row_bias(bias) || bias.shape[r - 1] != out.shape[r - 1] ||
+      (bias.shape[r - 1] > 1 && bias.strides[r - 1] != 1))
+    return false;
+  const auto bf16 = memory::data_type::bf16;
+  Key key{kMatmulBf16, act};
+  key_add(key, a);
+  key_add(key, b);
+  key_add(key, out);
+  key_add(key, bias);
+  auto p = st.get<dnnl::matmul>(key, [&] {
+    dnnl::post_ops po;
+    append_activation(po, act);
+    dnnl::primitive_attr attr = base_attr();
+    attr.set_post_ops(po);
+    return dnnl::matmul::primitive_desc(
+        dnnl::matmul::desc(md_of(a, bf16), md_of(b, bf16), md_of(bias, bf16), md_of(out, bf16)), attr, st.engine);
+  });
+  execute(st, *p,
+          {{DNNL_ARG_SRC, mem(st, md_of(a, bf16), a.data)},
+           {DNNL_ARG_WEIGHTS, mem(st, md_of(b, bf16), b.data)},
+           {DNNL_ARG_BIAS, mem(st, md_of(bias, bf16), bias.data)},
+           {DNNL_ARG_DST, mem(st, md_of(out, bf16), out.data)}});
+  return true;
+}
+
 // A forward kernel's call: inputs a, b, bias (, residual); outputs out (, pre). Converts
-// bf16/f16 to float32 and back around forward_f32.
+// bf16/f16 to float32 and back around forward_f32 (bf16 without residual and pre runs
+// natively where it can).
 void forward_call(State& st, const dlfuse_kernel_args_t* args, int act, bool has_residual) {
   const DLTensor* const* in = args->inputs;
   DLTensor* const* outs = args->outputs;
   const Storage s = storage_of(in[0]->dtype);
+  const bool wants_pre = args->num_outputs > 1 && outs[1];
+  if (s == Storage::kBF16 && !has_residual && !wants_pre && forward_bf16_native(st, in[0], in[1], in[2], outs[0], act))
+    return;
   Buffer ba, bb, bbias, bres, bout, bpre;
   const View a = input_f32(in[0], s, ba), b = input_f32(in[1], s, bb), bias = input_f32(in[2], s, bbias);
   View res, pre;
