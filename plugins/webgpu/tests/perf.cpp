@@ -1,7 +1,9 @@
 // The WebGPU plugin's performance check against its targets (docs/webgpu.md, "Measured"):
 // float32 matmul_add_relu forward at M x K x N against the CUDA plugin's (cuBLASLt, exact
-// float32) on the same GPU, and add_mul_activation's bandwidth against a device-to-device
-// copy through the WebGPU plugin, all in one run. Times are medians of `reps` calls after
+// float32) on the same GPU, and add_mul_activation's bandwidth against the GPU's copy
+// bandwidth: a device-to-device copy through the CUDA plugin where there is one (wgpu's
+// buffer copy reaches a fraction of it, so it is printed but is no ceiling), else through
+// the WebGPU plugin; all in one run. Times are medians of `reps` calls after
 // warm-up, each call followed by a device synchronize (wall clock).
 //
 //   dlfuse_webgpu_perf [M K N [ROWS COLS [REPS]]]     defaults: 8192 4096 4096 8192 8192 20
@@ -120,11 +122,22 @@ int main(int argc, char** argv) {
       return dlfuse_device_copy(reg, wg, DLFUSE_COPY_DEVICE_TO_DEVICE, out.data, 0, x.data, 0, x.bytes(), nullptr);
     }, "device copy");
     const double bw_am = 3.0 * double(x.bytes()) / t_am, bw_cp = 2.0 * double(x.bytes()) / t_cp;  // read x, y; write out
-    const double pct = 100.0 * bw_am / bw_cp;
     std::printf("add_mul_activation float32 %lldx%lld  webgpu: %.3f ms  %.1f GB/s\n", (long long)rows, (long long)cols,
                 t_am * 1e3, bw_am * 1e-9);
     std::printf("device copy %zu bytes  webgpu: %.3f ms  %.1f GB/s (read + write)\n", x.bytes(), t_cp * 1e3, bw_cp * 1e-9);
-    std::printf("RATIO add_mul_activation/copy bandwidth: %.1f%% (target >= 80%%)\n", pct);
+    double ceiling = bw_cp;
+    const char* ceiling_name = "the WebGPU copy";
+    if (has_device(kDLCUDA)) {
+      Tensor cx(cu, {rows, cols}, 9), cout(cu, {rows, cols}, 10);
+      const double t_cc = median_seconds(cu, reps, [&] {
+        return dlfuse_device_copy(reg, cu, DLFUSE_COPY_DEVICE_TO_DEVICE, cout.data, 0, cx.data, 0, cx.bytes(), nullptr);
+      }, "CUDA device copy");
+      ceiling = 2.0 * double(cx.bytes()) / t_cc;
+      ceiling_name = "the CUDA copy";
+      std::printf("device copy %zu bytes  cuda: %.3f ms  %.1f GB/s (read + write)\n", cx.bytes(), t_cc * 1e3, ceiling * 1e-9);
+    }
+    const double pct = 100.0 * bw_am / ceiling;
+    std::printf("RATIO add_mul_activation/copy bandwidth (%s): %.1f%% (target >= 80%%)\n", ceiling_name, pct);
     if (pct < 80.0) rc = 1;
   }
   dlfuse_registry_destroy(reg);
