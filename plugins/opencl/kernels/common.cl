@@ -31,13 +31,13 @@ typedef float T;
 #endif
 
 /* A view of up to three (collapsed) dims: element offset and strides, outermost first.
- * Must match struct ClView in src/layout.h. */
+ * Must match struct ClView in plugins/common/src/layout.h. */
 typedef struct {
   long off, s0, s1, s2;
 } view_t;
 
 /* The reduced dims of a reduction (at most 8 after collapsing): sizes and source strides.
- * Must match struct ClReduced in src/layout.h. */
+ * Must match struct ClReduced in plugins/common/src/layout.h. */
 typedef struct {
   long n[8];
   long s[8];

@@ -6,6 +6,7 @@
 // the fifth input): the same kernels, out passed in x's place.
 #include <algorithm>
 
+#include "elementwise_plan.h"
 #include "ops.h"
 
 namespace dlfuse_opencl {
@@ -86,22 +87,15 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
     const int rank = int(oshape.size());
     const int64_t n = numel(oshape);
 
-    // Which gradients have the output's shape (written directly) and which need a reduction.
-    cl_int direct = 0;
-    bool reduce[3] = {false, false, false};
-    for (int i = 0; i < 3; ++i) {
-      const DLTensor* t = grads[i];
-      if (!t || numel(shape_of(t)) == 0) continue;
-      if (aligned_shape(t, rank) == oshape) direct |= 1 << i;
-      else reduce[i] = true;
-    }
-    const bool need_tmp = reduce[0] || reduce[1] || reduce[2];
+    const dlfuse_plugin::GradRoute route = dlfuse_plugin::route_grads(grads, oshape);
+    const cl_int direct = route.direct;
+    const bool* reduce = route.reduce;
+    const bool need_tmp = route.need_tmp();
     if (!direct && !need_tmp) return DLFUSE_STATUS_OK;
 
-    const Dims none(size_t(rank), 0);  // y and bias in the out form: never read
-    std::vector<Dims> strides = {strides_of(g), aligned_strides(x, rank), y ? aligned_strides(y, rank) : none,
-                                 b ? aligned_strides(b, rank) : none};
-    std::vector<int64_t> offs = {elem_offset(g), elem_offset(x), y ? elem_offset(y) : 0, b ? elem_offset(b) : 0};
+    std::vector<Dims> strides;
+    std::vector<int64_t> offs;
+    dlfuse_plugin::input_views(g, x, y, b, oshape, strides, offs);
     cl_mem ym = y ? mem_of(y) : nullptr, bm = b ? mem_of(b) : nullptr;
     cl_mem gm[3] = {nullptr, nullptr, nullptr};
     for (int i = 0; i < 3; ++i) {

@@ -4,9 +4,12 @@
 #define DLFUSE_OPENCL_OPS_H_
 
 #include "layout.h"
+#include "matmul_plan.h"
 #include "runtime.h"
 
 namespace dlfuse_opencl {
+
+using namespace dlfuse_plugin;  // strided views, the shared host plans (plugins/common)
 
 struct Call {
   Device* dev = nullptr;
@@ -23,23 +26,9 @@ struct Call {
 Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs,
                   const char* const* names, uint32_t optional_inputs = 0);
 
-// A matrix of one GEMM batch: element (r, c) is mem[off + r * rs + c * cs].
-struct MatRef {
-  cl_mem mem = nullptr;
-  int64_t off = 0, rs = 0, cs = 0;
-};
-
-// What the GEMM adds to the product before it stores (kernels/gemm.cl): bias and
-// residual when their mem is set, pre = the sum so far when its mem is set, then
-// out = act(pre) (act a dlfuse_activation_t; identity for a plain product).
-struct Epilogue {
-  MatRef bias, residual, pre;
-  int act = DLFUSE_ACT_IDENTITY;
-};
-
-// Batch table rows: [offC, offBias, offRes, offPre, (offA, offB) x R], the offsets added
-// to the base views for batch z (kernels/gemm.cl, TAB_HDR).
-constexpr size_t kTableHeader = 4;
+// The GEMM's operands and epilogue (plugins/common/src/matmul_plan.h; kernels/gemm.cl).
+using MatRef = dlfuse_plugin::MatRef<cl_mem>;
+using Epilogue = dlfuse_plugin::Epilogue<cl_mem>;
 
 // C = epilogue(sum over r < R of A_r @ B_r) for nbatch batches of [M, K] @ [K, N]; the
 // table (empty when nbatch = R = 1) gives each batch's offsets.

@@ -112,7 +112,7 @@ Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, in
 void gemm(Call& c, MatRef A, MatRef B, const MatRef& C, const Epilogue& ep, int64_t M, int64_t N, int64_t K,
           int64_t nbatch, int64_t R, const std::vector<int64_t>& table) {
   if (M == 0 || N == 0 || nbatch == 0) return;
-  int flags = (ep.bias.mem ? 1 : 0) | (ep.residual.mem ? 2 : 0);
+  int flags = (ep.bias.buf ? 1 : 0) | (ep.residual.buf ? 2 : 0);
   const int64_t offA = A.off, sam = A.rs, sak = A.cs, offB = B.off, sbk = B.rs, sbn = B.cs;
   if (R > INT_MAX / (K / 16 + 1))  // the kernels count k-steps of all R products in an int
     throw Error(DLFUSE_STATUS_UNSUPPORTED, "a gradient summing " + std::to_string(R) + " batch products of K = " +
@@ -138,10 +138,10 @@ void gemm(Call& c, MatRef A, MatRef B, const MatRef& C, const Epilogue& ep, int6
     const int64_t np = (N + 15) / 16 * 16;
     packed.m = scratch(*c.dev, size_t(np * K * c.esize));
     KernelRef pk(c.dev->kernel(c.prec, "pack_b"));
-    set_args(pk.k, B.mem, cl_long(offB), cl_long(sbk), cl_long(sbn), packed.m, cl_int(N), cl_int(K));
+    set_args(pk.k, B.buf, cl_long(offB), cl_long(sbk), cl_long(sbn), packed.m, cl_int(N), cl_int(K));
     const size_t pg[3] = {size_t(np), 1, 1}, pl[3] = {16, 1, 1};
     enqueue(c.queue, pk.k, pg, pl, "pack_b");
-    B.mem = packed.m;
+    B.buf = packed.m;
     flags |= 16;
   }
   // The 64-tile kernel when 128-tiles would not give every compute unit a work-group.
@@ -153,9 +153,9 @@ void gemm(Call& c, MatRef A, MatRef B, const MatRef& C, const Epilogue& ep, int6
   const char* kname = c.dev->cpu_kernels || tile == 128 ? "gemm" : "gemm64";
   KernelRef k(c.dev->kernel(c.prec, kname));
   const MatRef &bias = ep.bias, &res = ep.residual, &pre = ep.pre;
-  set_args(k.k, A.mem, cl_long(offA), cl_long(sam), cl_long(sak), B.mem, cl_long(offB), cl_long(sbk), cl_long(sbn),
-           C.mem, cl_long(C.off), cl_long(C.rs), cl_long(C.cs), bias.mem, cl_long(bias.off), cl_long(bias.rs),
-           cl_long(bias.cs), res.mem, cl_long(res.off), cl_long(res.rs), cl_long(res.cs), pre.mem, cl_long(pre.off),
+  set_args(k.k, A.buf, cl_long(offA), cl_long(sam), cl_long(sak), B.buf, cl_long(offB), cl_long(sbk), cl_long(sbn),
+           C.buf, cl_long(C.off), cl_long(C.rs), cl_long(C.cs), bias.buf, cl_long(bias.off), cl_long(bias.rs),
+           cl_long(bias.cs), res.buf, cl_long(res.off), cl_long(res.rs), cl_long(res.cs), pre.buf, cl_long(pre.off),
            cl_long(pre.rs), cl_long(pre.cs), cl_int(flags), cl_int(ep.act), cl_int(M), cl_int(N), cl_int(K), cl_int(R),
            tab.m);
   size_t global[3], local[3];

@@ -1,11 +1,10 @@
 #include "runtime.h"
 
-#include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <cstdlib>
 #include <cstring>
 
+#include "device_select.h"
 #include "dlfuse_opencl_kernels.h"  // generated: kKernelSource, every kernels/*.cl in order
 
 namespace dlfuse_opencl {
@@ -83,11 +82,6 @@ void dump_binary(cl_program prog, const std::string& opts) {
   }
 }
 
-std::string lower(std::string s) {
-  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 struct Candidate {
   cl_platform_id platform;
   cl_device_id device;
@@ -130,50 +124,15 @@ std::string describe(const std::vector<Candidate>& c) {
   return s.empty() ? "none" : s;
 }
 
-// DLFUSE_OPENCL_DEVICE: comma-separated selectors, each an index into the default order,
-// "gpu", "cpu", or a case-insensitive substring of "<platform name> / <device name>".
-// The devices it names, in the order named (each once), become device_id 0, 1, ...
-std::vector<Candidate> select(const std::vector<Candidate>& all, const char* env) {
-  std::vector<Candidate> out;
-  std::vector<bool> taken(all.size(), false);
-  std::string spec(env);
-  size_t pos = 0;
-  while (pos <= spec.size()) {
-    size_t comma = spec.find(',', pos);
-    if (comma == std::string::npos) comma = spec.size();
-    std::string sel = spec.substr(pos, comma - pos);
-    pos = comma + 1;
-    sel.erase(0, sel.find_first_not_of(" \t"));
-    sel.erase(sel.find_last_not_of(" \t") + 1);
-    if (sel.empty()) continue;
-    bool matched = false;
-    const bool numeric = std::all_of(sel.begin(), sel.end(), [](char c) { return c >= '0' && c <= '9'; });
-    for (size_t i = 0; i < all.size(); ++i) {
-      bool hit;
-      if (numeric) hit = std::strtoul(sel.c_str(), nullptr, 10) == i;
-      else if (lower(sel) == "gpu") hit = !all[i].is_cpu;
-      else if (lower(sel) == "cpu") hit = all[i].is_cpu;
-      else hit = lower(all[i].platform_name + " / " + all[i].name).find(lower(sel)) != std::string::npos;
-      if (!hit) continue;
-      matched = true;
-      if (!taken[i]) out.push_back(all[i]);
-      taken[i] = true;
-    }
-    if (!matched)
-      throw Error(DLFUSE_STATUS_UNAVAILABLE, "DLFUSE_OPENCL_DEVICE='" + spec + "': selector '" + sel +
-                                                 "' matches no device; devices: " + describe(all));
-  }
-  if (out.empty())
-    throw Error(DLFUSE_STATUS_UNAVAILABLE, "DLFUSE_OPENCL_DEVICE='" + spec + "' selects no device; devices: " + describe(all));
-  return out;
-}
-
 }  // namespace
 
 void open_devices(State* s) {
   std::vector<Candidate> c = enumerate();
   if (c.empty()) throw Error(DLFUSE_STATUS_UNAVAILABLE, "no OpenCL GPU or CPU device on any platform");
-  if (const char* env = std::getenv("DLFUSE_OPENCL_DEVICE"); env && *env) c = select(c, env);
+  // DLFUSE_OPENCL_DEVICE picks and orders the devices (plugins/common/src/device_select.h).
+  if (const char* env = std::getenv("DLFUSE_OPENCL_DEVICE"); env && *env)
+    c = dlfuse_plugin::select(c, env, "DLFUSE_OPENCL_DEVICE", "device", describe(c),
+                              [](const Candidate& d) { return d.platform_name + " / " + d.name; });
   for (const Candidate& cand : c) {
     auto d = std::make_unique<Device>();
     d->index = int32_t(s->devices.size());

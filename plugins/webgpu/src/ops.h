@@ -3,24 +3,13 @@
 #ifndef DLFUSE_WEBGPU_OPS_H_
 #define DLFUSE_WEBGPU_OPS_H_
 
-#include "../../opencl/src/layout.h"  // strided views over a 3-D grid: the OpenCL plugin's, shared
+#include "layout.h"
+#include "matmul_plan.h"
 #include "runtime.h"
 
 namespace dlfuse_webgpu {
 
-using dlfuse_opencl::aligned_shape;
-using dlfuse_opencl::aligned_strides;
-using dlfuse_opencl::ClReduced;
-using dlfuse_opencl::ClView;
-using dlfuse_opencl::compact_strides;
-using dlfuse_opencl::Dims;
-using dlfuse_opencl::elem_offset;
-using dlfuse_opencl::extent;
-using dlfuse_opencl::for_each_block;
-using dlfuse_opencl::for_each_reduction;
-using dlfuse_opencl::numel;
-using dlfuse_opencl::shape_of;
-using dlfuse_opencl::strides_of;
+using namespace dlfuse_plugin;  // strided views, the shared host plans (plugins/common)
 
 struct Call {
   Device* dev = nullptr;
@@ -37,20 +26,9 @@ struct Call {
 Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs,
                   const char* const* names, uint32_t optional_inputs = 0);
 
-// A matrix of one GEMM batch: element (r, c) is buf[off + r * rs + c * cs].
-struct MatRef {
-  WGPUBuffer buf = nullptr;
-  int64_t off = 0, rs = 0, cs = 0;
-};
-
-// What the GEMM adds to the product before it stores (kernels/gemm.wgsl).
-struct Epilogue {
-  MatRef bias, residual, pre;
-  int act = DLFUSE_ACT_IDENTITY;
-};
-
-// Batch table rows: [offC, offBias, offRes, offPre, (offA, offB) x R] (kernels/gemm.wgsl).
-constexpr size_t kTableHeader = 4;
+// The GEMM's operands and epilogue (plugins/common/src/matmul_plan.h; kernels/gemm.wgsl).
+using MatRef = dlfuse_plugin::MatRef<WGPUBuffer>;
+using Epilogue = dlfuse_plugin::Epilogue<WGPUBuffer>;
 
 // C = epilogue(sum over r < R of A_r @ B_r) for nbatch batches of [M, K] @ [K, N].
 void gemm(Launch& l, const Call& c, const MatRef& A, const MatRef& B, const MatRef& C, const Epilogue& ep, int64_t M,

@@ -5,6 +5,7 @@
 // has one queue, its WGPUQueue: the stream a caller may pass (NULL means the same).
 #include <new>
 
+#include "kernel_table.h"
 #include "ops.h"
 
 namespace dlfuse_webgpu {
@@ -20,21 +21,10 @@ dlfuse_status_t open_plugin(const dlfuse_host_info_t*, void** state, char* err, 
     // without it would have nothing to run); pick adapters with DLFUSE_WEBGPU_ADAPTER.
     bool fp16 = true;
     for (const auto& d : s->devices) fp16 = fp16 && d->fp16;
-    std::vector<DLDataType> dtypes = {{kDLFloat, 32, 1}};
-    if (fp16) dtypes.push_back({kDLFloat, 16, 1});
-    s->kernels = std::make_unique<kit::KernelTable>(
-        kDLWebGPU, dtypes, 100,
-        std::vector<kit::KernelTable::Entry>{
-            {DLFUSE_OP_MATMUL_ADD_RELU, matmul_add_relu},
-            {DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD, matmul_add_relu_backward},
-            {DLFUSE_OP_ADD_MUL_ACTIVATION, add_mul_activation},
-            // Takes the fifth input, out (d_pre read from the forward's output).
-            {DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, add_mul_activation_backward, nullptr,
-             DLFUSE_KERNEL_TAKES_V1_1_INPUTS},
-            {DLFUSE_OP_MATMUL_ADD_ACTIVATION, matmul_add_activation},
-            {DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD, matmul_add_activation_backward},
-            {DLFUSE_OP_MATMUL_ADD_RESIDUAL, matmul_add_residual},
-            {DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD, matmul_add_residual_backward}});
+    s->kernels = dlfuse_plugin::fused_kernel_table(
+        kDLWebGPU, fp16,
+        {matmul_add_relu, matmul_add_relu_backward, add_mul_activation, add_mul_activation_backward,
+         matmul_add_activation, matmul_add_activation_backward, matmul_add_residual, matmul_add_residual_backward});
     *state = s.release();
     return DLFUSE_STATUS_OK;
   });

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
+#include "device_select.h"
 #include "dlfuse_webgpu_kernels.h"  // generated: one string per kernels/*.wgsl
 
 namespace dlfuse_webgpu {
@@ -24,11 +24,6 @@ void on_uncaptured_error(WGPUDevice const*, WGPUErrorType type, WGPUStringView m
 }
 
 void on_device_lost(WGPUDevice const*, WGPUDeviceLostReason, WGPUStringView, void*, void*) {}
-
-std::string lower(std::string s) {
-  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
 const char* backend_name(WGPUBackendType b) {
   switch (b) {
@@ -63,43 +58,6 @@ std::string describe(const std::vector<Candidate>& c) {
   for (size_t i = 0; i < c.size(); ++i)
     s += (i ? ", " : "") + std::to_string(i) + " = " + c[i].backend + " / " + c[i].name + " (" + c[i].type + ")";
   return s.empty() ? "none" : s;
-}
-
-// DLFUSE_WEBGPU_ADAPTER: comma-separated selectors, each an index into the default order,
-// "gpu", "cpu", or a case-insensitive substring of "<backend> / <adapter name>". The
-// adapters it names, in the order named (each once), become device_id 0, 1, ...
-std::vector<Candidate> select(const std::vector<Candidate>& all, const std::string& spec) {
-  std::vector<Candidate> out;
-  std::vector<bool> taken(all.size(), false);
-  size_t pos = 0;
-  while (pos <= spec.size()) {
-    size_t comma = spec.find(',', pos);
-    if (comma == std::string::npos) comma = spec.size();
-    std::string sel = spec.substr(pos, comma - pos);
-    pos = comma + 1;
-    sel.erase(0, sel.find_first_not_of(" \t"));
-    sel.erase(sel.find_last_not_of(" \t") + 1);
-    if (sel.empty()) continue;
-    bool matched = false;
-    const bool numeric = std::all_of(sel.begin(), sel.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
-    for (size_t i = 0; i < all.size(); ++i) {
-      bool hit;
-      if (numeric) hit = std::strtoul(sel.c_str(), nullptr, 10) == i;
-      else if (lower(sel) == "gpu") hit = !all[i].is_cpu;
-      else if (lower(sel) == "cpu") hit = all[i].is_cpu;
-      else hit = lower(all[i].backend + " / " + all[i].name).find(lower(sel)) != std::string::npos;
-      if (!hit) continue;
-      matched = true;
-      if (!taken[i]) out.push_back(all[i]);
-      taken[i] = true;
-    }
-    if (!matched)
-      throw Error(DLFUSE_STATUS_UNAVAILABLE, "DLFUSE_WEBGPU_ADAPTER='" + spec + "': selector '" + sel +
-                                                 "' matches no adapter; adapters: " + describe(all));
-  }
-  if (out.empty())
-    throw Error(DLFUSE_STATUS_UNAVAILABLE, "DLFUSE_WEBGPU_ADAPTER='" + spec + "' selects no adapter; adapters: " + describe(all));
-  return out;
 }
 
 Tile tile_from_env() {
@@ -225,7 +183,9 @@ void open_devices(State* s) {
   std::vector<Candidate> chosen = all;
   if (const char* env = std::getenv("DLFUSE_WEBGPU_ADAPTER"); env && *env) {
     try {
-      chosen = select(all, env);
+      // Picks and orders the adapters (plugins/common/src/device_select.h).
+      chosen = dlfuse_plugin::select(all, env, "DLFUSE_WEBGPU_ADAPTER", "adapter", describe(all),
+                                     [](const Candidate& d) { return d.backend + " / " + d.name; });
     } catch (...) {
       release_unused({});
       throw;

@@ -1,8 +1,8 @@
 // Strided views of DLTensors over an op's output shape, collapsed to the three dims a
 // pointwise or reduction kernel's grid covers (the host loops over any further dims).
-// The WebGPU plugin compiles this file too (plugins/webgpu/src/ops.h): no OpenCL in here.
-#ifndef DLFUSE_OPENCL_LAYOUT_H_
-#define DLFUSE_OPENCL_LAYOUT_H_
+// Both GPU plugins (OpenCL, WebGPU) compile this file: no runtime in here.
+#ifndef DLFUSE_PLUGIN_COMMON_LAYOUT_H_
+#define DLFUSE_PLUGIN_COMMON_LAYOUT_H_
 
 #include <dlpack/dlpack.h>
 
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace dlfuse_opencl {
+namespace dlfuse_plugin {
 
 using Dims = std::vector<int64_t>;
 
@@ -62,6 +62,6 @@ bool for_each_reduction(const Dims& shape, const Dims& src_strides, int64_t src_
                         const std::function<bool(const ClView& src, const ClReduced& red, const ClView& dst, int64_t,
                                                  int64_t, int64_t)>& launch);
 
-}  // namespace dlfuse_opencl
+}  // namespace dlfuse_plugin
 
 #endif

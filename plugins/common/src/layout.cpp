@@ -1,6 +1,6 @@
 #include "layout.h"
 
-namespace dlfuse_opencl {
+namespace dlfuse_plugin {
 
 Dims shape_of(const DLTensor* t) { return Dims(t->shape, t->shape + t->ndim); }
 
@@ -173,4 +173,4 @@ bool for_each_reduction(const Dims& shape, const Dims& src_strides, int64_t src_
   });
 }
 
-}  // namespace dlfuse_opencl
+}  // namespace dlfuse_plugin

@@ -1,0 +1,23 @@
+// The kernel table both GPU plugins (OpenCL, WebGPU) register: the same eight fused ops.
+#ifndef DLFUSE_PLUGIN_COMMON_KERNEL_TABLE_H_
+#define DLFUSE_PLUGIN_COMMON_KERNEL_TABLE_H_
+
+#include <dlfuse/plugin_kit.hpp>
+
+#include <memory>
+
+namespace dlfuse_plugin {
+
+// One entry point per op, as the plugin's ops.h declares them.
+struct FusedOps {
+  dlfuse_kernel_fn_t matmul_add_relu, matmul_add_relu_backward, add_mul_activation, add_mul_activation_backward,
+      matmul_add_activation, matmul_add_activation_backward, matmul_add_residual, matmul_add_residual_backward;
+};
+
+// The table on `device_type`, priority 100: float32, and float16 when `fp16` (declared only
+// when every device of the plugin has it: a call on one without would have nothing to run).
+std::unique_ptr<dlfuse::kit::KernelTable> fused_kernel_table(int32_t device_type, bool fp16, const FusedOps& ops);
+
+}  // namespace dlfuse_plugin
+
+#endif
