@@ -210,12 +210,19 @@ job_webgpu() {
   DLFUSE_WEBGPU_ADAPTER=${DLFUSE_WEBGPU_ADAPTER:-gpu} timeout 600 "$B/bin/dlfuse_webgpu_perf" 2>&1 | tee "$J/perf.txt"
   ((${PIPESTATUS[0]} == 0)) || rc=1
   grep RATIO "$J/perf.txt" | while read -r l; do summary "webgpu $l"; done
-  # Tile sizes to tune with: DLFUSE_WEBGPU_GEMM_TILE=BM,BN,BK,TM,TN (matmul only, 3 sizes).
+  # Tuning, quick mode: GEMM tiles (DLFUSE_WEBGPU_GEMM_TILE=BM,BN,BK,TM,TN; WEBGPU_TILES lists
+  # them) and vec4s per invocation of the elementwise forward (DLFUSE_WEBGPU_PW_VEC4;
+  # WEBGPU_PW_VEC4 lists them).
   for t in ${WEBGPU_TILES:-128,128,8,8,8 128,128,16,8,8 64,128,8,8,8 128,64,8,8,8}; do
     echo "== tile $t"
     DLFUSE_WEBGPU_GEMM_TILE=$t DLFUSE_WEBGPU_ADAPTER=${DLFUSE_WEBGPU_ADAPTER:-gpu} timeout 300 \
-      "$B/bin/dlfuse_webgpu_perf" 8192 4096 4096 1024 1024 10 2>&1 | grep -E "matmul|RATIO matmul"
+      "$B/bin/dlfuse_webgpu_perf" 8192 4096 4096 1024 1024 quick 2>&1 | grep -E "matmul|RATIO matmul"
   done | tee "$J/tiles.txt"
+  for v in ${WEBGPU_PW_VEC4:-1 2 4 8}; do
+    echo "== vec4s per invocation $v"
+    DLFUSE_WEBGPU_PW_VEC4=$v DLFUSE_WEBGPU_ADAPTER=${DLFUSE_WEBGPU_ADAPTER:-gpu} timeout 300 \
+      "$B/bin/dlfuse_webgpu_perf" 256 256 256 8192 8192 quick 2>&1 | grep -E "add_mul|copy"
+  done | tee "$J/pw_vec4.txt"
   return $rc
 }
 

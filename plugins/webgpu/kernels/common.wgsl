@@ -6,7 +6,8 @@
 // Inf are recognised from the bits, and every select that must let NaN through tests them.
 
 // Binding 0 of every kernel: int32 words (floats as their bits); layouts per kernel.
-@group(0) @binding(0) var<storage, read_write> prm: array<i32>;
+// Read-only, so that the shader compiler may keep its words in registers and cache them.
+@group(0) @binding(0) var<storage, read> prm: array<i32>;
 
 fn prm_f(i: i32) -> f32 { return bitcast<f32>(prm[i]); }
 

@@ -22,6 +22,8 @@ const NTX: i32 = BN / TN;  // invocations along n
 const NTY: i32 = BM / TM;  // invocations along m
 const NT: i32 = NTX * NTY;
 
+// read_write though only read: a view of the same WGPUBuffer may be written in the same
+// dispatch (C), and WebGPU refuses a buffer bound both read-only and writable there.
 @group(0) @binding(1) var<storage, read_write> A: array<T>;
 @group(0) @binding(2) var<storage, read_write> A4: array<vec4<T>>;
 @group(0) @binding(3) var<storage, read_write> B: array<T>;
@@ -39,6 +41,15 @@ var<workgroup> As: array<vec4<f32>, 2 * AT>;
 var<workgroup> Bs: array<vec4<f32>, 2 * BT>;
 // Loop bounds the barriers depend on, made workgroup-uniform (prm is storage memory).
 var<workgroup> bounds: array<i32, 2>;
+
+// The sizes and operand strides the k-loop reads, copied from prm once per invocation.
+var<private> gM: i32;
+var<private> gN: i32;
+var<private> gK: i32;
+var<private> sam: i32;
+var<private> sak: i32;
+var<private> sbk: i32;
+var<private> sbn: i32;
 
 // Per invocation, the tile elements it moves each k-step: element l = tid + j * NT of the
 // tile for j < these counts (l past the tile's end is skipped).
@@ -62,7 +73,7 @@ fn fetch_a4(l: i32, m0: i32, k0: i32, offA: i32) -> vec4<f32> {
   let m = l / (BK / 4);
   let gm = m0 + m;
   let gk = k0 + (l % (BK / 4)) * 4;
-  if (l < BM * BK / 4 && gm < prm[0] && gk < prm[2]) { return vec4<f32>(A4[(offA + gm * prm[7] + gk) / 4]); }
+  if (l < BM * BK / 4 && gm < gM && gk < gK) { return vec4<f32>(A4[(offA + gm * sam + gk) / 4]); }
   return vec4<f32>(0.0);
 }
 fn put_a4(l: i32, buf: i32, v: vec4<f32>) {
@@ -78,14 +89,14 @@ fn put_a4(l: i32, buf: i32, v: vec4<f32>) {
 }
 // Scalar A: consecutive invocations walk A's contiguous dim (coalesced reads).
 fn a_mk(l: i32) -> vec2<i32> {
-  if (prm[7] == 1) { return vec2<i32>(l % BM, l / BM); }
+  if (sam == 1) { return vec2<i32>(l % BM, l / BM); }
   return vec2<i32>(l / BK, l % BK);
 }
 fn fetch_a(l: i32, m0: i32, k0: i32, offA: i32) -> f32 {
   let mk = a_mk(l);
   let gm = m0 + mk.x;
   let gk = k0 + mk.y;
-  if (l < BM * BK && gm < prm[0] && gk < prm[2]) { return f32(A[offA + gm * prm[7] + gk * prm[8]]); }
+  if (l < BM * BK && gm < gM && gk < gK) { return f32(A[offA + gm * sam + gk * sak]); }
   return 0.0;
 }
 fn put_a(l: i32, buf: i32, v: f32) {
@@ -97,21 +108,21 @@ fn put_a(l: i32, buf: i32, v: f32) {
 fn fetch_b4(l: i32, n0: i32, k0: i32, offB: i32) -> vec4<f32> {
   let gk = k0 + l / (BN / 4);
   let gn = n0 + (l % (BN / 4)) * 4;
-  if (l < BK * BN / 4 && gk < prm[2] && gn < prm[1]) { return vec4<f32>(B4[(offB + gk * prm[11] + gn) / 4]); }
+  if (l < BK * BN / 4 && gk < gK && gn < gN) { return vec4<f32>(B4[(offB + gk * sbk + gn) / 4]); }
   return vec4<f32>(0.0);
 }
 fn put_b4(l: i32, buf: i32, v: vec4<f32>) {
   if (l < BK * BN / 4) { Bs[buf * BT + l] = v; }  // (k, n / 4) is l itself
 }
 fn b_kn(l: i32) -> vec2<i32> {
-  if (prm[12] == 1) { return vec2<i32>(l / BN, l % BN); }
+  if (sbn == 1) { return vec2<i32>(l / BN, l % BN); }
   return vec2<i32>(l % BK, l / BK);
 }
 fn fetch_b(l: i32, n0: i32, k0: i32, offB: i32) -> f32 {
   let kn = b_kn(l);
   let gk = k0 + kn.x;
   let gn = n0 + kn.y;
-  if (l < BK * BN && gk < prm[2] && gn < prm[1]) { return f32(B[offB + gk * prm[11] + gn * prm[12]]); }
+  if (l < BK * BN && gk < gK && gn < gN) { return f32(B[offB + gk * sbk + gn * sbn]); }
   return 0.0;
 }
 fn put_b(l: i32, buf: i32, v: f32) {
@@ -129,8 +140,13 @@ fn gemm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   }
   let K = workgroupUniformLoad(&bounds[0]);
   let R = workgroupUniformLoad(&bounds[1]);
-  let M = prm[0];
-  let N = prm[1];
+  gM = prm[0];
+  gN = prm[1];
+  gK = K;
+  sam = prm[7];
+  sak = prm[8];
+  sbk = prm[11];
+  sbn = prm[12];
   let bz = i32(wg.z);
   let m0 = i32(wg.y) * BM;
   let n0 = i32(wg.x) * BN;

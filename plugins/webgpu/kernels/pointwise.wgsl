@@ -81,25 +81,25 @@ fn act_dz(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
   t3[at(13, g.i0, g.i1, g.i2)] = T(v);
 }
 
-// dst[kept] = scale * sum over the reduced dims of src (src: t1, or the float scratch tf
-// when src_is_float); dst t2. The kept dims (up to three, collapsed) are the grid.
-// prm: n0 n1 n2 scale src_is_float nr | n[8]@6 s[8]@14 | views src@22 dst@26.
-// Compensated (Kahan) summation keeps long sums accurate; infinities propagate as in a
-// plain sum.
-@compute @workgroup_size(PW)
-fn reduce(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-          @builtin(local_invocation_index) lid: u32) {
-  let g = grid(wid, nwg, lid);
-  if (!g.ok) { return; }
+// Reductions: dst[kept] = scale * sum over the reduced dims of src (src: t1, or the float
+// scratch tf when src_is_float); dst t2. The kept dims (up to three, collapsed) are the grid.
+// prm: n0 n1 n2 scale src_is_float nr | n[8]@6 s[8]@14 | views src@22 dst@26 | chunks@30
+// len@31. Compensated (Kahan) summation keeps long sums accurate; infinities propagate as
+// in a plain sum.
+
+// The first-level partial sums of a two-level reduction (reduce_part), float.
+@group(0) @binding(9) var<storage, read_write> tp: array<f32>;
+
+// The sum of `count` consecutive elements of the reduced dims, from multi-index `start`
+// (element offset `off0`), innermost reduced dim fastest.
+fn strided_sum(off0: i32, start: array<i32, 8>, count: i32) -> f32 {
   let nr = prm[5];
   let from_f = prm[4] != 0;
-  var total = 1;
-  for (var d = 0; d < nr; d++) { total *= prm[6 + d]; }
-  var idx = array<i32, 8>(0, 0, 0, 0, 0, 0, 0, 0);
-  var off = at(22, g.i0, g.i1, g.i2);
+  var idx = start;
+  var off = off0;
   var sum = 0.0;
   var comp = 0.0;
-  for (var t = 0; t < total; t++) {
+  for (var t = 0; t < count; t++) {
     var v: f32;
     if (from_f) { v = tf[off]; } else { v = f32(t1[off]); }
     let yv = v - comp;
@@ -115,5 +115,49 @@ fn reduce(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
       idx[d] = 0;
     }
   }
+  return sum;
+}
+
+fn reduced_total() -> i32 {
+  var total = 1;
+  for (var d = 0; d < prm[5]; d++) { total *= prm[6 + d]; }
+  return total;
+}
+
+// One pass: an invocation per kept element sums all of its reduced elements.
+@compute @workgroup_size(PW)
+fn reduce(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_index) lid: u32) {
+  let g = grid(wid, nwg, lid);
+  if (!g.ok) { return; }
+  let sum = strided_sum(at(22, g.i0, g.i1, g.i2), array<i32, 8>(0, 0, 0, 0, 0, 0, 0, 0), reduced_total());
   t2[at(26, g.i0, g.i1, g.i2)] = T(prm_f(3) * sum);
+}
+
+// The first level of two: the reduced elements of each kept element split into `chunks`
+// runs of `len`, one invocation per (run, kept element), kept elements fastest so that
+// neighbouring invocations read neighbouring columns. Partial sums go to tp[run * kept +
+// kept index]; the host sums them with `reduce`. A linear grid (2-D workgroups).
+@compute @workgroup_size(PW)
+fn reduce_part(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+  let n1 = prm[1];
+  let n2 = prm[2];
+  let kept = prm[0] * n1 * n2;
+  let i = linear_id(wid, nwg, lid);
+  if (i >= kept * prm[30]) { return; }
+  let run = i / kept;
+  let k = i % kept;
+  let r = k / n2;
+  let t0 = run * prm[31];
+  let count = min(prm[31], reduced_total() - t0);
+  var start = array<i32, 8>(0, 0, 0, 0, 0, 0, 0, 0);
+  var off = at(22, r / n1, r % n1, k % n2);
+  var rem = t0;
+  for (var d = prm[5] - 1; d >= 0; d--) {
+    start[d] = rem % prm[6 + d];
+    off += start[d] * prm[14 + d];
+    rem = rem / prm[6 + d];
+  }
+  tp[i] = strided_sum(off, start, count);
 }

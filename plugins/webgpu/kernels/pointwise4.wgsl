@@ -1,12 +1,18 @@
-// add_mul_activation forward, four elements per invocation along the innermost dim: the
-// host takes this form when n2 is a multiple of 4, out and every input that varies along
-// dim 2 are contiguous there with rows starting at multiples of 4 elements, and the other
-// inputs are broadcast along it (stride 0). Fewer instructions per byte than amx_fwd, which
-// a memory-bound kernel on a fast GPU needs.
+// add_mul_activation forward, vec4 along the innermost dim: the host takes this form when
+// n2 is a multiple of 4, out and every input that varies along dim 2 are contiguous there
+// with rows starting at multiples of 4 elements, and the other inputs are broadcast along
+// it (stride 0). The grid is linear over the n0 * n1 * n2/4 vec4s, so narrow rows fill
+// whole workgroups too.
+//
+// Each invocation does V4 vec4s (the host sets V4), PW apart, and issues all of their loads
+// before any store: out may alias x, so the compiler could not move a later load above an
+// earlier store, and one vec4 in flight per invocation leaves a fast GPU's memory idle.
 //
 // prm: n0 n1 n2/4 act mult modes | views x@6 y@10 bias@14 out@18. modes bit i (x, y, bias):
 // the input is read as vec4 (its view in vec4 units, s2 = 1); else it is broadcast along
 // dim 2 (view in elements, s2 = 0) and one element fills the vec4.
+
+const PW_I: i32 = i32(PW);
 
 @group(0) @binding(1) var<storage, read_write> x4: array<vec4<T>>;
 @group(0) @binding(2) var<storage, read_write> y4: array<vec4<T>>;
@@ -16,20 +22,43 @@
 @group(0) @binding(6) var<storage, read_write> ys: array<T>;
 @group(0) @binding(7) var<storage, read_write> bs: array<T>;
 
-@compute @workgroup_size(PW)
-fn amx_fwd4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-  let q = i32(wid.x * PW + lid);
-  if (q >= prm[2]) { return; }
-  let i0 = i32(wid.z);
-  let i1 = i32(wid.y);
-  let modes = prm[5];
+// x + bias + mult * y at vec4 (i0, i1, q).
+fn amx_pre4(i0: i32, i1: i32, q: i32, modes: i32, mult: f32) -> vec4<f32> {
   var xv: vec4<f32>;
   var yv: vec4<f32>;
   var bv: vec4<f32>;
   if ((modes & 1) != 0) { xv = vec4<f32>(x4[at(6, i0, i1, q)]); } else { xv = vec4<f32>(f32(xs[at(6, i0, i1, 0)])); }
   if ((modes & 2) != 0) { yv = vec4<f32>(y4[at(10, i0, i1, q)]); } else { yv = vec4<f32>(f32(ys[at(10, i0, i1, 0)])); }
   if ((modes & 4) != 0) { bv = vec4<f32>(b4[at(14, i0, i1, q)]); } else { bv = vec4<f32>(f32(bs[at(14, i0, i1, 0)])); }
-  let p = xv + bv + prm_f(4) * yv;
+  return xv + bv + mult * yv;
+}
+
+@compute @workgroup_size(PW)
+fn amx_fwd4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+  let n1 = prm[1];
+  let m2 = prm[2];
+  let total = prm[0] * n1 * m2;
+  let first = i32(wid.y * nwg.x + wid.x) * (PW_I * V4) + i32(lid);
+  let modes = prm[5];
+  let mult = prm_f(4);
   let act = prm[3];
-  o4[at(18, i0, i1, q)] = vec4<T>(vec4<f32>(act_fwd(p.x, act), act_fwd(p.y, act), act_fwd(p.z, act), act_fwd(p.w, act)));
+  // Loads first (an item past the end reads the last vec4 and is not stored)...
+  var pre: array<vec4<f32>, V4>;
+  for (var j = 0; j < V4; j++) {
+    let g = min(first + j * PW_I, total - 1);
+    let q = g % m2;
+    let r = g / m2;
+    pre[j] = amx_pre4(r / n1, r % n1, q, modes, mult);
+  }
+  // ... then the activations and stores.
+  for (var j = 0; j < V4; j++) {
+    let g = first + j * PW_I;
+    if (g < total) {
+      let p = pre[j];
+      let r = g / m2;
+      o4[at(18, r / n1, r % n1, g % m2)] =
+          vec4<T>(vec4<f32>(act_fwd(p.x, act), act_fwd(p.y, act), act_fwd(p.z, act), act_fwd(p.w, act)));
+    }
+  }
 }

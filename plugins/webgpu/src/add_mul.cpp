@@ -3,6 +3,10 @@
 // broadcast, d_pre into a float scratch that reductions sum. The backward reads d_pre from
 // x, y and bias (ABI 1.0) or from the forward's out (ABI 1.1, the fifth input): the same
 // kernel, out passed in x's place.
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
 #include "dlfuse_webgpu_kernels.h"
 #include "elementwise_plan.h"
 #include "ops.h"
@@ -31,31 +35,45 @@ void check_form(const DLTensor* x, const DLTensor* y, const DLTensor* b, const D
     if (!t[i]) bad(std::string(names[i]) + ": expected the forward's input (or out instead), got NULL");
 }
 
-// The forward four elements per invocation (kernels/pointwise4.wgsl) where the block allows
-// it: n2 a multiple of 4, out and the inputs that vary along dim 2 contiguous there with
-// rows at multiples of 4 elements, the other inputs broadcast along it. False: not taken.
+// vec4s per invocation of the vec4 forward (kernels/pointwise4.wgsl);
+// DLFUSE_WEBGPU_PW_VEC4=1..8 overrides it, for tuning.
+int forward4_items() {
+  const char* e = std::getenv("DLFUSE_WEBGPU_PW_VEC4");
+  const int v = e ? std::atoi(e) : 0;
+  return v >= 1 && v <= 8 ? v : 4;
+}
+
+// The forward as vec4s (kernels/pointwise4.wgsl) where the block allows it: n2 a multiple
+// of 4, out and the inputs that vary along dim 2 contiguous there with rows at multiples of
+// 4 elements, the other inputs broadcast along it. False: not taken.
 bool forward4(Launch& l, const Call& c, const WGPUBuffer bufs[4], const std::vector<ClView>& v, int64_t n0, int64_t n1,
               int64_t n2, int act, float mult) {
   const auto aligned = [](const ClView& w) { return w.s2 == 1 && w.off % 4 == 0 && w.s0 % 4 == 0 && w.s1 % 4 == 0; };
   if (n2 % 4 != 0 || !aligned(v[3])) return false;
-  const int64_t cap = l.dev.limits.maxComputeWorkgroupsPerDimension;
-  if ((n2 / 4 + 255) / 256 > cap || n1 > cap || n0 > cap) return false;
   int modes = 0;
   for (int i = 0; i < 3; ++i) {
     if (aligned(v[size_t(i)])) modes |= 1 << i;
     else if (v[size_t(i)].s2 != 0) return false;
   }
+  const int items = forward4_items();
+  const int64_t per_group = 256 * int64_t(items);
+  const int64_t groups = (n0 * n1 * (n2 / 4) + per_group - 1) / per_group;
+  const int64_t cap = l.dev.limits.maxComputeWorkgroupsPerDimension;
+  const int64_t gx = std::min(groups, cap), gy = (groups + gx - 1) / gx;
+  if (gy > cap) return false;
   std::vector<int32_t> prm = {int32_t(n0), int32_t(n1), int32_t(n2 / 4), act, float_bits(mult), modes};
   for (int i = 0; i < 4; ++i) {
     const ClView& w = v[size_t(i)];
     push_view(prm, i == 3 || (modes >> i & 1) ? ClView{w.off / 4, w.s0 / 4, w.s1 / 4, 1} : w);
   }
-  const Pipeline& p = c.dev->pipeline("pw4:amx_fwd4", c.prec, kPointwise4, "amx_fwd4", 9);
+  const std::string items_const = "const V4: i32 = " + std::to_string(items) + ";\n";
+  const Pipeline& p =
+      c.dev->pipeline("pw4:amx_fwd4:" + std::to_string(items), c.prec, items_const + kPointwise4, "amx_fwd4", 9);
   // vec4 views at bindings 1..4, the same buffers as scalars at 5..7 (broadcast inputs).
   l.dispatch(p, {(modes & 1) ? bufs[0] : nullptr, (modes & 2) ? bufs[1] : nullptr, (modes & 4) ? bufs[2] : nullptr,
                  bufs[3], (modes & 1) ? nullptr : bufs[0], (modes & 2) ? nullptr : bufs[1],
                  (modes & 4) ? nullptr : bufs[2], nullptr},
-             prm, uint32_t((n2 / 4 + 255) / 256), uint32_t(n1), uint32_t(n0));
+             prm, uint32_t(gx), uint32_t(gy), 1);
   return true;
 }
 
@@ -63,7 +81,7 @@ bool forward4(Launch& l, const Call& c, const WGPUBuffer bufs[4], const std::vec
 
 dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, 3, 1, kFwdNames);
+    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(add_mul_activation), kFwdNames);
     const DLTensor *x = args->inputs[0], *y = args->inputs[1], *b = args->inputs[2];
     const DLTensor* out = args->outputs[0];
     if (!out) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "out: expected a tensor, got NULL");
@@ -95,8 +113,11 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
     // The kernel declares DLFUSE_KERNEL_TAKES_V1_1_INPUTS, so the registry passes five
     // inputs; four (the 1.0 form, out absent) are taken too, for a caller of the table.
     const bool five = !args || args->num_inputs != 4;
-    Call c = prepare_call(static_cast<State*>(state), args, five ? 5 : 4, 3, five ? kBwdNames : kBwdNames10,
-                          /* x, y, bias, out */ 0x1e);
+    Call c = prepare_call(static_cast<State*>(state), args,
+                          five ? int(DLFUSE_NUM_INPUTS(add_mul_activation_backward))
+                               : int(DLFUSE_BASE_INPUTS(add_mul_activation_backward)),
+                          DLFUSE_NUM_OUTPUTS(add_mul_activation_backward), five ? kBwdNames : kBwdNames10,
+                          DLFUSE_OPTIONAL_INPUTS(add_mul_activation_backward));
     const DLTensor *g = args->inputs[0], *x = args->inputs[1], *y = args->inputs[2], *b = args->inputs[3];
     const DLTensor* out = five ? args->inputs[4] : nullptr;
     const DLTensor* grads[3] = {args->outputs[0], args->outputs[1], args->outputs[2]};

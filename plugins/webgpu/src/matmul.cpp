@@ -47,7 +47,7 @@ struct Backend {
 
 dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, 3, 1, kReluFwdNames);
+    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_relu), kReluFwdNames);
     const DLTensor* const* in = args->inputs;
     Launch l(*c.dev);
     Backend be{l, c};
@@ -59,7 +59,7 @@ dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* 
 
 dlfuse_status_t matmul_add_activation(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, 3, 2, kActFwdNames);
+    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_activation), kActFwdNames);
     const int act = kit::activation(args);
     const DLTensor* const* in = args->inputs;
     Launch l(*c.dev);
@@ -72,7 +72,7 @@ dlfuse_status_t matmul_add_activation(void* state, void*, const dlfuse_kernel_ar
 
 dlfuse_status_t matmul_add_residual(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, 4, 1, kResFwdNames);
+    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_residual), kResFwdNames);
     const DLTensor* const* in = args->inputs;
     Launch l(*c.dev);
     Backend be{l, c};
@@ -84,7 +84,7 @@ dlfuse_status_t matmul_add_residual(void* state, void*, const dlfuse_kernel_args
 
 dlfuse_status_t matmul_add_relu_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, 4, 3, kReluBwdNames);
+    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_relu_backward), kReluBwdNames);
     const DLTensor* const* in = args->inputs;
     DLTensor* const* o = args->outputs;
     Launch l(*c.dev);
@@ -97,7 +97,8 @@ dlfuse_status_t matmul_add_relu_backward(void* state, void*, const dlfuse_kernel
 
 dlfuse_status_t matmul_add_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, 5, 3, kActBwdNames, /* out, pre */ 0x18);
+    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_activation_backward), kActBwdNames,
+                          DLFUSE_OPTIONAL_INPUTS(matmul_add_activation_backward));
     const int act = kit::activation(args);
     const DLTensor* const* in = args->inputs;
     DLTensor* const* o = args->outputs;
@@ -113,7 +114,7 @@ dlfuse_status_t matmul_add_activation_backward(void* state, void*, const dlfuse_
 
 dlfuse_status_t matmul_add_residual_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, 3, 4, kResBwdNames);
+    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_residual_backward), kResBwdNames);
     const DLTensor* const* in = args->inputs;
     DLTensor* const* o = args->outputs;
     Launch l(*c.dev);

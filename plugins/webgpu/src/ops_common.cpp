@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <vector>
@@ -175,6 +176,56 @@ void gemm(Launch& l, const Call& c, const MatRef& A, const MatRef& B, const MatR
              prm, uint32_t(gx), uint32_t(gy), uint32_t(nbatch));
 }
 
+namespace {
+// About as many invocations as an H200 keeps resident (132 multiprocessors x 2048): a
+// reduction with fewer kept elements than this splits its reduced elements into runs, each
+// summed by one invocation, then sums the runs' partial sums. Runs are at least kMinRun
+// long, so a short reduction stays one pass.
+constexpr int64_t kReduceInvocations = 262144;
+constexpr int64_t kMinRun = 64;
+
+struct Runs {
+  int64_t count = 1, len = 0;
+};
+Runs runs_for(int64_t kept, int64_t total) {
+  Runs r;
+  const int64_t want = std::min((kReduceInvocations + kept - 1) / kept, total / kMinRun);
+  if (want <= 1) return r;
+  r.len = (total + want - 1) / want;
+  r.count = (total + r.len - 1) / r.len;
+  return r;
+}
+
+std::vector<int32_t> reduce_params(int64_t n0, int64_t n1, int64_t n2, float scale, bool src_is_float,
+                                   const ClReduced& red, const ClView& vs, const ClView& vd, const Runs& runs) {
+  std::vector<int32_t> prm = {int32_t(n0), int32_t(n1), int32_t(n2), float_bits(scale), src_is_float ? 1 : 0, red.nr};
+  for (int i = 0; i < 8; ++i) prm.push_back(int32_t(red.n[i]));
+  for (int i = 0; i < 8; ++i) prm.push_back(int32_t(red.s[i]));
+  push_view(prm, vs);
+  push_view(prm, vd);
+  prm.push_back(int32_t(runs.count));
+  prm.push_back(int32_t(runs.len));
+  return prm;
+}
+
+// The first level of a two-level reduction into a float scratch of runs.count * kept
+// partial sums (run-major), which it returns.
+WGPUBuffer reduce_runs(Launch& l, const Call& c, WGPUBuffer src, bool src_is_float, std::vector<int32_t> prm,
+                       int64_t kept, const Runs& runs) {
+  const Pipeline& p = c.dev->pipeline("pw:reduce_part", c.prec, kPointwise, "reduce_part", 10);
+  WGPUBuffer part = l.scratch(uint64_t(kept * runs.count) * sizeof(float));
+  const int64_t groups = (kept * runs.count + 255) / 256;
+  const int64_t cap = l.dev.limits.maxComputeWorkgroupsPerDimension;
+  const int64_t gx = std::min(groups, cap), gy = (groups + gx - 1) / gx;
+  if (gy > cap) throw Error(DLFUSE_STATUS_UNSUPPORTED, "a reduction of " + std::to_string(kept * runs.count) + " runs");
+  // bindings: t1 = src (typed), tf = src (float), tp = the partial sums
+  l.dispatch(p, {src_is_float ? nullptr : src, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                 src_is_float ? src : nullptr, part},
+             prm, uint32_t(gx), uint32_t(gy), 1);
+  return part;
+}
+}  // namespace
+
 void reduce_into(Launch& l, const Call& c, const Dims& shape, WGPUBuffer src, int64_t src_off, const Dims& src_strides,
                  bool src_is_float, const DLTensor* dst, float scale) {
   const int rank = int(shape.size());
@@ -183,17 +234,29 @@ void reduce_into(Launch& l, const Call& c, const Dims& shape, WGPUBuffer src, in
   const bool ok = for_each_reduction(
       shape, src_strides, src_off, aligned_shape(dst, rank), aligned_strides(dst, rank), elem_offset(dst), &err,
       [&](const ClView& vs, const ClReduced& red, const ClView& vd, int64_t n0, int64_t n1, int64_t n2) {
-        std::vector<int32_t> prm = {int32_t(n0), int32_t(n1), int32_t(n2), float_bits(scale), src_is_float ? 1 : 0,
-                                    red.nr};
-        for (int i = 0; i < 8; ++i) prm.push_back(int32_t(red.n[i]));
-        for (int i = 0; i < 8; ++i) prm.push_back(int32_t(red.s[i]));
-        push_view(prm, vs);
-        push_view(prm, vd);
-        // bindings: t1 = src (typed), t2 = dst, tf = src (float)
-        pointwise_dispatch(l, p,
-                           {src_is_float ? nullptr : src, buf_of(dst), nullptr, nullptr, nullptr, nullptr, nullptr,
-                            src_is_float ? src : nullptr},
-                           prm, n0, n1, n2);
+        int64_t total = 1;
+        for (int i = 0; i < red.nr; ++i) total *= red.n[i];
+        const int64_t kept = n0 * n1 * n2;
+        const Runs runs = runs_for(kept, total);
+        if (runs.count == 1) {
+          // bindings: t1 = src (typed), t2 = dst, tf = src (float)
+          pointwise_dispatch(l, p,
+                             {src_is_float ? nullptr : src, buf_of(dst), nullptr, nullptr, nullptr, nullptr, nullptr,
+                              src_is_float ? src : nullptr},
+                             reduce_params(n0, n1, n2, scale, src_is_float, red, vs, vd, runs), n0, n1, n2);
+          return true;
+        }
+        WGPUBuffer part = reduce_runs(l, c, src, src_is_float,
+                                      reduce_params(n0, n1, n2, scale, src_is_float, red, vs, vd, runs), kept, runs);
+        // The second level: the runs' sums as a float source over the kept grid, one
+        // reduced dim (the run) of stride `kept`.
+        ClReduced over_runs{};
+        over_runs.nr = 1;
+        over_runs.n[0] = runs.count;
+        over_runs.s[0] = kept;
+        pointwise_dispatch(l, p, {nullptr, buf_of(dst), nullptr, nullptr, nullptr, nullptr, nullptr, part},
+                           reduce_params(n0, n1, n2, scale, true, over_runs, ClView{0, n1 * n2, n2, 1}, vd, Runs{}),
+                           n0, n1, n2);
         return true;
       });
   if (!ok) throw Error(DLFUSE_STATUS_UNSUPPORTED, err);

@@ -271,7 +271,8 @@ const Pipeline& Device::pipeline(const std::string& key, Prec p, const std::stri
   for (int i = 0; i < storage; ++i) {
     entries[size_t(i)].binding = uint32_t(i);
     entries[size_t(i)].visibility = WGPUShaderStage_Compute;
-    entries[size_t(i)].buffer.type = WGPUBufferBindingType_Storage;
+    // The parameter block is only read; every other binding may be written.
+    entries[size_t(i)].buffer.type = i == 0 ? WGPUBufferBindingType_ReadOnlyStorage : WGPUBufferBindingType_Storage;
   }
   WGPUBindGroupLayoutDescriptor ldesc = WGPU_BIND_GROUP_LAYOUT_DESCRIPTOR_INIT;
   ldesc.entryCount = entries.size();

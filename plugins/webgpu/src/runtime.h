@@ -30,8 +30,8 @@ dlfuse_status_t guarded(char* err, size_t err_size, F&& body) noexcept {
 
 enum class Prec { kF32 = 0, kF16 = 1 };
 
-// A compute pipeline and the layout of its one bind group: `storage` read_write storage
-// buffers at bindings 0..storage-1 (binding 0 is always the parameter block).
+// A compute pipeline and the layout of its one bind group: `storage` storage buffers at
+// bindings 0..storage-1, binding 0 the (read-only) parameter block, the others read_write.
 struct Pipeline {
   WGPUComputePipeline pipeline = nullptr;
   WGPUBindGroupLayout layout = nullptr;

@@ -3,16 +3,20 @@
 // float32) on the same GPU, and add_mul_activation's bandwidth against the GPU's copy
 // bandwidth: a device-to-device copy through the CUDA plugin where there is one (wgpu's
 // buffer copy reaches a fraction of it, so it is printed but is no ceiling), else through
-// the WebGPU plugin; all in one run. Times are medians of `reps` calls after
-// warm-up, each call followed by a device synchronize (wall clock).
+// the WebGPU plugin; all in one run. Every time is taken the bench's way
+// (bench/driver/timing.hpp): batches of back-to-back calls closed by a device synchronize,
+// the median over batches of the time per call, so a fast call is not timed as submission
+// plus synchronize latency and every line compares like for like with bench/run.py's rows.
 //
-//   dlfuse_webgpu_perf [M K N [ROWS COLS [REPS]]]     defaults: 8192 4096 4096 8192 8192 20
+//   dlfuse_webgpu_perf [M K N [ROWS COLS [MODE]]]   defaults: 8192 4096 4096 8192 8192 full
+// MODE: full (2 s a case), quick (0.3 s) or smoke (3 calls, for tests).
 // Exit status: 0 when both targets are met (>= 50% of cuBLAS, >= 80% of the copy bandwidth),
 // 1 when one is missed, 2 when a call fails or a device is missing.
 #include <dlfuse/dlfuse.h>
 
+#include "timing.hpp"
+
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -58,19 +62,18 @@ struct Tensor {
   }
 };
 
-// Median seconds of `reps` calls of f (each synchronized), after three warm-up calls.
-double median_seconds(DLDevice dev, int reps, const std::function<dlfuse_status_t()>& f, const char* what) {
-  std::vector<double> s;
-  for (int i = 0; i < reps + 3; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    dlfuse_status_t st = f();
-    if (st == DLFUSE_STATUS_OK) st = dlfuse_device_synchronize(reg, dev, nullptr);
-    const auto t1 = std::chrono::steady_clock::now();
-    if (st != DLFUSE_STATUS_OK) die(what, st);
-    if (i >= 3) s.push_back(std::chrono::duration<double>(t1 - t0).count());
-  }
-  std::sort(s.begin(), s.end());
-  return s[s.size() / 2];
+// Median seconds per call of f (bench/driver/timing.hpp's batches).
+double median_seconds(DLDevice dev, const std::function<dlfuse_status_t()>& f, const char* what) {
+  int batch = 0;
+  const bench::Stats s = bench::time_calls(
+      [&](int) {
+        if (dlfuse_status_t st = f()) die(what, st);
+      },
+      [&] {
+        if (dlfuse_status_t st = dlfuse_device_synchronize(reg, dev, nullptr)) die(what, st);
+      },
+      &batch);
+  return s.median;
 }
 
 bool has_device(int32_t type) {
@@ -78,9 +81,9 @@ bool has_device(int32_t type) {
   return dlfuse_device_count(reg, type, &n) == DLFUSE_STATUS_OK && n > 0;
 }
 
-double matmul_seconds(DLDevice dev, int64_t M, int64_t K, int64_t N, int reps) {
+double matmul_seconds(DLDevice dev, int64_t M, int64_t K, int64_t N) {
   Tensor a(dev, {M, K}, 1), b(dev, {K, N}, 2), bias(dev, {N}, 3), out(dev, {M, N}, 4);
-  return median_seconds(dev, reps, [&] { return dlfuse_matmul_add_relu(reg, &a.t, &b.t, &bias.t, &out.t, 0, nullptr); },
+  return median_seconds(dev, [&] { return dlfuse_matmul_add_relu(reg, &a.t, &b.t, &bias.t, &out.t, 0, nullptr); },
                         "matmul_add_relu");
 }
 
@@ -89,7 +92,10 @@ double matmul_seconds(DLDevice dev, int64_t M, int64_t K, int64_t N, int reps) {
 int main(int argc, char** argv) {
   const auto arg = [&](int i, int64_t d) { return argc > i ? std::atoll(argv[i]) : d; };
   const int64_t M = arg(1, 8192), K = arg(2, 4096), N = arg(3, 4096), rows = arg(4, 8192), cols = arg(5, 8192);
-  const int reps = int(arg(6, 20));
+  if (argc > 6 && !bench::parse_mode(argv[6])) {
+    std::fprintf(stderr, "MODE: expected full, quick or smoke, got %s\n", argv[6]);
+    return 2;
+  }
   if (dlfuse_status_t st = dlfuse_registry_create(nullptr, &reg)) die("registry", st);
   if (!has_device(kDLWebGPU)) {
     std::fprintf(stderr, "no WebGPU device: is the webgpu plugin available? (dlfuse list)\n");
@@ -99,11 +105,11 @@ int main(int argc, char** argv) {
   const double flop = 2.0 * double(M) * double(K) * double(N);
   int rc = 0;
 
-  const double t_wg = matmul_seconds(wg, M, K, N, reps);
+  const double t_wg = matmul_seconds(wg, M, K, N);
   std::printf("matmul_add_relu float32 %lldx%lldx%lld  webgpu: %.3f ms  %.1f GFLOP/s\n", (long long)M, (long long)K,
               (long long)N, t_wg * 1e3, flop / t_wg * 1e-9);
   if (has_device(kDLCUDA)) {
-    const double t_cu = matmul_seconds(cu, M, K, N, reps);
+    const double t_cu = matmul_seconds(cu, M, K, N);
     const double pct = 100.0 * t_cu / t_wg;
     std::printf("matmul_add_relu float32 %lldx%lldx%lld  cuda (cuBLASLt): %.3f ms  %.1f GFLOP/s\n", (long long)M,
                 (long long)K, (long long)N, t_cu * 1e3, flop / t_cu * 1e-9);
@@ -115,10 +121,10 @@ int main(int argc, char** argv) {
 
   {
     Tensor x(wg, {rows, cols}, 5), y(wg, {rows, cols}, 6), bias(wg, {cols}, 7), out(wg, {rows, cols}, 8);
-    const double t_am = median_seconds(wg, reps, [&] {
+    const double t_am = median_seconds(wg, [&] {
       return dlfuse_add_mul_activation(reg, &x.t, &y.t, &bias.t, 0.5, DLFUSE_ACT_RELU, &out.t, nullptr);
     }, "add_mul_activation");
-    const double t_cp = median_seconds(wg, reps, [&] {
+    const double t_cp = median_seconds(wg, [&] {
       return dlfuse_device_copy(reg, wg, DLFUSE_COPY_DEVICE_TO_DEVICE, out.data, 0, x.data, 0, x.bytes(), nullptr);
     }, "device copy");
     const double bw_am = 3.0 * double(x.bytes()) / t_am, bw_cp = 2.0 * double(x.bytes()) / t_cp;  // read x, y; write out
@@ -129,7 +135,7 @@ int main(int argc, char** argv) {
     const char* ceiling_name = "the WebGPU copy";
     if (has_device(kDLCUDA)) {
       Tensor cx(cu, {rows, cols}, 9), cout(cu, {rows, cols}, 10);
-      const double t_cc = median_seconds(cu, reps, [&] {
+      const double t_cc = median_seconds(cu, [&] {
         return dlfuse_device_copy(reg, cu, DLFUSE_COPY_DEVICE_TO_DEVICE, cout.data, 0, cx.data, 0, cx.bytes(), nullptr);
       }, "CUDA device copy");
       ceiling = 2.0 * double(cx.bytes()) / t_cc;
@@ -139,6 +145,16 @@ int main(int argc, char** argv) {
     const double pct = 100.0 * bw_am / ceiling;
     std::printf("RATIO add_mul_activation/copy bandwidth (%s): %.1f%% (target >= 80%%)\n", ceiling_name, pct);
     if (pct < 80.0) rc = 1;
+    // The backward with the bias gradient summed over the rows (no target: printed against
+    // the same ceiling, its five full arrays as the bytes).
+    Tensor g(wg, {rows, cols}, 11), gx(wg, {rows, cols}, 12), gy(wg, {rows, cols}, 13), gb(wg, {cols}, 14);
+    const double t_bw = median_seconds(wg, [&] {
+      return dlfuse_add_mul_activation_backward(reg, &g.t, &x.t, &y.t, &bias.t, 0.5, DLFUSE_ACT_RELU, &gx.t, &gy.t,
+                                                &gb.t, nullptr);
+    }, "add_mul_activation_backward");
+    const double bw_bw = 5.0 * double(x.bytes()) / t_bw;  // read grad_out, x, y; write grad_x, grad_y
+    std::printf("add_mul_activation_backward float32 %lldx%lld  webgpu: %.3f ms  %.1f GB/s, %.1f%% of %s\n",
+                (long long)rows, (long long)cols, t_bw * 1e3, bw_bw * 1e-9, 100.0 * bw_bw / ceiling, ceiling_name);
   }
   dlfuse_registry_destroy(reg);
   return rc;
