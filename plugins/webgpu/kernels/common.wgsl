@@ -5,16 +5,15 @@
 // WGSL lets a compiler assume that no value is NaN or infinite and has no isnan(): NaN and
 // Inf are recognised from the bits, and every select that must let NaN through tests them.
 
-// Binding 0 of every kernel: int32 words (floats as their bits); layouts per kernel.
-// Read-only, so that the shader compiler may keep its words in registers and cache them.
-@group(0) @binding(0) var<storage, read> prm: array<i32>;
+// Binding 0 of every kernel is its parameter block, int32 words (floats as their bits),
+// layouts per kernel, declared by the kernel's file with pr(i), its word i.
 
-fn prm_f(i: i32) -> f32 { return bitcast<f32>(prm[i]); }
+fn prm_f(i: i32) -> f32 { return bitcast<f32>(pr(i)); }
 
 // Element index of grid point (i0, i1, i2) in the view whose four words start at v:
 // offset, then the strides of dims 0, 1, 2.
 fn at(v: i32, i0: i32, i1: i32, i2: i32) -> i32 {
-  return prm[v] + i0 * prm[v + 1] + i1 * prm[v + 2] + i2 * prm[v + 3];
+  return pr(v) + i0 * pr(v + 1) + i1 * pr(v + 2) + i2 * pr(v + 3);
 }
 
 fn is_nan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }

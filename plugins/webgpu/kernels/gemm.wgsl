@@ -18,6 +18,11 @@
 // prm: M N K R flags act | A@6: off sam sak, 0 | B@10: off sbk sbn, 0 | C@14 | bias@17 | res@20 |
 // pre@23 (off, row stride, column stride each) | has_table@26 | table@32.
 
+// The parameter block: storage (a batch table can outgrow a uniform block), read-only so
+// the compiler may cache its words.
+@group(0) @binding(0) var<storage, read> prm: array<i32>;
+fn pr(i: i32) -> i32 { return prm[i]; }
+
 const NTX: i32 = BN / TN;  // invocations along n
 const NTY: i32 = BM / TM;  // invocations along m
 const NT: i32 = NTX * NTY;

@@ -1,5 +1,11 @@
 // add_mul_activation forward/backward, the matmul backwards' dz, and reductions. Each runs
-// over the (collapsed) output grid [n0, n1, n2] = prm[0..2], one element per invocation.
+// over the (collapsed) output grid [n0, n1, n2] = pr(0..2), one element per invocation.
+
+// The parameter block, at most 64 words, as a uniform block: the shader compiler turns a
+// word at a constant index into an operand of the instruction that uses it, where a
+// storage buffer's word is a load (a memory-bound kernel's issue slots and latency).
+@group(0) @binding(0) var<uniform> prm: array<vec4<i32>, 16>;
+fn pr(i: i32) -> i32 { return prm[i / 4][i % 4]; }
 
 @group(0) @binding(1) var<storage, read_write> t1: array<T>;
 @group(0) @binding(2) var<storage, read_write> t2: array<T>;
@@ -16,13 +22,13 @@ struct Grid { i0: i32, i1: i32, i2: i32, ok: bool }
 // n1 and z n0: no divisions. Where n0 or n1 exceeds a dispatch dimension the host passes
 // -n0 and a 2-D grid of workgroups whose linear index is split here.
 fn grid(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> Grid {
-  let n1 = prm[1];
-  let n2 = prm[2];
-  if (prm[0] >= 0) {
+  let n1 = pr(1);
+  let n2 = pr(2);
+  if (pr(0) >= 0) {
     let i2 = i32(wid.x * PW + lid);
     return Grid(i32(wid.z), i32(wid.y), i2, i2 < n2);
   }
-  let n0 = -prm[0];
+  let n0 = -pr(0);
   let i = linear_id(wid, nwg, lid);
   let i2 = i % n2;
   let r = i / n2;
@@ -38,7 +44,7 @@ fn amx_fwd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
   if (!g.ok) { return; }
   let p = f32(t1[at(5, g.i0, g.i1, g.i2)]) + f32(t3[at(13, g.i0, g.i1, g.i2)]) +
           prm_f(4) * f32(t2[at(9, g.i0, g.i1, g.i2)]);
-  t4[at(17, g.i0, g.i1, g.i2)] = T(act_fwd(p, prm[3]));
+  t4[at(17, g.i0, g.i1, g.i2)] = T(act_fwd(p, pr(3)));
 }
 
 // add_mul's backward, d_pre at every element from x + bias + multiplier * y or (from_out)
@@ -52,12 +58,12 @@ fn amx_bwd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
            @builtin(local_invocation_index) lid: u32) {
   let g = grid(wid, nwg, lid);
   if (!g.ok) { return; }
-  let act = prm[3];
+  let act = pr(3);
   let mult = prm_f(4);
-  let direct = prm[5];
+  let direct = pr(5);
   let go = f32(t1[at(8, g.i0, g.i1, g.i2)]);
   var d: f32;
-  if (prm[6] != 0) {
+  if (pr(6) != 0) {
     d = d_out(go, f32(t2[at(12, g.i0, g.i1, g.i2)]), act);
   } else {
     let p = f32(t2[at(12, g.i0, g.i1, g.i2)]) + f32(t4[at(20, g.i0, g.i1, g.i2)]) +
@@ -67,7 +73,7 @@ fn amx_bwd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
   if ((direct & 1) != 0) { t5[at(24, g.i0, g.i1, g.i2)] = T(d); }
   if ((direct & 2) != 0) { t6[at(28, g.i0, g.i1, g.i2)] = T(mult * d); }
   if ((direct & 4) != 0) { t7[at(32, g.i0, g.i1, g.i2)] = T(d); }
-  if (prm[7] != 0) { tf[at(36, g.i0, g.i1, g.i2)] = d; }
+  if (pr(7) != 0) { tf[at(36, g.i0, g.i1, g.i2)] = d; }
 }
 
 // The matmul backwards' dz = grad_out * act'(src), src being pre or (from_out) out.
@@ -77,7 +83,7 @@ fn act_dz(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
           @builtin(local_invocation_index) lid: u32) {
   let g = grid(wid, nwg, lid);
   if (!g.ok) { return; }
-  let v = d_act(f32(t1[at(5, g.i0, g.i1, g.i2)]), f32(t2[at(9, g.i0, g.i1, g.i2)]), prm[3], prm[4] != 0);
+  let v = d_act(f32(t1[at(5, g.i0, g.i1, g.i2)]), f32(t2[at(9, g.i0, g.i1, g.i2)]), pr(3), pr(4) != 0);
   t3[at(13, g.i0, g.i1, g.i2)] = T(v);
 }
 
@@ -93,8 +99,8 @@ fn act_dz(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
 // The sum of `count` consecutive elements of the reduced dims, from multi-index `start`
 // (element offset `off0`), innermost reduced dim fastest.
 fn strided_sum(off0: i32, start: array<i32, 8>, count: i32) -> f32 {
-  let nr = prm[5];
-  let from_f = prm[4] != 0;
+  let nr = pr(5);
+  let from_f = pr(4) != 0;
   var idx = start;
   var off = off0;
   var sum = 0.0;
@@ -108,10 +114,10 @@ fn strided_sum(off0: i32, start: array<i32, 8>, count: i32) -> f32 {
     comp = select(0.0, (s2 - sum) - yv, is_finite(s2));
     sum = s2;
     for (var d = nr - 1; d >= 0; d--) {
-      off += prm[14 + d];
+      off += pr(14 + d);
       idx[d] += 1;
-      if (idx[d] < prm[6 + d]) { break; }
-      off -= prm[6 + d] * prm[14 + d];
+      if (idx[d] < pr(6 + d)) { break; }
+      off -= pr(6 + d) * pr(14 + d);
       idx[d] = 0;
     }
   }
@@ -120,7 +126,7 @@ fn strided_sum(off0: i32, start: array<i32, 8>, count: i32) -> f32 {
 
 fn reduced_total() -> i32 {
   var total = 1;
-  for (var d = 0; d < prm[5]; d++) { total *= prm[6 + d]; }
+  for (var d = 0; d < pr(5); d++) { total *= pr(6 + d); }
   return total;
 }
 
@@ -141,23 +147,23 @@ fn reduce(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
 @compute @workgroup_size(PW)
 fn reduce_part(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
-  let n1 = prm[1];
-  let n2 = prm[2];
-  let kept = prm[0] * n1 * n2;
+  let n1 = pr(1);
+  let n2 = pr(2);
+  let kept = pr(0) * n1 * n2;
   let i = linear_id(wid, nwg, lid);
-  if (i >= kept * prm[30]) { return; }
+  if (i >= kept * pr(30)) { return; }
   let run = i / kept;
   let k = i % kept;
   let r = k / n2;
-  let t0 = run * prm[31];
-  let count = min(prm[31], reduced_total() - t0);
+  let t0 = run * pr(31);
+  let count = min(pr(31), reduced_total() - t0);
   var start = array<i32, 8>(0, 0, 0, 0, 0, 0, 0, 0);
   var off = at(22, r / n1, r % n1, k % n2);
   var rem = t0;
-  for (var d = prm[5] - 1; d >= 0; d--) {
-    start[d] = rem % prm[6 + d];
-    off += start[d] * prm[14 + d];
-    rem = rem / prm[6 + d];
+  for (var d = pr(5) - 1; d >= 0; d--) {
+    start[d] = rem % pr(6 + d);
+    off += start[d] * pr(14 + d);
+    rem = rem / pr(6 + d);
   }
   tp[i] = strided_sum(off, start, count);
 }

@@ -14,6 +14,10 @@
 
 const PW_I: i32 = i32(PW);
 
+// The parameter block as a uniform block (see pointwise.wgsl).
+@group(0) @binding(0) var<uniform> prm: array<vec4<i32>, 16>;
+fn pr(i: i32) -> i32 { return prm[i / 4][i % 4]; }
+
 @group(0) @binding(1) var<storage, read_write> x4: array<vec4<T>>;
 @group(0) @binding(2) var<storage, read_write> y4: array<vec4<T>>;
 @group(0) @binding(3) var<storage, read_write> b4: array<vec4<T>>;
@@ -33,31 +37,42 @@ fn amx_pre4(i0: i32, i1: i32, q: i32, modes: i32, mult: f32) -> vec4<f32> {
   return xv + bv + mult * yv;
 }
 
+// Row r of the collapsed grid as (i0, i1); no division in the usual n0 = 1.
+fn split_row(r: i32, n0: i32, n1: i32) -> vec2<i32> {
+  if (n0 == 1) { return vec2<i32>(0, r); }
+  let i0 = r / n1;
+  return vec2<i32>(i0, r - i0 * n1);
+}
+
 @compute @workgroup_size(PW)
 fn amx_fwd4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
-  let n1 = prm[1];
-  let m2 = prm[2];
-  let total = prm[0] * n1 * m2;
+  let n0 = pr(0);
+  let n1 = pr(1);
+  let m2 = pr(2);
+  let total = n0 * n1 * m2;
   let first = i32(wid.y * nwg.x + wid.x) * (PW_I * V4) + i32(lid);
-  let modes = prm[5];
+  let modes = pr(5);
   let mult = prm_f(4);
-  let act = prm[3];
+  let act = pr(3);
   // Loads first (an item past the end reads the last vec4 and is not stored)...
   var pre: array<vec4<f32>, V4>;
+  var row: array<i32, V4>;
+  var col: array<i32, V4>;
   for (var j = 0; j < V4; j++) {
     let g = min(first + j * PW_I, total - 1);
-    let q = g % m2;
     let r = g / m2;
-    pre[j] = amx_pre4(r / n1, r % n1, q, modes, mult);
+    row[j] = r;
+    col[j] = g - r * m2;
+    let i = split_row(r, n0, n1);
+    pre[j] = amx_pre4(i.x, i.y, col[j], modes, mult);
   }
   // ... then the activations and stores.
   for (var j = 0; j < V4; j++) {
-    let g = first + j * PW_I;
-    if (g < total) {
+    if (first + j * PW_I < total) {
       let p = pre[j];
-      let r = g / m2;
-      o4[at(18, r / n1, r % n1, g % m2)] =
+      let i = split_row(row[j], n0, n1);
+      o4[at(18, i.x, i.y, col[j])] =
           vec4<T>(vec4<f32>(act_fwd(p.x, act), act_fwd(p.y, act), act_fwd(p.z, act), act_fwd(p.w, act)));
     }
   }

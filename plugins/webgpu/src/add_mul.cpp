@@ -68,7 +68,8 @@ bool forward4(Launch& l, const Call& c, const WGPUBuffer bufs[4], const std::vec
   }
   const std::string items_const = "const V4: i32 = " + std::to_string(items) + ";\n";
   const Pipeline& p =
-      c.dev->pipeline("pw4:amx_fwd4:" + std::to_string(items), c.prec, items_const + kPointwise4, "amx_fwd4", 9);
+      c.dev->pipeline("pw4:amx_fwd4:" + std::to_string(items), c.prec, items_const + kPointwise4, "amx_fwd4", 9,
+                      Params::kUniform);
   // vec4 views at bindings 1..4, the same buffers as scalars at 5..7 (broadcast inputs).
   l.dispatch(p, {(modes & 1) ? bufs[0] : nullptr, (modes & 2) ? bufs[1] : nullptr, (modes & 4) ? bufs[2] : nullptr,
                  bufs[3], (modes & 1) ? nullptr : bufs[0], (modes & 2) ? nullptr : bufs[1],

@@ -16,7 +16,7 @@ namespace dlfuse_webgpu {
   X(wgpuAdapterGetInfo) X(wgpuAdapterInfoFreeMembers) X(wgpuAdapterGetLimits)         \
   X(wgpuAdapterHasFeature) X(wgpuAdapterRequestDevice) X(wgpuAdapterRelease)          \
   X(wgpuDeviceGetQueue) X(wgpuDeviceRelease) X(wgpuQueueRelease) X(wgpuDevicePoll)    \
-  X(wgpuDeviceCreateBuffer) X(wgpuBufferRelease) X(wgpuQueueWriteBuffer)              \
+  X(wgpuDeviceCreateBuffer) X(wgpuBufferRelease) X(wgpuBufferAddRef) X(wgpuQueueWriteBuffer) \
   X(wgpuBufferMapAsync) X(wgpuBufferGetConstMappedRange)  \
   X(wgpuBufferUnmap) X(wgpuDeviceCreateCommandEncoder) X(wgpuCommandEncoderRelease)   \
   X(wgpuCommandEncoderCopyBufferToBuffer) X(wgpuCommandEncoderBeginComputePass)       \

@@ -82,7 +82,7 @@ void push_view(std::vector<int32_t>& p, const ClView& v) {
 }
 
 const Pipeline& pointwise(const Call& c, const char* entry) {
-  return c.dev->pipeline(std::string("pw:") + entry, c.prec, kPointwise, entry, 9);
+  return c.dev->pipeline(std::string("pw:") + entry, c.prec, kPointwise, entry, 9, Params::kUniform);
 }
 
 void pointwise_dispatch(Launch& l, const Pipeline& p, const std::vector<WGPUBuffer>& bufs, std::vector<int32_t> prm,
@@ -161,7 +161,7 @@ void gemm(Launch& l, const Call& c, const MatRef& A, const MatRef& B, const MatR
                              ";\nconst TN: i32 = " + std::to_string(t.tn) + ";\nconst VEC_A: bool = " +
                              (va ? "true" : "false") + ";\nconst VEC_B: bool = " + (vb ? "true" : "false") + ";\n";
   const Pipeline& p = c.dev->pipeline("gemm:" + t.str() + (va ? ":va" : "") + (vb ? ":vb" : ""), c.prec,
-                                      consts + unrolled_gemm(t), "gemm", 9);
+                                      consts + unrolled_gemm(t), "gemm", 9, Params::kStorage);
   std::vector<int32_t> prm(32, 0);
   const int flags = (ep.bias.buf ? 1 : 0) | (ep.residual.buf ? 2 : 0) | (ep.pre.buf ? 4 : 0);
   const int64_t head[] = {M, N, K, R, flags, ep.act, A.off, A.rs, A.cs, 0, B.off, B.rs, B.cs, 0, C.off, C.rs, C.cs,
@@ -212,7 +212,7 @@ std::vector<int32_t> reduce_params(int64_t n0, int64_t n1, int64_t n2, float sca
 // partial sums (run-major), which it returns.
 WGPUBuffer reduce_runs(Launch& l, const Call& c, WGPUBuffer src, bool src_is_float, std::vector<int32_t> prm,
                        int64_t kept, const Runs& runs) {
-  const Pipeline& p = c.dev->pipeline("pw:reduce_part", c.prec, kPointwise, "reduce_part", 10);
+  const Pipeline& p = c.dev->pipeline("pw:reduce_part", c.prec, kPointwise, "reduce_part", 10, Params::kUniform);
   WGPUBuffer part = l.scratch(uint64_t(kept * runs.count) * sizeof(float));
   const int64_t groups = (kept * runs.count + 255) / 256;
   const int64_t cap = l.dev.limits.maxComputeWorkgroupsPerDimension;

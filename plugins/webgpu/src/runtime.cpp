@@ -235,6 +235,8 @@ Device::~Device() {
     if (kv.second->layout) a.wgpuBindGroupLayoutRelease(kv.second->layout);
   }
   for (auto& kv : buffers_) a.wgpuBufferRelease(kv.first);  // buffers the host never freed
+  for (auto& kv : scratch_)
+    if (kv.first) a.wgpuBufferRelease(kv.first);
   if (dummy) a.wgpuBufferRelease(dummy);
   if (queue) a.wgpuQueueRelease(queue);
   if (device) a.wgpuDeviceRelease(device);
@@ -242,7 +244,7 @@ Device::~Device() {
 }
 
 const Pipeline& Device::pipeline(const std::string& key, Prec p, const std::string& src, const char* entry,
-                                 int storage) {
+                                 int storage, Params params) {
   const std::string full_key = key + (p == Prec::kF16 ? "/f16" : "/f32");
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = pipelines_.find(full_key); it != pipelines_.end()) return *it->second;
@@ -256,6 +258,7 @@ const Pipeline& Device::pipeline(const std::string& key, Prec p, const std::stri
   ErrorScope scope;
   auto pl = std::make_unique<Pipeline>();
   pl->storage = storage;
+  pl->params = params;
   WGPUShaderSourceWGSL wgsl = WGPU_SHADER_SOURCE_WGSL_INIT;
   wgsl.code = WGPUStringView{code.data(), code.size()};
   WGPUShaderModuleDescriptor sdesc = WGPU_SHADER_MODULE_DESCRIPTOR_INIT;
@@ -271,8 +274,9 @@ const Pipeline& Device::pipeline(const std::string& key, Prec p, const std::stri
   for (int i = 0; i < storage; ++i) {
     entries[size_t(i)].binding = uint32_t(i);
     entries[size_t(i)].visibility = WGPUShaderStage_Compute;
-    // The parameter block is only read; every other binding may be written.
-    entries[size_t(i)].buffer.type = i == 0 ? WGPUBufferBindingType_ReadOnlyStorage : WGPUBufferBindingType_Storage;
+    entries[size_t(i)].buffer.type = i > 0                        ? WGPUBufferBindingType_Storage
+                                     : params == Params::kUniform ? WGPUBufferBindingType_Uniform
+                                                                  : WGPUBufferBindingType_ReadOnlyStorage;
   }
   WGPUBindGroupLayoutDescriptor ldesc = WGPU_BIND_GROUP_LAYOUT_DESCRIPTOR_INIT;
   ldesc.entryCount = entries.size();
@@ -340,6 +344,22 @@ void Device::forget_buffer(WGPUBuffer b) {
       throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "ptr: expected a buffer allocated on " + label() + ", got another pointer");
   }
   api().wgpuBufferRelease(b);  // wgpu keeps it alive until queued work that uses it is done
+}
+
+WGPUBuffer Device::cached_scratch(size_t slot, uint64_t nbytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (scratch_.size() <= slot) scratch_.resize(slot + 1, {nullptr, 0});
+  auto& [buf, size] = scratch_[slot];
+  if (size < nbytes) {
+    // Grown by half again at least, so a growing series of calls allocates a few times.
+    const uint64_t want = std::max(nbytes, size + size / 2);
+    WGPUBuffer b = create_buffer(want, false);
+    if (buf) api().wgpuBufferRelease(buf);  // launches holding a reference keep it alive
+    buf = b;
+    size = want;
+  }
+  api().wgpuBufferAddRef(buf);
+  return buf;
 }
 
 void Device::submit(WGPUCommandBuffer cb) {
@@ -486,7 +506,7 @@ Launch::~Launch() {
 }
 
 WGPUBuffer Launch::scratch(uint64_t nbytes) {
-  owned_.push_back(dev.create_buffer(nbytes, false));
+  owned_.push_back(dev.cached_scratch(scratch_slots_++, nbytes));
   return owned_.back();
 }
 
@@ -502,11 +522,16 @@ void Launch::dispatch(const Pipeline& p, const std::vector<WGPUBuffer>& bufs, co
     throw Error(DLFUSE_STATUS_INTERNAL, "kernel binding count: expected " + std::to_string(p.storage - 1) + ", got " +
                                             std::to_string(bufs.size()));
   const Api& a = api();
-  // The parameter block: a storage buffer read by binding 0, filled by a queue write (which
-  // the queue orders before the submission that reads it).
-  const uint64_t pbytes = (std::max<size_t>(16, params.size() * 4) + 15) / 16 * 16;
+  // The parameter block, read by binding 0, filled by a queue write (which the queue orders
+  // before the submission that reads it). A uniform block has its declared size.
+  const bool uniform = p.params == Params::kUniform;
+  if (uniform && params.size() > kUniformParams)
+    throw Error(DLFUSE_STATUS_INTERNAL, "a kernel's parameter block: expected at most " +
+                                            std::to_string(kUniformParams) + " words, got " +
+                                            std::to_string(params.size()));
+  const uint64_t pbytes = uniform ? kUniformParams * 4 : (std::max<size_t>(16, params.size() * 4) + 15) / 16 * 16;
   WGPUBufferDescriptor desc = WGPU_BUFFER_DESCRIPTOR_INIT;
-  desc.usage = WGPUBufferUsage_Storage | WGPUBufferUsage_CopyDst;
+  desc.usage = (uniform ? WGPUBufferUsage_Uniform : WGPUBufferUsage_Storage) | WGPUBufferUsage_CopyDst;
   desc.size = pbytes;
   WGPUBuffer pb = a.wgpuDeviceCreateBuffer(dev.device, &desc);
   owned_.push_back(pb);

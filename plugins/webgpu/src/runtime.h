@@ -30,12 +30,19 @@ dlfuse_status_t guarded(char* err, size_t err_size, F&& body) noexcept {
 
 enum class Prec { kF32 = 0, kF16 = 1 };
 
-// A compute pipeline and the layout of its one bind group: `storage` storage buffers at
-// bindings 0..storage-1, binding 0 the (read-only) parameter block, the others read_write.
+// Where a kernel reads its parameter block (binding 0): a uniform block of kUniformParams
+// words (pointwise kernels), or a read-only storage buffer of any length (the GEMM's batch
+// table can outgrow a uniform block).
+enum class Params { kUniform, kStorage };
+constexpr size_t kUniformParams = 64;  // array<vec4<i32>, 16> in kernels/pointwise*.wgsl
+
+// A compute pipeline and the layout of its one bind group: the parameter block at binding
+// 0, then `storage` - 1 read_write storage buffers at bindings 1..storage-1.
 struct Pipeline {
   WGPUComputePipeline pipeline = nullptr;
   WGPUBindGroupLayout layout = nullptr;
   int storage = 0;
+  Params params = Params::kStorage;
 };
 
 // GEMM tile shape (kernels/gemm.wgsl): a BM x BN block per workgroup, k-steps of BK,
@@ -61,7 +68,8 @@ struct Device {
 
   // The pipeline of kernel source `src` (WGSL, the dtype prefix added here) and entry
   // `entry`, cached under `key`; built on first use, a failure is kept and thrown again.
-  const Pipeline& pipeline(const std::string& key, Prec p, const std::string& src, const char* entry, int storage);
+  const Pipeline& pipeline(const std::string& key, Prec p, const std::string& src, const char* entry, int storage,
+                           Params params);
 
   // A buffer of `nbytes` (rounded up to 16, at least 16) that kernels and copies may use.
   WGPUBuffer create_buffer(uint64_t nbytes, bool track);
@@ -73,6 +81,12 @@ struct Device {
   void read(WGPUBuffer src, uint64_t offset, void* dst, uint64_t nbytes);
   void write(WGPUBuffer dst, uint64_t offset, const void* src, uint64_t nbytes);
   void copy_device(WGPUBuffer src, uint64_t src_off, WGPUBuffer dst, uint64_t dst_off, uint64_t nbytes);
+  // Scratch buffer `slot` of a launch, at least `nbytes`, with a reference for the caller.
+  // Kept from call to call: creating a large buffer costs milliseconds (the driver maps its
+  // memory and wgpu clears it before first use), against microseconds for the kernels that
+  // use it. Launches on several threads may share one: the queue runs their submissions
+  // one after another, and each writes what it reads of a scratch before reading it.
+  WGPUBuffer cached_scratch(size_t slot, uint64_t nbytes);
   // Waits until everything submitted to the queue has finished.
   void wait_idle();
   // Submits a finished command buffer (released here).
@@ -83,6 +97,7 @@ struct Device {
  private:
   std::mutex mu_;
   std::unordered_map<WGPUBuffer, uint64_t> buffers_;
+  std::vector<std::pair<WGPUBuffer, uint64_t>> scratch_;  // per slot: buffer, size
   std::map<std::string, std::unique_ptr<Pipeline>> pipelines_;
   std::map<std::string, std::string> pipeline_errors_;
 };
@@ -124,8 +139,8 @@ class Launch {
   // dummy) and `params` (int32 words) at binding 0.
   void dispatch(const Pipeline& p, const std::vector<WGPUBuffer>& bufs, const std::vector<int32_t>& params,
                 uint32_t gx, uint32_t gy, uint32_t gz);
-  // A scratch buffer that lives until the submission has been made (wgpu keeps it alive
-  // for the GPU after its release).
+  // The launch's next scratch buffer (Device::cached_scratch), held until the submission
+  // has been made (wgpu keeps it alive for the GPU after its release).
   WGPUBuffer scratch(uint64_t nbytes);
   void submit();
   Device& dev;
@@ -134,6 +149,7 @@ class Launch {
   WGPUCommandEncoder enc_ = nullptr;
   WGPUComputePassEncoder pass_ = nullptr;
   std::vector<WGPUBuffer> owned_;
+  size_t scratch_slots_ = 0;
   std::vector<WGPUBindGroup> groups_;
   ErrorScope scope_;
 };
