@@ -1,7 +1,8 @@
 // C = epilogue(sum over r < R of A_r @ B_r): the plugin's one GEMM.
 //
 // The host puts the tile constants before this file: BM x BN outputs per workgroup, k-steps
-// of BK, TM x TN outputs per invocation (TM, TN, BK multiples of 4), and VEC_A / VEC_B:
+// of BK, TM x TN outputs per invocation (TM, TN, BK multiples of 4), GROUP (block_of), and
+// VEC_A / VEC_B:
 // A's rows (B's rows) are contiguous and 16-byte aligned, read as vec4 (A4 / B4 view the
 // same buffers as A / B). Operands are strided views, so transposed operands are swapped
 // strides: A(m, k) = A[offA + m*sam + k*sak], B(k, n) = B[offB + k*sbk + n*sbn].
@@ -136,8 +137,22 @@ fn put_b(l: i32, buf: i32, v: f32) {
   Bs[buf * BT + kn.x * (BN / 4) + kn.y / 4][kn.y % 4] = v;
 }
 
+// The block (row, column) of C this workgroup computes. Workgroups run in about their
+// linear order, so they go down GROUP block rows before moving to the next block column:
+// the A rows and B columns the GPU works on at once stay few enough to share the L2 cache.
+fn block_of(wg: vec3<u32>, nwg: vec3<u32>) -> vec2<i32> {
+  let nx = i32(nwg.x);
+  let pid = i32(wg.y) * nx + i32(wg.x);
+  let per_group = GROUP * nx;
+  let first_row = pid / per_group * GROUP;
+  let rows = min(i32(nwg.y) - first_row, GROUP);
+  let in_group = pid % per_group;
+  return vec2<i32>(first_row + in_group % rows, in_group / rows);
+}
+
 @compute @workgroup_size(NT)
-fn gemm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lidx: u32) {
+fn gemm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lidx: u32) {
   let tid = i32(lidx);
   if (tid == 0) {
     bounds[0] = prm[2];
@@ -153,8 +168,9 @@ fn gemm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   sbk = prm[11];
   sbn = prm[12];
   let bz = i32(wg.z);
-  let m0 = i32(wg.y) * BM;
-  let n0 = i32(wg.x) * BN;
+  let blk = block_of(wg, nwg);
+  let m0 = blk.x * BM;
+  let n0 = blk.y * BN;
   let trow = 32 + bz * (4 + 2 * R);
   let tx = tid % NTX;
   let ty = tid / NTX;

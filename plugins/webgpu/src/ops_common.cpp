@@ -158,7 +158,8 @@ void gemm(Launch& l, const Call& c, const MatRef& A, const MatRef& B, const MatR
   if (const char* e = std::getenv("DLFUSE_WEBGPU_GEMM_VEC4"); e && std::string(e) == "off") va = vb = false;
   const std::string consts = "const BM: i32 = " + std::to_string(t.bm) + ";\nconst BN: i32 = " + std::to_string(t.bn) +
                              ";\nconst BK: i32 = " + std::to_string(t.bk) + ";\nconst TM: i32 = " + std::to_string(t.tm) +
-                             ";\nconst TN: i32 = " + std::to_string(t.tn) + ";\nconst VEC_A: bool = " +
+                             ";\nconst TN: i32 = " + std::to_string(t.tn) + ";\nconst GROUP: i32 = " + std::to_string(t.group) +
+                             ";\nconst VEC_A: bool = " +
                              (va ? "true" : "false") + ";\nconst VEC_B: bool = " + (vb ? "true" : "false") + ";\n";
   const Pipeline& p = c.dev->pipeline("gemm:" + t.str() + (va ? ":va" : "") + (vb ? ":vb" : ""), c.prec,
                                       consts + unrolled_gemm(t), "gemm", 9, Params::kStorage);

@@ -64,16 +64,18 @@ Tile tile_from_env() {
   Tile t;
   const char* e = std::getenv("DLFUSE_WEBGPU_GEMM_TILE");
   if (!e || !*e) return t;
-  int v[5];
-  if (std::sscanf(e, "%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4]) != 5)
-    throw Error(DLFUSE_STATUS_UNAVAILABLE, std::string("DLFUSE_WEBGPU_GEMM_TILE='") + e + "'; expected BM,BN,BK,TM,TN");
-  t = Tile{v[0], v[1], v[2], v[3], v[4]};
+  int v[6] = {0, 0, 0, 0, 0, t.group};
+  const int n = std::sscanf(e, "%d,%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]);
+  if (n != 5 && n != 6)
+    throw Error(DLFUSE_STATUS_UNAVAILABLE,
+                std::string("DLFUSE_WEBGPU_GEMM_TILE='") + e + "'; expected BM,BN,BK,TM,TN[,GROUP]");
+  t = Tile{v[0], v[1], v[2], v[3], v[4], v[5]};
   const bool ok = t.bm > 0 && t.bn > 0 && t.bk > 0 && t.tm > 0 && t.tn > 0 && t.tm % 4 == 0 && t.tn % 4 == 0 &&
-                  t.bk % 4 == 0 && t.bm % t.tm == 0 && t.bn % t.tn == 0 && t.threads() <= 1024;
+                  t.bk % 4 == 0 && t.bm % t.tm == 0 && t.bn % t.tn == 0 && t.threads() <= 1024 && t.group > 0;
   if (!ok)
     throw Error(DLFUSE_STATUS_UNAVAILABLE, std::string("DLFUSE_WEBGPU_GEMM_TILE='") + e +
                                                "'; expected TM, TN and BK multiples of 4, BM a multiple of TM, BN of TN, "
-                                               "(BM/TM)*(BN/TN) <= 1024");
+                                               "(BM/TM)*(BN/TN) <= 1024, GROUP > 0");
   return t;
 }
 
@@ -118,7 +120,7 @@ void open_device(Device& d, const Api& a) {
 
 std::string Tile::str() const {
   return std::to_string(bm) + "," + std::to_string(bn) + "," + std::to_string(bk) + "," + std::to_string(tm) + "," +
-         std::to_string(tn);
+         std::to_string(tn) + "," + std::to_string(group);
 }
 
 ErrorScope::ErrorScope() : prev_(tls_error_sink) { tls_error_sink = &msg_; }

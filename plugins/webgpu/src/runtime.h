@@ -46,9 +46,10 @@ struct Pipeline {
 };
 
 // GEMM tile shape (kernels/gemm.wgsl): a BM x BN block per workgroup, k-steps of BK,
-// TM x TN outputs per invocation. DLFUSE_WEBGPU_GEMM_TILE=BM,BN,BK,TM,TN overrides it.
+// TM x TN outputs per invocation, workgroups ordered in groups of GROUP block rows.
+// DLFUSE_WEBGPU_GEMM_TILE=BM,BN,BK,TM,TN[,GROUP] overrides it.
 struct Tile {
-  int bm = 128, bn = 128, bk = 8, tm = 8, tn = 8;
+  int bm = 128, bn = 64, bk = 8, tm = 8, tn = 4, group = 8;
   int threads() const { return (bm / tm) * (bn / tn); }
   std::string str() const;
 };
