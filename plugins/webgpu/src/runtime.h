@@ -49,7 +49,7 @@ struct Pipeline {
 // TM x TN outputs per invocation, workgroups ordered in groups of GROUP block rows.
 // DLFUSE_WEBGPU_GEMM_TILE=BM,BN,BK,TM,TN[,GROUP] overrides it.
 struct Tile {
-  int bm = 128, bn = 64, bk = 8, tm = 8, tn = 4, group = 8;
+  int bm = 64, bn = 128, bk = 8, tm = 4, tn = 8, group = 8;
   int threads() const { return (bm / tm) * (bn / tn); }
   std::string str() const;
 };
