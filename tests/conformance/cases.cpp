@@ -274,6 +274,9 @@ std::vector<CaseSpec> add_mul_cases(OpKind op) {
   c.push_back(am("bcast_col_row", op, {6, 1}, {1, 5}, {6, 5}, DLFUSE_ACT_TANH));
   c.push_back(am("bcast_x_vector", op, {5}, {6, 5}, {1}, DLFUSE_ACT_RELU));
   c.push_back(am("bcast_batch_3d", op, {2, 4, 5}, {4, 5}, {5}, DLFUSE_ACT_GELU_ERF));
+  // Rows a multiple of 4 wide: the vectorized forms, over a grid that stays 3-D (y's batch
+  // stride 0 keeps dims 0 and 1 apart).
+  c.push_back(am("bcast_batch_3d_vec4", op, {3, 4, 8}, {4, 8}, {8}, DLFUSE_ACT_SILU));
   c.push_back(am("bcast_bias_1x1", op, {3, 4, 5}, {3, 4, 5}, {1, 1}, DLFUSE_ACT_IDENTITY, -2.0));
   c.push_back(am("bias_scalar_0d", op, {4, 5}, {4, 5}, {}, DLFUSE_ACT_RELU));
   c.push_back(am("size_one", op, {1, 1}, {1, 1}, {1}, DLFUSE_ACT_SIGMOID));
@@ -302,6 +305,8 @@ std::vector<CaseSpec> add_mul_cases(OpKind op) {
                    [](CaseSpec& s) { s.generic_call = true; }));
   if (!bwd) {
     c.push_back(with(am("in_place", op, {8, 9}, {8, 9}, {9}, DLFUSE_ACT_RELU), [](CaseSpec& s) { s.in_place = true; }));
+    c.push_back(
+        with(am("in_place_vec4", op, {9, 12}, {9, 12}, {12}, DLFUSE_ACT_TANH), [](CaseSpec& s) { s.in_place = true; }));
     c.push_back(with(am("in_place_padded", op, {8, 9}, {8, 9}, {9}, DLFUSE_ACT_GELU_ERF), [](CaseSpec& s) {
       s.in_place = true;
       s.layout["x"] = Layout::kPadded;
