@@ -209,12 +209,11 @@ std::vector<int32_t> reduce_params(int64_t n0, int64_t n1, int64_t n2, float sca
   return prm;
 }
 
-// The first level of a two-level reduction into a float scratch of runs.count * kept
-// partial sums (run-major), which it returns.
-WGPUBuffer reduce_runs(Launch& l, const Call& c, WGPUBuffer src, bool src_is_float, std::vector<int32_t> prm,
-                       int64_t kept, const Runs& runs) {
+// The first level of a two-level reduction: runs.count * kept partial sums (run-major)
+// into the float scratch `part`.
+void reduce_runs(Launch& l, const Call& c, WGPUBuffer src, bool src_is_float, std::vector<int32_t> prm,
+                 int64_t kept, const Runs& runs, WGPUBuffer part) {
   const Pipeline& p = c.dev->pipeline("pw:reduce_part", c.prec, kPointwise, "reduce_part", 10, Params::kUniform);
-  WGPUBuffer part = l.scratch(uint64_t(kept * runs.count) * sizeof(float));
   const int64_t groups = (kept * runs.count + 255) / 256;
   const int64_t cap = l.dev.limits.maxComputeWorkgroupsPerDimension;
   const int64_t gx = std::min(groups, cap), gy = (groups + gx - 1) / gx;
@@ -223,7 +222,6 @@ WGPUBuffer reduce_runs(Launch& l, const Call& c, WGPUBuffer src, bool src_is_flo
   l.dispatch(p, {src_is_float ? nullptr : src, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
                  src_is_float ? src : nullptr, part},
              prm, uint32_t(gx), uint32_t(gy), 1);
-  return part;
 }
 }  // namespace
 
@@ -232,6 +230,10 @@ void reduce_into(Launch& l, const Call& c, const Dims& shape, WGPUBuffer src, in
   const int rank = int(shape.size());
   std::string err;
   const Pipeline& p = pointwise(c, "reduce");
+  // One partial-sum scratch serves every block: the queue runs a block's two levels before
+  // the next block's first.
+  WGPUBuffer part = nullptr;
+  uint64_t part_bytes = 0;
   const bool ok = for_each_reduction(
       shape, src_strides, src_off, aligned_shape(dst, rank), aligned_strides(dst, rank), elem_offset(dst), &err,
       [&](const ClView& vs, const ClReduced& red, const ClView& vd, int64_t n0, int64_t n1, int64_t n2) {
@@ -247,8 +249,13 @@ void reduce_into(Launch& l, const Call& c, const Dims& shape, WGPUBuffer src, in
                              reduce_params(n0, n1, n2, scale, src_is_float, red, vs, vd, runs), n0, n1, n2);
           return true;
         }
-        WGPUBuffer part = reduce_runs(l, c, src, src_is_float,
-                                      reduce_params(n0, n1, n2, scale, src_is_float, red, vs, vd, runs), kept, runs);
+        const uint64_t bytes = uint64_t(kept * runs.count) * sizeof(float);
+        if (bytes > part_bytes) {
+          part = l.scratch(bytes);
+          part_bytes = bytes;
+        }
+        reduce_runs(l, c, src, src_is_float, reduce_params(n0, n1, n2, scale, src_is_float, red, vs, vd, runs), kept,
+                    runs, part);
         // The second level: the runs' sums as a float source over the kept grid, one
         // reduced dim (the run) of stride `kept`.
         ClReduced over_runs{};
