@@ -31,6 +31,8 @@ from ._core import (AbiMismatchError, DeviceError, Error, InternalError, Invalid
                     matmul_add_relu_backward, matmul_add_residual, matmul_add_residual_backward,
                     plugins, registry, to_device)
 
+from ._core import op_function, op_names
+
 from ._version import __version__  # written beside _ext by the build, from the project's version
 
 __all__ = ["AbiMismatchError", "DeviceError", "Error", "InternalError", "InvalidArgumentError",
@@ -39,4 +41,16 @@ __all__ = ["AbiMismatchError", "DeviceError", "Error", "InternalError", "Invalid
            "abi_version", "add_mul_activation", "call", "add_mul_activation_backward", "last_error",
            "library_path", "load_plugin", "matmul_add_activation",
            "matmul_add_activation_backward", "matmul_add_relu", "matmul_add_relu_backward",
-           "matmul_add_residual", "matmul_add_residual_backward", "plugins", "registry", "to_device"]
+           "matmul_add_residual", "matmul_add_residual_backward", "op_function", "op_names", "plugins",
+           "registry", "to_device"]
+
+
+def __getattr__(name):
+    """An op a loaded plugin declares, as a function like the core ops' (dlfuse.<op>)."""
+    if not name.startswith("_"):
+        try:
+            if name in _core.op_names():
+                return op_function(name)
+        except (Error, OSError):
+            pass
+    raise AttributeError(f"module 'dlfuse' has no attribute {name!r}")

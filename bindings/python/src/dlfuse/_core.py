@@ -504,15 +504,55 @@ def _load_ext():
 
 _ext.set_loader(_load_ext)
 
-matmul_add_relu = _ext.matmul_add_relu
-matmul_add_relu_backward = _ext.matmul_add_relu_backward
-add_mul_activation = _ext.add_mul_activation
-add_mul_activation_backward = _ext.add_mul_activation_backward
-# ABI 1.1
-matmul_add_activation = _ext.matmul_add_activation
-matmul_add_activation_backward = _ext.matmul_add_activation_backward
-matmul_add_residual = _ext.matmul_add_residual
-matmul_add_residual_backward = _ext.matmul_add_residual_backward
+
+# ---- the ops: one _ext.OpFunction per op, its parameters read from the op's schema ---------
+#
+# An OpFunction takes each input, output and attribute by its schema name (docs/python.md,
+# "Ops from their schemas"). The functions of ABI 1.0 and 1.1 were documented with positional
+# orders before ops had schemas; those orders are kept here, as data: parameter names, then
+# how many of them are required. Every other op takes its inputs, then its attributes,
+# positionally.
+_POSITIONAL = {
+    "matmul_add_relu": (("a", "b", "bias", "out", "stream"), 3),
+    "matmul_add_relu_backward": (("grad_out", "a", "b", "out"), 4),
+    "add_mul_activation": (("x", "y", "bias", "multiplier", "activation", "out", "stream"), 3),
+    "add_mul_activation_backward": (("grad_out", "x", "y", "bias", "multiplier", "activation"), 1),
+    "matmul_add_activation": (("a", "b", "bias", "activation", "out", "pre"), 4),
+    "matmul_add_activation_backward": (("grad_out", "a", "b", "activation", "out", "pre"), 4),
+    "matmul_add_residual": (("a", "b", "bias", "residual", "out"), 4),
+    "matmul_add_residual_backward": (("grad_out", "a", "b", "bias_shape", "residual_shape"), 3),
+}
+
+_functions = {}
+_functions_lock = threading.Lock()
+
+
+def op_function(name):
+    """The Python function of op `name` (a core op or a loaded plugin's own): an
+    _ext.OpFunction, made once per name; its parameters come from the op's schema on its
+    first call (.parameters() lists them)."""
+    f = _functions.get(name)
+    if f is None:
+        with _functions_lock:
+            f = _functions.get(name)
+            if f is None:
+                positional, nreq = _POSITIONAL.get(name, (None, -1))
+                f = _functions[name] = _ext.OpFunction(
+                    name, positional, nreq,
+                    f"dlfuse op {name}: its inputs, outputs and attributes by their schema "
+                    f"names (.parameters() lists them; docs/python.md)")
+    return f
+
+
+def op_names(registry=None):
+    """The ops with a schema in `registry` (default: the default one): the core ops, then
+    the ops its plugins declare."""
+    return list(_ext.op_names(registry))
+
+
+for _name in _ext.core_ops():
+    globals()[_name] = op_function(_name)
+del _name
 
 
 def call(op, *inputs, out=None, stream=None, registry=None, **attrs):

@@ -112,7 +112,7 @@ def _amc_grads_from_out_torch(grad, out, multiplier, act, shapes, needs):
 def _mar_fwd(a, b, bias, allow_tf32):
     if FORCE_CONTIGUOUS:
         a, b, bias = _c(a, b, bias)
-    return _ext.matmul_add_relu(a, b, bias, None, _stream(a), allow_tf32=allow_tf32)
+    return _core.matmul_add_relu(a, b, bias, None, _stream(a), allow_tf32=allow_tf32)
 
 
 def _grad_b_for(b, needs):
@@ -124,7 +124,7 @@ def _grad_b_for(b, needs):
 def _mar_bwd(grad_out, a, b, out, bias_shape, needs, allow_tf32):
     if FORCE_CONTIGUOUS:
         grad_out, a, b, out = _c(grad_out, a, b, out)
-    return _ext.matmul_add_relu_backward(grad_out, a, b, out, bias_shape=bias_shape, needs=needs,
+    return _core.matmul_add_relu_backward(grad_out, a, b, out, bias_shape=bias_shape, needs=needs,
                                          grad_b=_grad_b_for(b, needs), stream=_stream(a),
                                          allow_tf32=allow_tf32)
 
@@ -132,17 +132,17 @@ def _mar_bwd(grad_out, a, b, out, bias_shape, needs, allow_tf32):
 def _amc_fwd(x, y, bias, multiplier, activation):
     if FORCE_CONTIGUOUS:
         x, y, bias = _c(x, y, bias)
-    return _ext.add_mul_activation(x, y, bias, multiplier, activation, None, _stream(x))
+    return _core.add_mul_activation(x, y, bias, multiplier, activation, None, _stream(x))
 
 
 def _amc_bwd(grad_out, x, y, bias, multiplier, activation, needs):
     if FORCE_CONTIGUOUS:
         grad_out, x, y, bias = _c(grad_out, x, y, bias)
-    return _ext.add_mul_activation_backward(grad_out, x, y, bias, multiplier, activation,
+    return _core.add_mul_activation_backward(grad_out, x, y, bias, multiplier, activation,
                                             needs=needs, stream=_stream(x))
 
 
-_amc_bwd_c = _ext.add_mul_activation_backward  # one name, so a test can make it refuse
+_amc_bwd_c = _core.add_mul_activation_backward  # one name, so a test can make it refuse
 
 
 def _amc_bwd_out(grad_out, out, multiplier, activation, shapes, needs, grads=(None, None, None)):
@@ -165,7 +165,7 @@ def _amc_bwd_out(grad_out, out, multiplier, activation, shapes, needs, grads=(No
 def _maa_fwd(a, b, bias, activation, want_pre, allow_tf32):
     if FORCE_CONTIGUOUS:
         a, b, bias = _c(a, b, bias)
-    return _ext.matmul_add_activation(a, b, bias, activation, None, want_pre, stream=_stream(a),
+    return _core.matmul_add_activation(a, b, bias, activation, None, want_pre, stream=_stream(a),
                                       allow_tf32=allow_tf32)
 
 
@@ -173,7 +173,7 @@ def _maa_bwd(grad_out, a, b, saved, activation, saved_is_pre, bias_shape, needs,
     if FORCE_CONTIGUOUS:
         grad_out, a, b, saved = _c(grad_out, a, b, saved)
     out, pre = (None, saved) if saved_is_pre else (saved, None)
-    return _ext.matmul_add_activation_backward(grad_out, a, b, activation, out, pre,
+    return _core.matmul_add_activation_backward(grad_out, a, b, activation, out, pre,
                                                bias_shape=bias_shape, needs=needs,
                                                grad_b=_grad_b_for(b, needs), stream=_stream(a),
                                                allow_tf32=allow_tf32)
@@ -182,14 +182,14 @@ def _maa_bwd(grad_out, a, b, saved, activation, saved_is_pre, bias_shape, needs,
 def _mres_fwd(a, b, bias, residual, allow_tf32):
     if FORCE_CONTIGUOUS:
         a, b, bias, residual = _c(a, b, bias, residual)
-    return _ext.matmul_add_residual(a, b, bias, residual, None, stream=_stream(a),
+    return _core.matmul_add_residual(a, b, bias, residual, None, stream=_stream(a),
                                     allow_tf32=allow_tf32)
 
 
 def _mres_bwd(grad_out, a, b, bias_shape, residual_shape, needs, allow_tf32):
     if FORCE_CONTIGUOUS:
         grad_out, a, b = _c(grad_out, a, b)
-    return _ext.matmul_add_residual_backward(grad_out, a, b, bias_shape, residual_shape,
+    return _core.matmul_add_residual_backward(grad_out, a, b, bias_shape, residual_shape,
                                              needs=needs, grad_b=_grad_b_for(b, needs),
                                              stream=_stream(a), allow_tf32=allow_tf32)
 
@@ -291,7 +291,7 @@ def _define_python_ops():
         # Under torch.compile the outputs must come from torch.empty: CUDA-graph trees
         # (mode="reduce-overhead") free them through the caching allocator's own deleter.
         a, b, bias = _c(a, b, bias)
-        return _ext.matmul_add_relu(a, b, bias, a.new_empty(_mm_shape(a, b)), _stream(a),
+        return _core.matmul_add_relu(a, b, bias, a.new_empty(_mm_shape(a, b)), _stream(a),
                                     allow_tf32=allow_tf32)
 
     @torch.library.custom_op("dlfuse::matmul_add_relu_backward", mutates_args=())
@@ -304,7 +304,7 @@ def _define_python_ops():
         # as in _op_mar)
         ga, gb, gbias = _matmul_grads(a, b, (bias_shape,), (needs_a, needs_b, needs_bias), operand_layout,
                                       transposed_b)
-        _ext.matmul_add_relu_backward(grad_out, a, b, out, bias_shape=tuple(bias_shape),
+        _core.matmul_add_relu_backward(grad_out, a, b, out, bias_shape=tuple(bias_shape),
                                       needs=(needs_a, needs_b, needs_bias), grad_a=ga if needs_a else None,
                                       grad_b=gb if needs_b else None, grad_bias=gbias if needs_bias else None,
                                       stream=_stream(a), allow_tf32=allow_tf32)
@@ -330,7 +330,7 @@ def _define_python_ops():
                 activation: int = 1) -> torch.Tensor:
         x, y, bias = _c(x, y, bias)  # outputs from torch.empty, as in _op_mar
         out = x.new_empty(torch.broadcast_shapes(x.shape, y.shape, bias.shape))
-        return _ext.add_mul_activation(x, y, bias, multiplier, activation, out, _stream(x))
+        return _core.add_mul_activation(x, y, bias, multiplier, activation, out, _stream(x))
 
     @torch.library.custom_op("dlfuse::add_mul_activation_backward", mutates_args=())
     def _op_amc_bwd(grad_out: torch.Tensor, x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor,
@@ -339,7 +339,7 @@ def _define_python_ops():
         grad_out, x, y, bias = _c(grad_out, x, y, bias)  # outputs from torch.empty, as in _op_mar
         gx, gy, gb = (x.new_empty(x.shape if needs_x else (0,)), x.new_empty(y.shape if needs_y else (0,)),
                       x.new_empty(bias.shape if needs_bias else (0,)))
-        _ext.add_mul_activation_backward(grad_out, x, y, bias, multiplier, activation,
+        _core.add_mul_activation_backward(grad_out, x, y, bias, multiplier, activation,
                                          needs=(needs_x, needs_y, needs_bias), grad_x=gx if needs_x else None,
                                          grad_y=gy if needs_y else None, grad_bias=gb if needs_bias else None,
                                          stream=_stream(x))
@@ -390,11 +390,11 @@ def _define_python_ops():
         a, b, bias = _c(a, b, bias)  # outputs from torch.empty, as in _op_mar
         out = a.new_empty(_mm_shape(a, b))
         if not save_pre:
-            _ext.matmul_add_activation(a, b, bias, activation, out, None, stream=_stream(a),
+            _core.matmul_add_activation(a, b, bias, activation, out, None, stream=_stream(a),
                                        allow_tf32=allow_tf32)
             return out, a.new_empty((0,))
         pre = a.new_empty(_mm_shape(a, b))
-        _ext.matmul_add_activation(a, b, bias, activation, out, pre, stream=_stream(a),
+        _core.matmul_add_activation(a, b, bias, activation, out, pre, stream=_stream(a),
                                    allow_tf32=allow_tf32)
         return out, pre
 
@@ -409,7 +409,7 @@ def _define_python_ops():
         gs = _matmul_grads(a, b, (bias_shape,), needs, operand_layout, transposed_b)
         ga, gb, gbias = (g if n else None for g, n in zip(gs, needs))
         out, pre = (None, saved) if saved_is_pre else (saved, None)
-        _ext.matmul_add_activation_backward(grad_out, a, b, activation, out, pre,
+        _core.matmul_add_activation_backward(grad_out, a, b, activation, out, pre,
                                             bias_shape=tuple(bias_shape), needs=needs, grad_a=ga,
                                             grad_b=gb, grad_bias=gbias, stream=_stream(a),
                                             allow_tf32=allow_tf32)
@@ -444,7 +444,7 @@ def _define_python_ops():
     def _op_mres(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor,
                  allow_tf32: bool = False) -> torch.Tensor:
         a, b, bias, residual = _c(a, b, bias, residual)  # outputs from torch.empty, as in _op_mar
-        return _ext.matmul_add_residual(a, b, bias, residual, a.new_empty(_mm_shape(a, b)),
+        return _core.matmul_add_residual(a, b, bias, residual, a.new_empty(_mm_shape(a, b)),
                                         stream=_stream(a), allow_tf32=allow_tf32)
 
     @torch.library.custom_op("dlfuse::matmul_add_residual_backward", mutates_args=())
@@ -457,7 +457,7 @@ def _define_python_ops():
         needs = (needs_a, needs_b, needs_bias, needs_residual)
         gs = _matmul_grads(a, b, (bias_shape, residual_shape), needs, operand_layout, transposed_b)
         g = [t if n else None for t, n in zip(gs, needs)]
-        _ext.matmul_add_residual_backward(grad_out, a, b, tuple(bias_shape), tuple(residual_shape),
+        _core.matmul_add_residual_backward(grad_out, a, b, tuple(bias_shape), tuple(residual_shape),
                                           needs=needs, grad_a=g[0], grad_b=g[1], grad_bias=g[2],
                                           grad_residual=g[3], stream=_stream(a), allow_tf32=allow_tf32)
         return gs
