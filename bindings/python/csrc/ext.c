@@ -12,6 +12,7 @@
  *
  * Everything here runs with the GIL held; the module state is process-wide. */
 #define PY_SSIZE_T_CLEAN
+#define _GNU_SOURCE /* dladdr */
 #include <Python.h>
 #include <dlfcn.h>
 #include <stdint.h>
@@ -20,6 +21,7 @@
 
 #include <dlpack/dlpack.h>
 #include <dlfuse/dlfuse.h>
+#include <dlfuse/plugin.h> /* DLFUSE_KERNEL_TAKES_V1_1_INPUTS */
 
 #if DLPACK_MAJOR_VERSION > 1 || (DLPACK_MAJOR_VERSION == 1 && DLPACK_MINOR_VERSION >= 3)
 #define DLFUSE_HAVE_EXCHANGE_API 1
@@ -1307,14 +1309,15 @@ static PyObject* py_op_names(PyObject* self, PyObject* regobj) {
   return l;
 }
 
+static int admin_bind(void* lib, const char* path);
+
 static PyObject* py_load(PyObject* self, PyObject* args) {
   (void)self;
   const char* path;
-  PyObject *errors, *tensor_type, *fallback, *defreg, *acts;
-  if (!PyArg_ParseTuple(args, "sO!OOOO!", &path, &PyTuple_Type, &errors, &tensor_type, &fallback, &defreg,
-                        &PyDict_Type, &acts))
+  PyObject *errors, *tensor_type, *fallback, *defreg;
+  if (!PyArg_ParseTuple(args, "sO!OOO", &path, &PyTuple_Type, &errors, &tensor_type, &fallback, &defreg))
     return NULL;
-  /* RTLD_NOLOAD first: the ctypes side opened this path already, share its handle. */
+  /* RTLD_NOLOAD first: a library of this path already in the process is shared. */
   void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
   if (!lib) lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
@@ -1334,6 +1337,10 @@ static PyObject* py_load(PyObject* self, PyObject* args) {
       return NULL;
     }
   }
+  if (admin_bind(lib, path) < 0) {
+    dlclose(lib);
+    return NULL;
+  }
   if (S.lib) dlclose(S.lib);
   S.lib = lib;
   memcpy(&S.last_error, &f[0], sizeof f[0]);
@@ -1352,11 +1359,11 @@ static PyObject* py_load(PyObject* self, PyObject* args) {
   Py_XSETREF(S.tensor_type, Py_NewRef(tensor_type));
   Py_XSETREF(S.alloc_fallback, Py_NewRef(fallback));
   Py_XSETREF(S.default_registry, Py_NewRef(defreg));
-  Py_XSETREF(S.activations, Py_NewRef(acts));
-  Py_XSETREF(S.activation_names, PyDict_Keys(acts));
-  if (!S.activation_names || PyList_Sort(S.activation_names) < 0) return NULL;
   Py_CLEAR(S.default_registry_obj);
-  Py_RETURN_NONE;
+  /* the file the loader took (a bare name is searched on the loader's path) */
+  Dl_info info;
+  if (dladdr((void*)(uintptr_t)S.op_call, &info) && info.dli_fname) return PyUnicode_DecodeFSDefault(info.dli_fname);
+  return PyUnicode_DecodeFSDefault(path);
 }
 
 /* A DLTensor's address inside a capsule, for tests and tools (no ownership taken). */
@@ -1383,65 +1390,418 @@ static PyObject* py_current_stream(PyObject* self, PyObject* obj) {
   return PyLong_FromVoidPtr(s);
 }
 
-/* What frees dlfuse.Tensor's DLPack exports: the deleter of the exported
-   DLManagedTensor(Versioned) and the destructor of its capsule, both C because a consumer
-   may call them with its own exception pending (np.from_dlpack dropping a capsule it
-   refuses), which a ctypes callback cannot run under (the consumer's error became a
-   SystemError). `export_release` is dlfuse._core._release, set by export_deleter(). */
-static PyObject* export_release;
+/* ---- the registry's admin calls, device memory, DLPack export ---------------------------------
+ *
+ * What is not per call, on the same loaded library: the package's Registry and Tensor
+ * (dlfuse/_core.py) call these with plain ints for handles, devices and addresses. Each
+ * raises the package's exception with the C message on failure. */
 
-/* export_release(addr), the GIL held, keeping the caller's pending exception. */
-static void release_export(void* addr) {
+#define ADMIN_FNS(X)                                                                                        \
+  X(abi_version, dlfuse_abi_version)                                                                      \
+  X(registry_create, dlfuse_registry_create)                                                              \
+  X(registry_destroy, dlfuse_registry_destroy)                                                            \
+  X(registry_load, dlfuse_registry_load)                                                                  \
+  X(plugin_count, dlfuse_registry_plugin_count)                                                           \
+  X(plugin_info, dlfuse_registry_plugin_info)                                                             \
+  X(kernel_info, dlfuse_registry_kernel_info)                                                             \
+  X(prefer, dlfuse_registry_prefer)                                                                       \
+  X(op_resolve, dlfuse_op_resolve)                                                                        \
+  X(device_count, dlfuse_device_count)                                                                    \
+  X(device_alloc, dlfuse_device_alloc)                                                                    \
+  X(device_free, dlfuse_device_free)                                                                      \
+  X(device_copy, dlfuse_device_copy)                                                                      \
+  X(device_synchronize, dlfuse_device_synchronize)
+
+static struct {
+#define X(field, sym) __typeof__(&sym) field;
+  ADMIN_FNS(X)
+#undef X
+} A_;
+
+static int admin_bind(void* lib, const char* path) {
+#define X(field, sym)                                                                        \
+  {                                                                                          \
+    void* f = dlsym(lib, #sym);                                                              \
+    if (!f) {                                                                                \
+      PyErr_Format(PyExc_OSError, "dlfuse._ext: %s has no %s: not libdlfuse", path, #sym); \
+      return -1;                                                                             \
+    }                                                                                        \
+    memcpy(&A_.field, &f, sizeof f);                                                         \
+  }
+  ADMIN_FNS(X)
+#undef X
+  return 0;
+}
+
+static int need_lib(void) {
+  if (A_.registry_create) return 0;
+  return need_loaded();
+}
+
+static int check(int st) { return st ? raise_status(st, NULL) : 0; }
+
+static void* as_ptr(PyObject* o) { return o == Py_None ? NULL : PyLong_AsVoidPtr(o); }
+
+static PyObject* py_abi_version(PyObject* self, PyObject* unused) {
+  (void)self;
+  (void)unused;
+  if (need_lib() < 0) return NULL;
+  uint32_t ma = 0, mi = 0;
+  A_.abi_version(&ma, &mi);
+  return Py_BuildValue("(II)", ma, mi);
+}
+
+static PyObject* py_last_error(PyObject* self, PyObject* unused) {
+  (void)self;
+  (void)unused;
+  if (need_lib() < 0) return NULL;
+  const char* m = S.last_error();
+  return PyUnicode_DecodeUTF8(m ? m : "", (Py_ssize_t)strlen(m ? m : ""), "replace");
+}
+
+/* registry_create(plugin_paths: str | None, discovery: int) -> handle */
+static PyObject* py_registry_create(PyObject* self, PyObject* args) {
+  (void)self;
+  const char* paths = NULL;
+  unsigned int discovery;
+  if (!PyArg_ParseTuple(args, "zI:registry_create", &paths, &discovery) || need_lib() < 0) return NULL;
+  dlfuse_registry_options_t o;
+  memset(&o, 0, sizeof o);
+  o.struct_size = sizeof o;
+  o.discovery = discovery;
+  o.plugin_paths = paths;
+  dlfuse_registry_t h = NULL;
+  int st;
+  Py_BEGIN_ALLOW_THREADS
+  st = A_.registry_create(&o, &h);
+  Py_END_ALLOW_THREADS
+  if (check(st) < 0) return NULL;
+  return PyLong_FromVoidPtr(h);
+}
+
+static PyObject* py_registry_destroy(PyObject* self, PyObject* h) {
+  (void)self;
+  void* p = as_ptr(h);
+  if (PyErr_Occurred() || need_lib() < 0) return NULL;
+  Py_BEGIN_ALLOW_THREADS
+  A_.registry_destroy((dlfuse_registry_t)p);
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
+/* registry_load(h, path) -> index; raises (the file stays listed) on failure */
+static PyObject* py_registry_load(PyObject* self, PyObject* args) {
+  (void)self;
+  PyObject* h;
+  const char* path;
+  if (!PyArg_ParseTuple(args, "Os:registry_load", &h, &path) || need_lib() < 0) return NULL;
+  void* p = as_ptr(h);
+  if (PyErr_Occurred()) return NULL;
+  int32_t idx = -1;
+  int st;
+  Py_BEGIN_ALLOW_THREADS
+  st = A_.registry_load((dlfuse_registry_t)p, path, &idx);
+  Py_END_ALLOW_THREADS
+  if (check(st) < 0) return NULL;
+  return PyLong_FromLong(idx);
+}
+
+static PyObject* py_plugin_count(PyObject* self, PyObject* h) {
+  (void)self;
+  void* p = as_ptr(h);
+  if (PyErr_Occurred() || need_lib() < 0) return NULL;
+  int32_t n = 0;
+  if (check(A_.plugin_count((dlfuse_registry_t)p, &n)) < 0) return NULL;
+  return PyLong_FromLong(n);
+}
+
+static PyObject* str_or_empty(const char* s) {
+  return PyUnicode_DecodeUTF8(s ? s : "", (Py_ssize_t)strlen(s ? s : ""), "replace");
+}
+
+/* plugin_info(h, i) -> (name, version, path, available, reason, device_type, device_count,
+ * abi_major, abi_minor, num_kernels) */
+static PyObject* py_plugin_info(PyObject* self, PyObject* args) {
+  (void)self;
+  PyObject* h;
+  int i;
+  if (!PyArg_ParseTuple(args, "Oi:plugin_info", &h, &i) || need_lib() < 0) return NULL;
+  void* p = as_ptr(h);
+  if (PyErr_Occurred()) return NULL;
+  dlfuse_plugin_info_t in;
+  memset(&in, 0, sizeof in);
+  in.struct_size = sizeof in;
+  if (check(A_.plugin_info((dlfuse_registry_t)p, i, &in)) < 0) return NULL;
+  return Py_BuildValue("(NNNiNiiIIi)", str_or_empty(in.name), str_or_empty(in.version), str_or_empty(in.path),
+                       (int)in.available, str_or_empty(in.reason), (int)in.device_type, (int)in.device_count,
+                       in.abi_major, in.abi_minor, (int)in.num_kernels);
+}
+
+/* kernel_info(h, plugin, kernel) -> (op, device_type, [(code, bits)], priority, flags) */
+static PyObject* py_kernel_info(PyObject* self, PyObject* args) {
+  (void)self;
+  PyObject* h;
+  int pl, k;
+  if (!PyArg_ParseTuple(args, "Oii:kernel_info", &h, &pl, &k) || need_lib() < 0) return NULL;
+  void* p = as_ptr(h);
+  if (PyErr_Occurred()) return NULL;
+  dlfuse_kernel_info_t ki;
+  memset(&ki, 0, sizeof ki);
+  ki.struct_size = sizeof ki;
+  if (check(A_.kernel_info((dlfuse_registry_t)p, pl, k, &ki)) < 0) return NULL;
+  PyObject* dts = PyList_New(0);
+  for (int32_t j = 0; dts && j < ki.num_dtypes && ki.dtypes; ++j) {
+    PyObject* t = Py_BuildValue("(ii)", (int)ki.dtypes[j].code, (int)ki.dtypes[j].bits);
+    if (!t || PyList_Append(dts, t) < 0) Py_CLEAR(dts);
+    Py_XDECREF(t);
+  }
+  if (!dts) return NULL;
+  return Py_BuildValue("(NiNiI)", str_or_empty(ki.op), (int)ki.device_type, dts, (int)ki.priority, ki.flags);
+}
+
+/* prefer(h, op | None, plugin_name | None) */
+static PyObject* py_prefer(PyObject* self, PyObject* args) {
+  (void)self;
+  PyObject* h;
+  const char *op, *name;
+  if (!PyArg_ParseTuple(args, "Ozz:prefer", &h, &op, &name) || need_lib() < 0) return NULL;
+  void* p = as_ptr(h);
+  if (PyErr_Occurred() || check(A_.prefer((dlfuse_registry_t)p, op, name)) < 0) return NULL;
+  Py_RETURN_NONE;
+}
+
+/* resolve(h, op, device_type, code, bits) -> plugin index */
+static PyObject* py_resolve(PyObject* self, PyObject* args) {
+  (void)self;
+  PyObject* h;
+  const char* name;
+  int dev, code, bits;
+  if (!PyArg_ParseTuple(args, "Osiii:resolve", &h, &name, &dev, &code, &bits) || need_lib() < 0) return NULL;
+  void* p = as_ptr(h);
+  if (PyErr_Occurred()) return NULL;
+  dlfuse_op_t op = NULL;
+  if (check(S.op_get((dlfuse_registry_t)p, name, &op)) < 0) return NULL;
+  DLDataType dt = {(uint8_t)code, (uint8_t)bits, 1};
+  int32_t idx = -1;
+  if (check(A_.op_resolve(op, dev, dt, &idx)) < 0) return NULL;
+  return PyLong_FromLong(idx);
+}
+
+static PyObject* py_device_count(PyObject* self, PyObject* args) {
+  (void)self;
+  PyObject* h;
+  int dev;
+  if (!PyArg_ParseTuple(args, "Oi:device_count", &h, &dev) || need_lib() < 0) return NULL;
+  void* p = as_ptr(h);
+  if (PyErr_Occurred()) return NULL;
+  int32_t n = 0;
+  if (check(A_.device_count((dlfuse_registry_t)p, dev, &n)) < 0) return NULL;
+  return PyLong_FromLong(n);
+}
+
+/* device_alloc(h, device_type, device_id, nbytes) -> address */
+static PyObject* py_device_alloc(PyObject* self, PyObject* args) {
+  (void)self;
+  PyObject* h;
+  int dt, di;
+  unsigned long long n;
+  if (!PyArg_ParseTuple(args, "OiiK:device_alloc", &h, &dt, &di, &n) || need_lib() < 0) return NULL;
+  void* p = as_ptr(h);
+  if (PyErr_Occurred()) return NULL;
+  DLDevice d = {(DLDeviceType)dt, di};
+  void* ptr = NULL;
+  int st;
+  Py_BEGIN_ALLOW_THREADS
+  st = A_.device_alloc((dlfuse_registry_t)p, d, (size_t)n, &ptr);
+  Py_END_ALLOW_THREADS
+  if (check(st) < 0) return NULL;
+  return PyLong_FromVoidPtr(ptr);
+}
+
+static PyObject* py_device_free(PyObject* self, PyObject* args) {
+  (void)self;
+  PyObject *h, *ptr;
+  int dt, di;
+  if (!PyArg_ParseTuple(args, "OiiO:device_free", &h, &dt, &di, &ptr) || need_lib() < 0) return NULL;
+  void* p = as_ptr(h);
+  void* q = as_ptr(ptr);
+  if (PyErr_Occurred()) return NULL;
+  DLDevice d = {(DLDeviceType)dt, di};
+  if (check(A_.device_free((dlfuse_registry_t)p, d, q)) < 0) return NULL;
+  Py_RETURN_NONE;
+}
+
+/* device_copy(h, device_type, device_id, kind, dst, dst_offset, src, src_offset, nbytes, stream) */
+static PyObject* py_device_copy(PyObject* self, PyObject* args) {
+  (void)self;
+  PyObject *h, *dst, *src, *stream;
+  int dt, di, kind;
+  unsigned long long doff, soff, n;
+  if (!PyArg_ParseTuple(args, "OiiiOKOKKO:device_copy", &h, &dt, &di, &kind, &dst, &doff, &src, &soff, &n, &stream) ||
+      need_lib() < 0)
+    return NULL;
+  void* p = as_ptr(h);
+  void* dp = as_ptr(dst);
+  void* sp = as_ptr(src);
+  void* s = as_ptr(stream);
+  if (PyErr_Occurred()) return NULL;
+  DLDevice d = {(DLDeviceType)dt, di};
+  int st;
+  Py_BEGIN_ALLOW_THREADS
+  st = A_.device_copy((dlfuse_registry_t)p, d, (dlfuse_copy_kind_t)kind, dp, (size_t)doff, sp, (size_t)soff, (size_t)n, s);
+  Py_END_ALLOW_THREADS
+  if (check(st) < 0) return NULL;
+  Py_RETURN_NONE;
+}
+
+static PyObject* py_device_synchronize(PyObject* self, PyObject* args) {
+  (void)self;
+  PyObject *h, *stream;
+  int dt, di;
+  if (!PyArg_ParseTuple(args, "OiiO:device_synchronize", &h, &dt, &di, &stream) || need_lib() < 0) return NULL;
+  void* p = as_ptr(h);
+  void* s = as_ptr(stream);
+  if (PyErr_Occurred()) return NULL;
+  DLDevice d = {(DLDeviceType)dt, di};
+  int st;
+  Py_BEGIN_ALLOW_THREADS
+  st = A_.device_synchronize((dlfuse_registry_t)p, d, s);
+  Py_END_ALLOW_THREADS
+  if (check(st) < 0) return NULL;
+  Py_RETURN_NONE;
+}
+
+/* symbol(name) -> the address of a libdlfuse function (for the XLA handlers, which take
+ * libdlfuse's entry points as pointers) */
+static PyObject* py_symbol(PyObject* self, PyObject* name) {
+  (void)self;
+  const char* n = PyUnicode_AsUTF8(name);
+  if (!n || need_lib() < 0) return NULL;
+  void* f = dlsym(S.lib, n);
+  if (!f) {
+    PyErr_Format(PyExc_AttributeError, "libdlfuse has no symbol %s", n);
+    return NULL;
+  }
+  return PyLong_FromVoidPtr(f);
+}
+
+/* A DLTensor describing a dlfuse.Tensor's memory, in a capsule that owns it and its shape:
+ * dltensor(data, device_type, device_id, shape, code, bits) -> (capsule, address). */
+typedef struct {
+  DLTensor t;
+  int64_t shape[DLFUSE_MAX_NDIM];
+} OwnedTensor;
+
+static void owned_tensor_free(PyObject* cap) { PyMem_Free(PyCapsule_GetPointer(cap, "dlfuse.dltensor")); }
+
+static PyObject* py_dltensor(PyObject* self, PyObject* args) {
+  (void)self;
+  PyObject *data, *shape;
+  int dt, di, code, bits;
+  if (!PyArg_ParseTuple(args, "OiiO!ii:dltensor", &data, &dt, &di, &PyTuple_Type, &shape, &code, &bits)) return NULL;
+  Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+  if (nd > DLFUSE_MAX_NDIM) {
+    PyErr_Format(PyExc_ValueError, "dlfuse.Tensor: shape: expected at most %d dims, got %zd", DLFUSE_MAX_NDIM, nd);
+    return NULL;
+  }
+  OwnedTensor* o = PyMem_Calloc(1, sizeof *o);
+  if (!o) return PyErr_NoMemory();
+  o->t.data = as_ptr(data);
+  for (Py_ssize_t i = 0; i < nd; ++i) o->shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+  if (PyErr_Occurred()) {
+    PyMem_Free(o);
+    return NULL;
+  }
+  o->t.device.device_type = (DLDeviceType)dt;
+  o->t.device.device_id = di;
+  o->t.ndim = (int32_t)nd;
+  o->t.dtype.code = (uint8_t)code;
+  o->t.dtype.bits = (uint8_t)bits;
+  o->t.dtype.lanes = 1;
+  o->t.shape = o->shape;
+  PyObject* cap = PyCapsule_New(o, "dlfuse.dltensor", owned_tensor_free);
+  if (!cap) {
+    PyMem_Free(o);
+    return NULL;
+  }
+  return Py_BuildValue("(NN)", cap, PyLong_FromVoidPtr(&o->t));
+}
+
+/* DLPack export of a dlfuse.Tensor: export(owner, tensor_address, versioned) -> capsule. The
+ * managed tensor holds a copy of the DLTensor and a reference to the owner, dropped by its
+ * deleter (which a consumer may call from any thread, with its own exception pending) or by
+ * the capsule's destructor when no consumer took it. */
+typedef struct {
+  DLManagedTensorVersioned mv;
+  DLManagedTensor ml;
+  int64_t shape[DLFUSE_MAX_NDIM];
+  PyObject* owner;
+} Export;
+
+static void export_release_owner(Export* e) {
+  if (!Py_IsInitialized()) return; /* a consumer freeing after interpreter exit */
+  PyGILState_STATE g = PyGILState_Ensure();
 #if PY_VERSION_HEX >= 0x030C0000
   PyObject* pending = PyErr_GetRaisedException();
 #else
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
 #endif
-  PyObject* r = export_release ? PyObject_CallFunction(export_release, "K", (unsigned long long)(uintptr_t)addr) : NULL;
-  if (!r && PyErr_Occurred()) PyErr_WriteUnraisable(export_release);
-  Py_XDECREF(r);
+  Py_XDECREF(e->owner);
+  PyMem_Free(e);
 #if PY_VERSION_HEX >= 0x030C0000
   PyErr_SetRaisedException(pending);
 #else
   PyErr_Restore(type, value, tb);
 #endif
-}
-
-/* A consumer calls it when done, maybe from a thread of its own (hence the GIL). */
-static void export_deleter(void* managed) {
-  if (!Py_IsInitialized()) return; /* a consumer freeing after interpreter exit: nothing to release */
-  PyGILState_STATE g = PyGILState_Ensure();
-  release_export(managed);
   PyGILState_Release(g);
 }
 
-static PyObject* py_export_deleter(PyObject* self, PyObject* release) {
-  (void)self;
-  Py_INCREF(release);
-  Py_XSETREF(export_release, release);
-  return PyLong_FromVoidPtr((void*)(uintptr_t)&export_deleter);
-}
+static void export_deleter_v(DLManagedTensorVersioned* m) { export_release_owner((Export*)m->manager_ctx); }
+static void export_deleter_l(DLManagedTensor* m) { export_release_owner((Export*)m->manager_ctx); }
 
-/* A capsule still named dltensor* when it dies was taken by no consumer (one that takes it
-   renames it used_* and calls the deleter). */
 static void export_capsule_destructor(PyObject* cap) {
-  const char* name = PyCapsule_IsValid(cap, "dltensor_versioned") ? "dltensor_versioned"
-                     : PyCapsule_IsValid(cap, "dltensor")         ? "dltensor"
-                                                                  : NULL;
-  if (name) release_export(PyCapsule_GetPointer(cap, name));
+  if (PyCapsule_IsValid(cap, "dltensor_versioned"))
+    export_deleter_v((DLManagedTensorVersioned*)PyCapsule_GetPointer(cap, "dltensor_versioned"));
+  else if (PyCapsule_IsValid(cap, "dltensor"))
+    export_deleter_l((DLManagedTensor*)PyCapsule_GetPointer(cap, "dltensor"));
 }
 
-static PyObject* py_export_capsule(PyObject* self, PyObject* args) {
+static PyObject* py_export(PyObject* self, PyObject* args) {
   (void)self;
-  unsigned long long addr;
+  PyObject *owner, *addr;
   int versioned;
-  if (!PyArg_ParseTuple(args, "Kp:export_capsule", &addr, &versioned)) return NULL;
-  return PyCapsule_New((void*)(uintptr_t)addr, versioned ? "dltensor_versioned" : "dltensor", export_capsule_destructor);
+  if (!PyArg_ParseTuple(args, "OOp:export", &owner, &addr, &versioned)) return NULL;
+  const DLTensor* t = (const DLTensor*)as_ptr(addr);
+  if (!t) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "dlfuse.Tensor: the tensor is freed");
+    return NULL;
+  }
+  Export* e = PyMem_Calloc(1, sizeof *e);
+  if (!e) return PyErr_NoMemory();
+  DLTensor* dst = versioned ? &e->mv.dl_tensor : &e->ml.dl_tensor;
+  *dst = *t;
+  memcpy(e->shape, t->shape, sizeof(int64_t) * (size_t)(t->ndim > 0 ? t->ndim : 0));
+  dst->shape = e->shape;
+  dst->strides = NULL;
+  e->owner = Py_NewRef(owner);
+  e->mv.version.major = 1;
+  e->mv.version.minor = 0;
+  e->mv.manager_ctx = e;
+  e->mv.deleter = export_deleter_v;
+  e->ml.manager_ctx = e;
+  e->ml.deleter = export_deleter_l;
+  PyObject* cap = versioned ? PyCapsule_New(&e->mv, "dltensor_versioned", export_capsule_destructor)
+                            : PyCapsule_New(&e->ml, "dltensor", export_capsule_destructor);
+  if (!cap) {
+    Py_DECREF(owner);
+    PyMem_Free(e);
+  }
+  return cap;
 }
 
 static PyMethodDef methods[] = {
-    {"load", py_load, METH_VARARGS, "load(path, errors, Tensor, alloc_fallback, registry, activations)"},
+    {"load", py_load, METH_VARARGS, "load(path, errors, Tensor, alloc_fallback, registry) -> the loaded file"},
     {"call", (PyCFunction)(void (*)(void))py_call, METH_FASTCALL,
      "call(op, inputs, attrs, out, stream, registry)\n--\n\n"
      "Any op by name (ABI 1.2), by its schema: dlfuse.call's native half."},
@@ -1450,11 +1810,29 @@ static PyMethodDef methods[] = {
     {"set_loader", py_set_loader, METH_O, "The callable the first op call runs to load libdlfuse."},
     {"exchange_api", py_exchange_api, METH_O,
      "The (major, minor) DLPack exchange API a type (or an object's type) offers, or None."},
-    {"export_deleter", py_export_deleter, METH_O,
-     "export_deleter(release): the address of a C DLPack deleter that calls release(address of the managed tensor)."},
-    {"export_capsule", py_export_capsule, METH_VARARGS,
-     "export_capsule(address, versioned): a DLPack capsule of the managed tensor at address; "
-     "the export_deleter's release(address) runs when it dies unconsumed."},
+    {"abi_version", py_abi_version, METH_NOARGS, "(major, minor) of the loaded libdlfuse"},
+    {"last_error", py_last_error, METH_NOARGS, "the calling thread's last C error message"},
+    {"registry_create", py_registry_create, METH_VARARGS, "registry_create(plugin_paths, discovery) -> handle"},
+    {"registry_destroy", py_registry_destroy, METH_O, "registry_destroy(handle)"},
+    {"registry_load", py_registry_load, METH_VARARGS, "registry_load(handle, path) -> plugin index"},
+    {"plugin_count", py_plugin_count, METH_O, "plugin_count(handle)"},
+    {"plugin_info", py_plugin_info, METH_VARARGS,
+     "plugin_info(handle, i) -> (name, version, path, available, reason, device_type, device_count, abi_major, "
+     "abi_minor, num_kernels)"},
+    {"kernel_info", py_kernel_info, METH_VARARGS,
+     "kernel_info(handle, plugin, kernel) -> (op, device_type, [(code, bits)], priority, flags)"},
+    {"prefer", py_prefer, METH_VARARGS, "prefer(handle, op or None, plugin name or None)"},
+    {"resolve", py_resolve, METH_VARARGS, "resolve(handle, op, device_type, code, bits) -> plugin index"},
+    {"device_count", py_device_count, METH_VARARGS, "device_count(handle, device_type)"},
+    {"device_alloc", py_device_alloc, METH_VARARGS, "device_alloc(handle, device_type, device_id, nbytes) -> address"},
+    {"device_free", py_device_free, METH_VARARGS, "device_free(handle, device_type, device_id, address)"},
+    {"device_copy", py_device_copy, METH_VARARGS,
+     "device_copy(handle, device_type, device_id, kind, dst, dst_offset, src, src_offset, nbytes, stream)"},
+    {"device_synchronize", py_device_synchronize, METH_VARARGS, "device_synchronize(handle, device_type, device_id, stream)"},
+    {"symbol", py_symbol, METH_O, "the address of a libdlfuse function"},
+    {"dltensor", py_dltensor, METH_VARARGS,
+     "dltensor(data, device_type, device_id, shape, code, bits) -> (owner capsule, DLTensor address)"},
+    {"export", py_export, METH_VARARGS, "export(owner, DLTensor address, versioned) -> a DLPack capsule holding owner"},
     {"current_stream", py_current_stream, METH_O,
      "The stream a call on this tensor runs on when no stream= is given (0: the plugin's default)."},
     {NULL, NULL, 0, NULL}};
@@ -1500,6 +1878,35 @@ PyMODINIT_FUNC PyInit__ext(void) {
     Py_DECREF(np);
   }
   PyErr_Clear();
+  /* dlfuse_activation_t by name (gelu is gelu_erf) */
+  static const struct {
+    const char* n;
+    int v;
+  } acts[] = {{"identity", DLFUSE_ACT_IDENTITY}, {"relu", DLFUSE_ACT_RELU},     {"sigmoid", DLFUSE_ACT_SIGMOID},
+              {"tanh", DLFUSE_ACT_TANH},         {"gelu", DLFUSE_ACT_GELU_ERF}, {"gelu_erf", DLFUSE_ACT_GELU_ERF},
+              {"gelu_tanh", DLFUSE_ACT_GELU_TANH}, {"silu", DLFUSE_ACT_SILU}};
+  S.activations = PyDict_New();
+  if (!S.activations) goto fail;
+  for (size_t i = 0; i < sizeof acts / sizeof acts[0]; ++i) {
+    PyObject* v = PyLong_FromLong(acts[i].v);
+    if (!v || PyDict_SetItemString(S.activations, acts[i].n, v) < 0) {
+      Py_XDECREF(v);
+      goto fail;
+    }
+    Py_DECREF(v);
+  }
+  S.activation_names = PyDict_Keys(S.activations);
+  if (!S.activation_names || PyList_Sort(S.activation_names) < 0) goto fail;
+  if (PyModule_AddObjectRef(m, "ACTIVATIONS", S.activations) < 0 ||
+      PyModule_AddIntConstant(m, "ACT_COUNT", DLFUSE_ACT_COUNT) < 0 ||
+      PyModule_AddIntConstant(m, "ATTR_ACTIVATION", DLFUSE_ATTR_ACTIVATION) < 0 ||
+      PyModule_AddIntConstant(m, "ATTR_MULTIPLIER", DLFUSE_ATTR_MULTIPLIER) < 0 ||
+      PyModule_AddIntConstant(m, "ATTR_ALLOW_TF32", DLFUSE_ATTR_ALLOW_TF32) < 0 ||
+      PyModule_AddIntConstant(m, "KERNEL_TAKES_V1_1_INPUTS", DLFUSE_KERNEL_TAKES_V1_1_INPUTS) < 0 ||
+      PyModule_AddIntConstant(m, "COPY_HOST_TO_DEVICE", DLFUSE_COPY_HOST_TO_DEVICE) < 0 ||
+      PyModule_AddIntConstant(m, "COPY_DEVICE_TO_HOST", DLFUSE_COPY_DEVICE_TO_HOST) < 0 ||
+      PyModule_AddIntConstant(m, "DISCOVER_DEFAULT", DLFUSE_DISCOVER_DEFAULT) < 0)
+    goto fail;
   if (PyType_Ready(&OpFuncType) < 0 || PyModule_AddObjectRef(m, "OpFunction", (PyObject*)&OpFuncType) < 0) goto fail;
   return m;
 fail:

@@ -63,5 +63,4 @@ def test_core_op_by_name_allocates_inferred_outputs(cpu_f32, rng):
 
 def dlfuse_act(name):
     """The int of an activation by its name, from the package's own table."""
-    from dlfuse import _capi
-    return _capi.ACTIVATIONS[name]
+    return dlfuse._ext.ACTIVATIONS[name]

@@ -22,8 +22,8 @@ except ImportError as _e:
         "dlfuse: the compiled module dlfuse._ext is missing or broken (" + str(_e) + "). "
         "Install the package (pip install ./bindings/python) or, for a CMake build, set "
         "DLFUSE_EXT_DIR=<build>/python/dlfuse") from _e
-from ._capi import LibraryNotFound, library_path
 from ._core import (AbiMismatchError, DeviceError, Error, InternalError, InvalidArgumentError,
+                    LibraryNotFound, library_path,
                     LoadFailedError, NotFoundError, OutOfMemoryError, PluginInfo, Registry,
                     Tensor, UnavailableError, UnsupportedError, abi_version, call,
                     add_mul_activation, add_mul_activation_backward, last_error, load_plugin,
