@@ -57,7 +57,7 @@ static struct {
   PyObject* default_registry_obj;
   PyObject* s_dlpack, *s_dlpack_device, *s_dlpack_c_api, *s_tensor_addr, *s_h, *s_dtype,
       *s_stream, *s_written, *s_max_version, *s_requires_grad, *s_detach, *s_cuda_stream,
-      *s_ptr, *s_handle, *s_module;
+      *s_ptr, *s_handle, *s_module, *s_ops, *s_registry;
   PyObject* kw_max_version;   /* ("max_version",) */
   PyObject* kw_stream_max;    /* ("stream", "max_version") */
   PyObject* kw_stream;        /* ("stream",) */
@@ -855,12 +855,12 @@ static PyObject* run(const char* fn, const Sig* g, dlfuse_op_t op, void* h, Args
   int given;
   if (parse_stream(A->stream, &s, &given) < 0) return NULL;
   View v[2 * DLFUSE_MAX_ARGS];
-  memset(v, 0, sizeof v);
+  const int nin = g->num_inputs, nout = g->num_outputs;
+  memset(v, 0, sizeof(View) * (size_t)(nin + nout)); /* only those in use: a call's cost */
   const DLTensor* in[DLFUSE_MAX_ARGS];
   DLTensor* outs[DLFUSE_MAX_ARGS];
   PyObject* res[DLFUSE_MAX_ARGS];
   int want[DLFUSE_MAX_ARGS];
-  const int nin = g->num_inputs, nout = g->num_outputs;
   int first = -1, need_alloc = 0, st;
   for (int i = 0; i < nout; ++i) res[i] = NULL;
   /* Inputs an ABI minor appended to an op are another form of its call (the backward from
@@ -996,11 +996,39 @@ static int opfunc_prepare(OpFunc* f, PyObject* regobj, void** h, dlfuse_op_t* op
     *op = f->op;
     return 0;
   }
+  /* A Registry object keeps its own ops' handles (valid while its handle is: a closed one
+   * has none, and the look-up below then fails). */
+  PyObject* cache = NULL;
+  if (!is_default && *h) {
+    cache = PyObject_GetAttr(regobj, S.s_ops);
+    if (!cache) PyErr_Clear();
+    else if (!PyDict_Check(cache)) Py_CLEAR(cache);
+    PyObject* hit = cache ? PyDict_GetItemWithError(cache, f->name) : NULL;
+    if (hit) {
+      *op = (dlfuse_op_t)PyLong_AsVoidPtr(hit);
+      Py_DECREF(cache);
+      return PyErr_Occurred() ? -1 : 0;
+    }
+    if (PyErr_Occurred()) {
+      Py_XDECREF(cache);
+      return -1;
+    }
+  }
   int st = S.op_get((dlfuse_registry_t)*h, name, op);
   /* The op has a schema (above), so it exists: no plugin serving it is UNSUPPORTED, as for
    * a device or dtype no plugin serves. */
   if (st == DLFUSE_STATUS_NOT_FOUND) st = DLFUSE_STATUS_UNSUPPORTED;
-  if (st) return raise_status(st, NULL);
+  if (st) {
+    Py_XDECREF(cache);
+    return raise_status(st, NULL);
+  }
+  if (cache) {
+    PyObject* v = PyLong_FromVoidPtr(*op);
+    int rc = v ? PyDict_SetItem(cache, f->name, v) : -1;
+    Py_XDECREF(v);
+    Py_DECREF(cache);
+    if (rc < 0) return -1;
+  }
   if (is_default) {
     f->op = *op;
     f->op_reg = *h;
@@ -1014,8 +1042,10 @@ static PyObject* opfunc_vectorcall(PyObject* self, PyObject* const* args, size_t
   /* The registry argument first (it decides the schema): by keyword only. */
   PyObject* regobj = NULL;
   Py_ssize_t nkw = kwn ? PyTuple_GET_SIZE(kwn) : 0;
-  for (Py_ssize_t k = 0; k < nkw; ++k)
-    if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwn, k), "registry") == 0) regobj = args[nargs + k];
+  for (Py_ssize_t k = 0; k < nkw; ++k) {
+    PyObject* key = PyTuple_GET_ITEM(kwn, k);
+    if (key == S.s_registry || PyUnicode_Compare(key, S.s_registry) == 0) regobj = args[nargs + k];
+  }
   void* h;
   dlfuse_op_t op;
   if (opfunc_prepare(f, regobj, &h, &op) < 0) return NULL;
@@ -1863,6 +1893,8 @@ PyMODINIT_FUNC PyInit__ext(void) {
   I(s_ptr, "ptr");
   I(s_handle, "handle");
   I(s_module, "__module__");
+  I(s_ops, "_ops");
+  I(s_registry, "registry");
 #undef I
   S.kw_max_version = PyTuple_Pack(1, S.s_max_version);
   S.kw_stream = PyTuple_Pack(1, intern("stream"));

@@ -172,6 +172,7 @@ class Registry:
         self._h = _ext.registry_create(plugin_paths, int(discovery))
         self._destroy = _ext.registry_destroy
         self._tensors = weakref.WeakSet()
+        self._ops = {}  # op name -> its handle here (dlfuse._ext's cache)
 
     @property
     def handle(self):
