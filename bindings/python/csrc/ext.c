@@ -1148,11 +1148,15 @@ static PyObject* opfunc_descr_get(PyObject* self, PyObject* obj, PyObject* type)
 
 /* The parameters, in call order: [(name, kind, positional, required)], reading the schema
  * (the library is loaded) when not done yet. */
-static PyObject* opfunc_parameters(OpFunc* f, PyObject* unused) {
-  (void)unused;
+static PyObject* opfunc_parameters(OpFunc* f, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs > 1) {
+    PyErr_SetString(PyExc_TypeError, "parameters(registry=None) takes at most one argument");
+    return NULL;
+  }
+  PyObject* regobj = nargs ? args[0] : NULL;
   void* h;
   dlfuse_op_t op;
-  if (!f->sig.ready && opfunc_prepare(f, NULL, &h, &op) < 0) {
+  if (!f->sig.ready && opfunc_prepare(f, regobj, &h, &op) < 0) {
     if (!f->sig.ready) return NULL;
     PyErr_Clear(); /* the op is known but no plugin offers it: the parameters still are */
   }
@@ -1181,8 +1185,9 @@ static PyObject* opfunc_get_doc(OpFunc* f, void* c) {
 }
 
 static PyMethodDef opfunc_methods[] = {
-    {"parameters", (PyCFunction)opfunc_parameters, METH_NOARGS,
-     "[(name, kind, positional, required)]: the parameters derived from the op's schema"},
+    {"parameters", (PyCFunction)(void (*)(void))opfunc_parameters, METH_FASTCALL,
+     "parameters(registry=None) -> [(name, kind, positional, required)]: the parameters derived from the op's "
+     "schema (read from registry, default the default one, when not read yet)"},
     {NULL, NULL, 0, NULL}};
 static PyGetSetDef opfunc_getset[] = {{"__name__", (getter)opfunc_get_name, NULL, NULL, NULL},
                                       {"__qualname__", (getter)opfunc_get_name, NULL, NULL, NULL},
