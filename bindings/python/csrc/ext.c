@@ -596,6 +596,7 @@ typedef struct {
   Param p[MAX_PARAMS];
   int np, npos, nreq;
   int needs_param; /* index of P_NEEDS in p, or -1 */
+  int act_index;   /* the ACTIVATION attribute, or -1 */
 } Sig;
 
 typedef struct {
@@ -608,6 +609,11 @@ typedef struct {
   Sig sig;
   void* op_reg; /* the default registry handle op was looked up in */
   dlfuse_op_t op;
+  /* The last Registry object passed, weakly (a dead one cannot be mistaken for a new one at
+   * its address), with its handle then and the op's handle in it. */
+  PyObject* last_reg_ref;
+  void* last_reg_h;
+  dlfuse_op_t last_reg_op;
 } OpFunc;
 
 static void sig_clear(Sig* g) {
@@ -758,6 +764,9 @@ static int sig_build(Sig* g, const dlfuse_op_schema_t* sc, PyObject* positional,
   }
   for (int i = 0; i < g->np; ++i)
     if (g->p[i].kind == P_NEEDS) g->needs_param = i;
+  g->act_index = -1;
+  for (int i = 0; i < g->num_attrs; ++i)
+    if (g->attr[i].default_value.key == DLFUSE_ATTR_ACTIVATION) g->act_index = i;
   g->ready = 1;
   return 0;
 fail:
@@ -996,6 +1005,11 @@ static int opfunc_prepare(OpFunc* f, PyObject* regobj, void** h, dlfuse_op_t* op
     *op = f->op;
     return 0;
   }
+  if (!is_default && *h && f->last_reg_ref && PyWeakref_GetObject(f->last_reg_ref) == regobj &&
+      f->last_reg_h == *h) {
+    *op = f->last_reg_op;
+    return 0;
+  }
   /* A Registry object keeps its own ops' handles (valid while its handle is: a closed one
    * has none, and the look-up below then fails). */
   PyObject* cache = NULL;
@@ -1028,6 +1042,16 @@ static int opfunc_prepare(OpFunc* f, PyObject* regobj, void** h, dlfuse_op_t* op
     Py_XDECREF(v);
     Py_DECREF(cache);
     if (rc < 0) return -1;
+  }
+  if (!is_default && *h) {
+    PyObject* ref = PyWeakref_NewRef(regobj, NULL);
+    if (!ref) {
+      PyErr_Clear(); /* a registry object without weak references: no fast path */
+    } else {
+      Py_XSETREF(f->last_reg_ref, ref);
+      f->last_reg_h = *h;
+      f->last_reg_op = *op;
+    }
   }
   if (is_default) {
     f->op = *op;
@@ -1080,12 +1104,14 @@ static PyObject* opfunc_vectorcall(PyObject* self, PyObject* const* args, size_t
       PyErr_Format(PyExc_TypeError, "%s() missing required argument '%U'", fn, g->p[i].name);
       return NULL;
     }
-  Args A;
-  memset(&A, 0, sizeof A);
-  for (int i = 0; i < g->num_outputs; ++i) A.needs[i] = 1;
-  int have_act = 0, act_index = -1;
-  for (int i = 0; i < g->num_attrs; ++i)
-    if (g->attr[i].default_value.key == DLFUSE_ATTR_ACTIVATION) act_index = i;
+  Args A; /* only the entries of this op's counts are read: set those (a call's cost) */
+  for (int i = 0; i < g->num_inputs; ++i) A.in[i] = NULL;
+  for (int i = 0; i < g->num_outputs; ++i) A.out[i] = A.shape[i] = NULL, A.needs[i] = 1;
+  A.nattrs = 0;
+  A.all_outputs = 0;
+  A.stream = A.registry = NULL;
+  int have_act = 0;
+  const int act_index = g->act_index;
   for (int i = 0; i < g->np; ++i) {
     const Param* q = &g->p[i];
     PyObject* o = p[i];
@@ -1134,6 +1160,7 @@ static PyObject* opfunc_new(PyTypeObject* tp, PyObject* args, PyObject* kw) {
 
 static void opfunc_dealloc(OpFunc* f) {
   sig_clear(&f->sig);
+  Py_XDECREF(f->last_reg_ref);
   Py_XDECREF(f->name);
   Py_XDECREF(f->positional);
   Py_XDECREF(f->doc);
@@ -1288,6 +1315,161 @@ done:
   Py_XDECREF(out_seq);
   sig_clear(g);
   PyMem_Free(g);
+  return r;
+}
+
+/* schema(op, registry) -> (inputs, outputs, attrs) of an op, for layers that derive their own
+ * signatures from it (dlfuse.torch): inputs [(name, flags, since_minor)], outputs
+ * [(name, flags, alias_input)], attrs [(lower-case name, is_float, required, default)]. */
+static PyObject* py_schema(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  if (nargs != 2 || !PyUnicode_Check(args[0])) {
+    PyErr_SetString(PyExc_TypeError, "_ext.schema(op: str, registry)");
+    return NULL;
+  }
+  void* h;
+  if (need_loaded() < 0 || parse_registry(args[1], &h) < 0) return NULL;
+  const char* name = PyUnicode_AsUTF8(args[0]);
+  if (!name) return NULL;
+  dlfuse_op_schema_t sc;
+  if (find_schema(h, name, &sc) < 0) return NULL;
+  PyObject* ins = PyList_New(0);
+  PyObject* outs = PyList_New(0);
+  PyObject* ats = PyList_New(0);
+  int ok = ins && outs && ats;
+  for (int i = 0; ok && i < sc.num_inputs; ++i) {
+    PyObject* t = Py_BuildValue("(sII)", sc.inputs[i].name, sc.inputs[i].flags, sc.inputs[i].since_minor);
+    ok = t && PyList_Append(ins, t) == 0;
+    Py_XDECREF(t);
+  }
+  for (int i = 0; ok && i < sc.num_outputs; ++i) {
+    PyObject* t = Py_BuildValue("(sIi)", sc.outputs[i].name, sc.outputs[i].flags, sc.outputs[i].alias_input);
+    ok = t && PyList_Append(outs, t) == 0;
+    Py_XDECREF(t);
+  }
+  for (int i = 0; ok && i < sc.num_attrs; ++i) {
+    const dlfuse_attr_schema_t* a = &sc.attrs[i];
+    const int is_float = a->default_value.type == DLFUSE_ATTR_FLOAT64;
+    PyObject* n = lower_name(a->name);
+    PyObject* d = is_float ? PyFloat_FromDouble(a->default_value.value.f64) : PyLong_FromLongLong(a->default_value.value.i64);
+    PyObject* t = n && d ? Py_BuildValue("(OiiO)", n, is_float, (a->flags & DLFUSE_ATTR_REQUIRED) != 0, d) : NULL;
+    Py_XDECREF(n);
+    Py_XDECREF(d);
+    ok = t && PyList_Append(ats, t) == 0;
+    Py_XDECREF(t);
+  }
+  if (!ok) {
+    Py_XDECREF(ins);
+    Py_XDECREF(outs);
+    Py_XDECREF(ats);
+    return NULL;
+  }
+  return Py_BuildValue("(NNN)", ins, outs, ats);
+}
+
+/* infer(op, shapes, code, bits, attrs, registry) -> [shape per output]: the output shapes of
+ * a call of op on inputs of `shapes` (a sequence, None where an optional input is absent)
+ * and one dtype, attributes by name as for dlfuse.call. For shape-only callers (the fake
+ * kernels of dlfuse.torch): no tensor is touched. */
+static PyObject* py_infer(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  if (nargs != 6 || !PyUnicode_Check(args[0]) || !PyDict_Check(args[4])) {
+    PyErr_SetString(PyExc_TypeError, "_ext.infer(op: str, shapes, code, bits, attrs: dict, registry)");
+    return NULL;
+  }
+  void* h;
+  if (need_loaded() < 0 || parse_registry(args[5], &h) < 0) return NULL;
+  const char* name = PyUnicode_AsUTF8(args[0]);
+  const int code = PyLong_AsLong(args[2]), bits = PyLong_AsLong(args[3]);
+  if (!name || PyErr_Occurred()) return NULL;
+  if (!S.op_infer || !S.op_schema) {
+    PyErr_SetString(PyExc_NotImplementedError, "dlfuse: infer needs libdlfuse of ABI >= 1.2");
+    return NULL;
+  }
+  dlfuse_op_t op = NULL;
+  int st = S.op_get((dlfuse_registry_t)h, name, &op);
+  if (st) return raise_status(st, NULL), NULL;
+  dlfuse_op_schema_t sc;
+  memset(&sc, 0, sizeof sc);
+  sc.struct_size = sizeof sc;
+  if ((st = S.op_schema(op, &sc)) != 0) return raise_status(st, NULL), NULL;
+  PyObject* seq = PySequence_Fast(args[1], "infer: shapes must be a sequence (None where an input is absent)");
+  if (!seq) return NULL;
+  PyObject* r = NULL;
+  const Py_ssize_t nin = PySequence_Fast_GET_SIZE(seq);
+  Shape* sh = PyMem_Calloc(DLFUSE_MAX_ARGS, sizeof(Shape));
+  if (!sh) {
+    Py_DECREF(seq);
+    return PyErr_NoMemory();
+  }
+  DLTensor t[DLFUSE_MAX_ARGS];
+  const DLTensor* in[DLFUSE_MAX_ARGS];
+  dlfuse_attr_t attrs[DLFUSE_MAX_ATTRS];
+  int32_t nattrs = 0;
+  if (nin != sc.num_inputs) {
+    PyErr_Format(PyExc_TypeError, "infer: %s takes %d inputs, got %zd shapes", name, sc.num_inputs, nin);
+    goto done;
+  }
+  for (Py_ssize_t i = 0; i < nin; ++i) {
+    PyObject* o = PySequence_Fast_GET_ITEM(seq, i);
+    in[i] = NULL;
+    if (o == Py_None) continue;
+    if (parse_shape(o, "infer: a shape must be a sequence of ints", &sh[i]) < 0) goto done;
+    if (sh[i].ndim > DLFUSE_MAX_NDIM) {
+      PyErr_Format(PyExc_ValueError, "infer: input %zd has %d dims (at most %d)", i, sh[i].ndim, DLFUSE_MAX_NDIM);
+      goto done;
+    }
+    memset(&t[i], 0, sizeof t[i]);
+    t[i].ndim = sh[i].ndim;
+    t[i].shape = sh[i].d;
+    t[i].dtype.code = (uint8_t)code;
+    t[i].dtype.bits = (uint8_t)bits;
+    t[i].dtype.lanes = 1;
+    t[i].device.device_type = kDLCPU;
+    in[i] = &t[i];
+  }
+  {
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(args[4], &pos, &key, &value)) {
+      const char* k = PyUnicode_AsUTF8(key);
+      if (!k) goto done;
+      int found = -1;
+      for (int i = 0; i < sc.num_attrs && found < 0; ++i)
+        if (strcasecmp(sc.attrs[i].name, k) == 0) found = i;
+      if (found < 0) {
+        PyErr_Format(PyExc_TypeError, "infer: %s has no attribute '%s'", name, k);
+        goto done;
+      }
+      if (attr_value(name, &sc.attrs[found], value, &attrs[nattrs]) < 0) goto done;
+      ++nattrs;
+    }
+  }
+  {
+    int32_t ndims[DLFUSE_MAX_ARGS];
+    int64_t shapes[DLFUSE_MAX_ARGS * DLFUSE_MAX_NDIM];
+    DLDataType dtypes[DLFUSE_MAX_ARGS];
+    st = S.op_infer(op, in, (int32_t)nin, attrs, nattrs, sc.num_outputs, ndims, shapes, dtypes);
+    if (st) {
+      raise_status(st, NULL);
+      goto done;
+    }
+    r = PyList_New(sc.num_outputs);
+    for (int32_t i = 0; r && i < sc.num_outputs; ++i) {
+      Shape o;
+      o.ndim = ndims[i];
+      memcpy(o.d, shapes + (size_t)i * DLFUSE_MAX_NDIM, sizeof(int64_t) * (size_t)ndims[i]);
+      PyObject* tup = shape_tuple(&o);
+      if (!tup) {
+        Py_CLEAR(r);
+        break;
+      }
+      PyList_SET_ITEM(r, i, tup);
+    }
+  }
+done:
+  PyMem_Free(sh);
+  Py_DECREF(seq);
   return r;
 }
 
@@ -1841,6 +2023,11 @@ static PyMethodDef methods[] = {
      "call(op, inputs, attrs, out, stream, registry)\n--\n\n"
      "Any op by name (ABI 1.2), by its schema: dlfuse.call's native half."},
     {"core_ops", py_core_ops, METH_NOARGS, "The names of the ops of the table this module was built with."},
+    {"infer", (PyCFunction)(void (*)(void))py_infer, METH_FASTCALL,
+     "infer(op, shapes, code, bits, attrs, registry) -> the output shapes of a call (dlfuse_op_infer_outputs)"},
+    {"schema", (PyCFunction)(void (*)(void))py_schema, METH_FASTCALL,
+     "schema(op, registry) -> (inputs, outputs, attrs): [(name, flags, since)], [(name, flags, alias)], "
+     "[(name, is_float, required, default)]"},
     {"op_names", py_op_names, METH_O, "op_names(registry or None): every op with a schema in the registry."},
     {"set_loader", py_set_loader, METH_O, "The callable the first op call runs to load libdlfuse."},
     {"exchange_api", py_exchange_api, METH_O,

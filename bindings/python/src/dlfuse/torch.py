@@ -23,7 +23,7 @@ import torch
 
 from . import _core, _ext, _torch_cpp
 
-__all__ = ["matmul_add_relu", "add_mul_activation", "matmul_add_activation",
+__all__ = ["matmul_add_relu", "add_mul_activation", "matmul_add_activation", "op_function",
            "matmul_add_residual", "MatmulAddRelu", "AddMulActivation", "MatmulAddActivation",
            "MatmulAddResidual", "FusedLinearReLU", "FusedLinear"]
 
@@ -704,3 +704,162 @@ class FusedLinear(torch.nn.Linear):
 
     def extra_repr(self):
         return f"{super().extra_repr()}, activation={self.activation}"
+
+
+# ---- every other op, from its schema ---------------------------------------------------------
+#
+# An op this module has no function for above (a plugin's own, or one added to ops.def) gets
+# a torch custom op torch.ops.dlfuse.<op> whose schema, kernel, fake kernel and autograd are
+# all derived from its dlfuse schema (dlfuse._ext.schema):
+#   - torch schema: its inputs (Tensor, Tensor? where optional), its attributes (float or int,
+#     with their defaults), then `bool[] needs=[]` when every output is optional (empty: all)
+#     and `int[]? <x>_shape=None` for each REDUCIBLE output grad_<x>; it returns every output
+#     (an output not computed is an empty tensor, as custom ops must return tensors);
+#   - kernel and fake kernel: the output shapes from dlfuse_op_infer_outputs (dlfuse._ext.infer,
+#     which reads shapes only, so fake tensors do), outputs from torch.empty, the call through
+#     dlfuse._ext.call;
+#   - autograd, where the registry also has `<op>_backward`: the backward's inputs named like
+#     the forward's inputs or outputs are saved (grad_out is the gradient of the first output),
+#     its attributes taken from the forward's of the same name, `needs` from which inputs need a
+#     gradient and `<x>_shape` from the forward's input x; its output grad_<x> is the gradient
+#     of input x.
+# dlfuse.torch.<op> (or op_function(name)) is then torch.ops.dlfuse.<op>.
+
+_DERIVED_LIB = None
+_derived = {}  # op name -> (_Derived, its torch op)
+_TORCH_DTYPE_DL = {torch.float32: (2, 32), torch.float64: (2, 64), torch.float16: (2, 16),
+                   torch.bfloat16: (4, 16)}
+_OPTIONAL, _REDUCIBLE = 1, 2
+
+
+class _Derived:
+    """What the derived torch op of one dlfuse op needs to know, from its schema."""
+
+    def __init__(self, name):
+        self.name = name
+        self.inputs, self.outputs, self.attrs = _core._ext.schema(name, None)
+        self.in_names = [n for n, _f, _s in self.inputs]
+        self.out_names = [n for n, _f, _a in self.outputs]
+        self.attr_names = [n for n, *_ in self.attrs]
+        self.all_optional = all(f & _OPTIONAL for _n, f, _a in self.outputs)
+        self.shape_params = [(i, (n[5:] if n.startswith("grad_") else n) + "_shape")
+                             for i, (n, f, _a) in enumerate(self.outputs) if f & _REDUCIBLE]
+
+    def torch_schema(self):
+        args = [f"Tensor{'?' if f & _OPTIONAL else ''} {n}" for n, f, _s in self.inputs]
+        for n, is_float, required, default in self.attrs:
+            t = "float" if is_float else "int"
+            args.append(f"{t} {n}" if required else f"{t} {n}={default!r}")
+        if self.all_optional:
+            args.append("bool[] needs=[]")
+        args += [f"int[]? {p}=None" for _i, p in self.shape_params]
+        ret = "Tensor" if len(self.outputs) == 1 else "(" + ", ".join(["Tensor"] * len(self.outputs)) + ")"
+        return f"({', '.join(args)}) -> {ret}"
+
+    def split(self, args):
+        """(inputs, {attr: value}, needs, {output index: shape}) from the torch op's arguments."""
+        n_in, n_at = len(self.inputs), len(self.attrs)
+        ins, rest = list(args[:n_in]), list(args[n_in:])
+        attrs = dict(zip(self.attr_names, rest[:n_at]))
+        rest = rest[n_at:]
+        needs = [True] * len(self.outputs)
+        if self.all_optional:
+            given = list(rest.pop(0)) if rest else []
+            if given:
+                needs = [bool(v) for v in given]
+        shapes = {i: rest[k] for k, (i, _p) in enumerate(self.shape_params) if k < len(rest) and rest[k] is not None}
+        return ins, attrs, needs, shapes
+
+    def empty_outputs(self, ins, attrs, needs, shapes):
+        like = next(t for t in ins if t is not None)
+        code, bits = _TORCH_DTYPE_DL.get(like.dtype, (0, 0))
+        inferred = _core._ext.infer(self.name, [None if t is None else tuple(t.shape) for t in ins],
+                                    code, bits, attrs, None)
+        return [like.new_empty(tuple(shapes.get(i, inferred[i])) if needs[i] else (0,))
+                for i in range(len(self.outputs))]
+
+    def kernel(self, *args):
+        ins, attrs, needs, shapes = self.split(args)
+        ins = list(_c(*ins)) if FORCE_CONTIGUOUS else ins
+        outs = self.empty_outputs(ins, attrs, needs, shapes)
+        like = next(t for t in ins if t is not None)
+        _core._ext.call(self.name, tuple(ins), attrs,
+                        [o if n else False for o, n in zip(outs, needs)], _stream(like), None)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def fake(self, *args):
+        ins, attrs, needs, shapes = self.split(args)
+        outs = self.empty_outputs(ins, attrs, needs, shapes)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _derive(name):
+    """Defines torch.ops.dlfuse.<name> from the op's schema; returns it."""
+    global _DERIVED_LIB
+    d = _Derived(name)
+    if _DERIVED_LIB is None:
+        _DERIVED_LIB = torch.library.Library("dlfuse", "FRAGMENT")
+    _DERIVED_LIB.define(name + d.torch_schema())
+    qual = "dlfuse::" + name
+    torch.library.impl(qual, ("CPU", "CUDA"), lib=_DERIVED_LIB)(d.kernel)
+    torch.library.register_fake(qual, lib=_DERIVED_LIB)(d.fake)
+    bwd_name = name + "_backward"
+    if bwd_name in _core.op_names():
+        bwd_op = op_function(bwd_name)
+        b = _derived[bwd_name][0]
+        grad_of = [n[5:] if n.startswith("grad_") else n for n in b.out_names]
+        n_extra = len(d.attrs) + (1 if d.all_optional else 0) + len(d.shape_params)
+
+        def setup_context(ctx, inputs, output):
+            outs = output if isinstance(output, tuple) else (output,)
+            by_name = dict(zip(d.in_names, inputs[:len(d.in_names)]))
+            by_name.update(zip(d.out_names, outs))
+            ctx.save_for_backward(*(by_name.get(n) for n in b.in_names[1:]))
+            attrs = dict(zip(d.attr_names, inputs[len(d.in_names):len(d.in_names) + len(d.attrs)]))
+            ctx.attrs = [attrs.get(n, default) for n, _f, _r, default in b.attrs]
+            ctx.shapes = [None if by_name.get(p[:-6]) is None else list(by_name[p[:-6]].shape)
+                          for _i, p in b.shape_params]
+
+        def backward(ctx, *grads):
+            needs_in = dict(zip(d.in_names, ctx.needs_input_grad))
+            needs = [bool(needs_in.get(n, False)) for n in grad_of]
+            res = bwd_op(grads[0], *ctx.saved_tensors, *ctx.attrs,
+                         *([needs] if b.all_optional else []), *ctx.shapes)
+            res = res if isinstance(res, tuple) else (res,)
+            by_input = {n: (r if k else None) for n, r, k in zip(grad_of, res, needs)}
+            return tuple(by_input.get(n) for n in d.in_names) + (None,) * n_extra
+
+        torch.library.register_autograd(qual, backward, setup_context=setup_context, lib=_DERIVED_LIB)
+    op = getattr(torch.ops.dlfuse, name)
+    _derived[name] = (d, op)
+    return op
+
+
+def op_function(name):
+    """The torch function of dlfuse op `name`: the public function above for the ops this
+    module defines by hand, else torch.ops.dlfuse.<name> derived from its schema (its
+    backward op, where the registry has one, wired as its autograd formula)."""
+    if name in __all__:
+        return globals()[name]
+    got = _derived.get(name)
+    if got is not None:
+        return got[1]
+    if name in _HAND_OPS:
+        return getattr(torch.ops.dlfuse, name)  # defined above or by the C++ operators
+    return _derive(name)
+
+
+# The torch.ops.dlfuse.* that this module (or csrc/torch_ops.cpp) defines by hand, with the
+# documented signatures (docs/python.md) that predate op schemas.
+_HAND_OPS = frozenset(_FAKES)
+
+
+def __getattr__(name):
+    """dlfuse.torch.<op> for an op a loaded plugin declares (derived from its schema)."""
+    if not name.startswith("_"):
+        try:
+            if name in _core.op_names():
+                return op_function(name)
+        except (_core.Error, OSError):
+            pass
+    raise AttributeError(f"module 'dlfuse.torch' has no attribute {name!r}")
