@@ -30,7 +30,7 @@
 typedef struct DLPackExchangeAPI DLPackExchangeAPI;
 #endif
 
-#define MAX_NDIM 64 /* output shapes are built on the stack; deeper ones are left to C's checks */
+#define MAX_NDIM DLFUSE_MAX_NDIM /* shapes are built on the stack; the registry takes no deeper ones */
 
 /* ---- module state -------------------------------------------------------------------- */
 
@@ -823,6 +823,72 @@ static int attr_value(const char* fn, const dlfuse_attr_schema_t* as, PyObject* 
   return (a->value.i64 == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
+/* NumPy broadcasting of n shapes; 0 when they do not broadcast. */
+static int broadcast_shapes(Shape* out, int n, const int64_t* const* dims, const int* nds) {
+  int nd = 0;
+  for (int k = 0; k < n; ++k) {
+    if (nds[k] < 0 || nds[k] > DLFUSE_MAX_NDIM) return 0;
+    if (nds[k] > nd) nd = nds[k];
+  }
+  out->ndim = nd;
+  for (int i = 0; i < nd; ++i) {
+    int64_t d = 1;
+    for (int k = 0; k < n; ++k) {
+      const int j = i - (nd - nds[k]);
+      if (j < 0) continue;
+      const int64_t v = dims[k][j];
+      if (v != 1) {
+        if (d != 1 && d != v) return 0;
+        d = v;
+      }
+    }
+    out->d[i] = d;
+  }
+  return 1;
+}
+
+/* An output's shape by its schema's rule (dlfuse/ops.h: MATMUL, BROADCAST, LIKE), as
+ * dlfuse_op_infer_outputs gives it, for the calls that fit the rule plainly; 0 otherwise
+ * (a callback rule, shapes the rule refuses): the caller then asks the registry, which
+ * also words the refusal. Here because a call allocating its outputs pays this on every
+ * call, and the rule costs a few dozen instructions against the registry's ~1700. */
+static int rule_shape(const dlfuse_arg_schema_t* o, const DLTensor* const* in, int nin, Shape* sh) {
+  const DLTensor* ts[3];
+  int n = 0;
+  for (int i = 0; i < nin && i < 32; ++i) {
+    if (!((o->shape_inputs >> i) & 1u) || !in[i]) continue;
+    if (n == 3) return 0;
+    ts[n++] = in[i];
+  }
+  if (n == 0) return 0;
+  for (int k = 0; k < n; ++k)
+    if (ts[k]->ndim < 0 || ts[k]->ndim > DLFUSE_MAX_NDIM || (ts[k]->ndim && !ts[k]->shape)) return 0;
+  switch (o->shape_rule) {
+    case DLFUSE_SHAPE_LIKE:
+      sh->ndim = ts[0]->ndim;
+      for (int i = 0; i < sh->ndim; ++i) sh->d[i] = ts[0]->shape[i];
+      return 1;
+    case DLFUSE_SHAPE_BROADCAST: {
+      const int64_t* dims[3];
+      int nds[3];
+      for (int k = 0; k < n; ++k) dims[k] = ts[k]->shape, nds[k] = ts[k]->ndim;
+      return broadcast_shapes(sh, n, dims, nds);
+    }
+    case DLFUSE_SHAPE_MATMUL: {
+      const DLTensor *a = ts[0], *b = ts[1];
+      if (n != 2 || a->ndim < 2 || b->ndim < 2 || a->shape[a->ndim - 1] != b->shape[b->ndim - 2]) return 0;
+      const int64_t* dims[2] = {a->shape, b->shape};
+      int nds[2] = {a->ndim - 2, b->ndim - 2};
+      if (!broadcast_shapes(sh, 2, dims, nds) || sh->ndim + 2 > DLFUSE_MAX_NDIM) return 0;
+      sh->d[sh->ndim++] = a->shape[a->ndim - 2];
+      sh->d[sh->ndim++] = b->shape[b->ndim - 1];
+      return 1;
+    }
+    default:
+      return 0;
+  }
+}
+
 /* A call's arguments, by kind, after parsing. */
 typedef struct {
   PyObject* in[DLFUSE_MAX_ARGS];
@@ -915,25 +981,34 @@ static PyObject* run(const char* fn, const Sig* g, dlfuse_op_t op, void* h, Args
       PyErr_Format(PyExc_TypeError, "%s(): no input to allocate outputs like; pass the outputs", fn);
       goto fail;
     }
-    int32_t ndims[DLFUSE_MAX_ARGS];
-    int64_t shapes[DLFUSE_MAX_ARGS * DLFUSE_MAX_NDIM];
-    DLDataType dtypes[DLFUSE_MAX_ARGS];
-    st = S.op_infer(op, in, nin, A->attrs, A->nattrs, nout, ndims, shapes, dtypes);
-    if (st) {
-      raise_status(st, NULL);
-      goto fail;
+    Shape rs[DLFUSE_MAX_ARGS];
+    int by_rule = 1;
+    for (int i = 0; i < nout && by_rule; ++i)
+      if (want[i] == 1 && is_none(A->shape[i])) by_rule = rule_shape(&g->out[i], in, nin, &rs[i]);
+    if (!by_rule) { /* the registry's inference, and its message where the shapes do not fit */
+      int32_t ndims[DLFUSE_MAX_ARGS];
+      int64_t shapes[DLFUSE_MAX_ARGS * DLFUSE_MAX_NDIM];
+      DLDataType dtypes[DLFUSE_MAX_ARGS];
+      st = S.op_infer(op, in, nin, A->attrs, A->nattrs, nout, ndims, shapes, dtypes);
+      if (st) {
+        raise_status(st, NULL);
+        goto fail;
+      }
+      for (int i = 0; i < nout; ++i) {
+        rs[i].ndim = ndims[i];
+        memcpy(rs[i].d, shapes + (size_t)i * DLFUSE_MAX_NDIM, sizeof(int64_t) * (size_t)ndims[i]);
+      }
     }
     for (int i = 0; i < nout; ++i) {
       if (want[i] != 1) continue;
       Shape sh;
       if (!is_none(A->shape[i])) {
         if (parse_shape(A->shape[i], "dlfuse: a *_shape argument must be a sequence of ints", &sh) < 0) goto fail;
-      } else if (g->is_bias[i] && (g->shape_base_in[i] < 0 || !in[g->shape_base_in[i]]) && ndims[i] > 0) {
+      } else if (g->is_bias[i] && (g->shape_base_in[i] < 0 || !in[g->shape_base_in[i]]) && rs[i].ndim > 0) {
         sh.ndim = 1;
-        sh.d[0] = shapes[(size_t)i * DLFUSE_MAX_NDIM + ndims[i] - 1];
+        sh.d[0] = rs[i].d[rs[i].ndim - 1];
       } else {
-        sh.ndim = ndims[i];
-        memcpy(sh.d, shapes + (size_t)i * DLFUSE_MAX_NDIM, sizeof(int64_t) * (size_t)ndims[i]);
+        sh = rs[i];
       }
       res[i] = alloc_like(A->in[first], &v[first], &sh, A->registry);
       if (!res[i]) goto fail;
