@@ -1,16 +1,21 @@
-/* dlfuse._ext: the hot path of the Python package on the CPython API.
+/* dlfuse._ext: the Python package's one native layer, on the CPython API.
  *
- * Per call: parse the arguments (vectorcall, no tuple/dict), take each tensor's DLTensor
- * (the type's DLPack exchange API where it has one, else __dlpack__), allocate missing
- * outputs (the exchange API's allocator, numpy.empty, or a Python fallback), call
- * libdlfuse, raise the package's exception with the C message on failure.
+ * Ops: one callable type, OpFunction, for every op; its parameters come from the op's schema
+ * (dlfuse_registry_op_schema), so no op is named here. Per call: parse the arguments
+ * (vectorcall, no tuple/dict), take each tensor's DLTensor (the type's DLPack exchange API
+ * where it has one, else __dlpack__), allocate missing outputs (the exchange API's allocator,
+ * numpy.empty, or a Python fallback) with the shapes the schema's rules give, call
+ * dlfuse_op_call, raise the package's exception with the C message on failure.
+ *
+ * The rest of the package's use of libdlfuse goes through here too: the registry's admin
+ * calls, device memory, dlfuse.Tensor's DLPack export.
  *
  * libdlfuse is dlopen'ed at load() from the path the Python side resolved
- * ($DLFUSE_LIBRARY, the wheel's own copy, the prefix): the same handle ctypes uses for the
- * registry's admin calls, so both sides share one library and its per-thread last error.
- * A call through a dlsym'ed pointer costs what a PLT call does.
+ * ($DLFUSE_LIBRARY, the wheel's own copy, the prefix, the loader's path). A call through a
+ * dlsym'ed pointer costs what a PLT call does.
  *
- * Everything here runs with the GIL held; the module state is process-wide. */
+ * Everything here runs with the GIL held (released around the C calls that may take long);
+ * the module state is process-wide. */
 #define PY_SSIZE_T_CLEAN
 #define _GNU_SOURCE /* dladdr */
 #include <Python.h>

@@ -4,10 +4,11 @@
     out = dlfuse.matmul_add_relu(a, b, bias)          # any __dlpack__ producer
     np.from_dlpack(out)                               # zero copy
 
-``dlfuse.torch`` (imported on demand) adds autograd Functions and torch.library ops.
-libdlfuse is looked up on first use: $DLFUSE_LIBRARY (only it, when set), the package's own
-dlfuse/lib/libdlfuse.so (a wheel's), <prefix>/lib/libdlfuse.so, then
-ctypes.util.find_library("dlfuse"). See docs/python.md.
+Every op is a function whose parameters come from the op's schema (dlfuse.op_function);
+an op a loaded plugin declares is dlfuse.<op> too. ``dlfuse.torch`` (imported on demand)
+adds autograd Functions and torch.library ops. libdlfuse is looked up on first use:
+$DLFUSE_LIBRARY (only it, when set), the package's own dlfuse/lib/libdlfuse.so (a wheel's),
+<prefix>/lib/libdlfuse.so, then libdlfuse.so on the loader's path. See docs/python.md.
 """
 import os as _os
 
