@@ -17,6 +17,7 @@ kernels and autograd formulas registered), so ``torch.compile(fullgraph=True)`` 
 them as opaque calls and CUDA graphs capture them (docs/python.md).
 """
 
+import threading
 from typing import List, Tuple
 
 import torch
@@ -846,7 +847,12 @@ def op_function(name):
         return got[1]
     if name in _HAND_OPS:
         return getattr(torch.ops.dlfuse, name)  # defined above or by the C++ operators
-    return _derive(name)
+    with _derive_lock:  # an op is defined once, whichever thread asks first
+        got = _derived.get(name)
+        return got[1] if got is not None else _derive(name)
+
+
+_derive_lock = threading.RLock()  # re-entered: deriving an op derives its backward
 
 
 # The torch.ops.dlfuse.* that this module (or csrc/torch_ops.cpp) defines by hand, with the
