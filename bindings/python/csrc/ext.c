@@ -1,17 +1,23 @@
-/* dlfuse._ext: the hot path of the Python package on the CPython API.
+/* dlfuse._ext: the Python package's one native layer, on the CPython API.
  *
- * Per call: parse the arguments (vectorcall, no tuple/dict), take each tensor's DLTensor
- * (the type's DLPack exchange API where it has one, else __dlpack__), allocate missing
- * outputs (the exchange API's allocator, numpy.empty, or a Python fallback), call
- * libdlfuse, raise the package's exception with the C message on failure.
+ * Ops: one callable type, OpFunction, for every op; its parameters come from the op's schema
+ * (dlfuse_registry_op_schema), so no op is named here. Per call: parse the arguments
+ * (vectorcall, no tuple/dict), take each tensor's DLTensor (the type's DLPack exchange API
+ * where it has one, else __dlpack__), allocate missing outputs (the exchange API's allocator,
+ * numpy.empty, or a Python fallback) with the shapes the schema's rules give, call
+ * dlfuse_op_call, raise the package's exception with the C message on failure.
+ *
+ * The rest of the package's use of libdlfuse goes through here too: the registry's admin
+ * calls, device memory, dlfuse.Tensor's DLPack export.
  *
  * libdlfuse is dlopen'ed at load() from the path the Python side resolved
- * ($DLFUSE_LIBRARY, the wheel's own copy, the prefix): the same handle ctypes uses for the
- * registry's admin calls, so both sides share one library and its per-thread last error.
- * A call through a dlsym'ed pointer costs what a PLT call does.
+ * ($DLFUSE_LIBRARY, the wheel's own copy, the prefix, the loader's path). A call through a
+ * dlsym'ed pointer costs what a PLT call does.
  *
- * Everything here runs with the GIL held; the module state is process-wide. */
+ * Everything here runs with the GIL held (released around the C calls that may take long);
+ * the module state is process-wide. */
 #define PY_SSIZE_T_CLEAN
+#define _GNU_SOURCE /* dladdr */
 #include <Python.h>
 #include <dlfcn.h>
 #include <stdint.h>
@@ -20,6 +26,7 @@
 
 #include <dlpack/dlpack.h>
 #include <dlfuse/dlfuse.h>
+#include <dlfuse/plugin.h> /* DLFUSE_KERNEL_TAKES_V1_1_INPUTS */
 
 #if DLPACK_MAJOR_VERSION > 1 || (DLPACK_MAJOR_VERSION == 1 && DLPACK_MINOR_VERSION >= 3)
 #define DLFUSE_HAVE_EXCHANGE_API 1
@@ -28,28 +35,20 @@
 typedef struct DLPackExchangeAPI DLPackExchangeAPI;
 #endif
 
-#define MAX_NDIM 64 /* output shapes are built on the stack; deeper ones are left to C's checks */
+#define MAX_NDIM DLFUSE_MAX_NDIM /* shapes are built on the stack; the registry takes no deeper ones */
 
 /* ---- module state -------------------------------------------------------------------- */
 
 static struct {
   void* lib;
-  __typeof__(&dlfuse_matmul_add_relu) mar;
-  __typeof__(&dlfuse_matmul_add_relu_backward) mar_bwd;
-  __typeof__(&dlfuse_add_mul_activation) amc;
-  __typeof__(&dlfuse_add_mul_activation_backward) amc_bwd;
-  /* ABI 1.1; NULL with a libdlfuse of ABI 1.0 (the ops then say so) */
-  __typeof__(&dlfuse_matmul_add_activation) maa;
-  __typeof__(&dlfuse_matmul_add_activation_backward) maa_bwd;
-  __typeof__(&dlfuse_matmul_add_residual) mres;
-  __typeof__(&dlfuse_matmul_add_residual_backward) mres_bwd;
-  __typeof__(&dlfuse_add_mul_activation_backward_from_out) amc_bwd_out;
   __typeof__(&dlfuse_last_error) last_error;
-  /* ABI 1.2: any op by name, by its schema; NULL with an older libdlfuse */
   __typeof__(&dlfuse_op_get) op_get;
+  __typeof__(&dlfuse_op_call) op_call;
+  /* ABI 1.2 (op schemas); NULL with an older libdlfuse, whose ops then say so */
   __typeof__(&dlfuse_op_schema) op_schema;
   __typeof__(&dlfuse_op_infer_outputs) op_infer;
-  __typeof__(&dlfuse_op_call) op_call;
+  __typeof__(&dlfuse_registry_op_count) op_count;
+  __typeof__(&dlfuse_registry_op_schema) reg_op_schema;
   PyObject* errors[16];     /* status -> exception class; [0] is dlfuse.Error */
   PyObject* tensor_type;    /* dlfuse.Tensor */
   PyObject* alloc_fallback; /* _core._alloc_fallback(like, shape, code, bits, dev_type, dev_id, registry) */
@@ -63,7 +62,7 @@ static struct {
   PyObject* default_registry_obj;
   PyObject* s_dlpack, *s_dlpack_device, *s_dlpack_c_api, *s_tensor_addr, *s_h, *s_dtype,
       *s_stream, *s_written, *s_max_version, *s_requires_grad, *s_detach, *s_cuda_stream,
-      *s_ptr, *s_handle, *s_module;
+      *s_ptr, *s_handle, *s_module, *s_ops, *s_registry;
   PyObject* kw_max_version;   /* ("max_version",) */
   PyObject* kw_stream_max;    /* ("stream", "max_version") */
   PyObject* kw_stream;        /* ("stream",) */
@@ -338,12 +337,12 @@ static int raise_status(int status, const char* message) {
 /* The first op call loads libdlfuse through the package's loader (it raises
  * dlfuse.LibraryNotFound with what it tried), so `import dlfuse` never fails for that. */
 static int need_loaded(void) {
-  if (S.mar) return 0;
+  if (S.op_call) return 0;
   if (S.loader) {
     PyObject* r = PyObject_CallNoArgs(S.loader);
     if (!r) return -1;
     Py_DECREF(r);
-    if (S.mar) return 0;
+    if (S.op_call) return 0;
   }
   PyErr_SetString(PyExc_RuntimeError, "dlfuse._ext: load() has not run (import dlfuse, not dlfuse._ext)");
   return -1;
@@ -356,63 +355,6 @@ static PyObject* py_set_loader(PyObject* self, PyObject* fn) {
 }
 
 /* ---- arguments ----------------------------------------------------------------------------- */
-
-/* Interned Python strings for the C names of the parameters, made once per name. The
- * names are static strings, so their address is the key. */
-#define NAME_CACHE 64
-static struct {
-  const char* c;
-  PyObject* py;
-} g_names[NAME_CACHE];
-static int g_nnames;
-static PyObject* intern_name(const char* c) {
-  for (int i = 0; i < g_nnames; ++i)
-    if (g_names[i].c == c) return g_names[i].py;
-  if (g_nnames == NAME_CACHE) return NULL;
-  PyObject* py = PyUnicode_InternFromString(c);
-  if (!py) {
-    PyErr_Clear();
-    return NULL;
-  }
-  g_names[g_nnames].c = c;
-  g_names[g_nnames].py = py;
-  return g_names[g_nnames++].py;
-}
-
-/* A vectorcall argument parser: names[i] for slot i; the first npos may be positional. */
-static int parse_args(const char* fn, const char* const* names, int n, int npos, int nreq,
-                      PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** out) {
-  for (int i = 0; i < n; ++i) out[i] = NULL;
-  if (nargs > npos) {
-    PyErr_Format(PyExc_TypeError, "%s() takes at most %d positional arguments (%zd given)", fn, npos, nargs);
-    return -1;
-  }
-  for (Py_ssize_t i = 0; i < nargs; ++i) out[i] = args[i];
-  Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-  for (Py_ssize_t k = 0; k < nkw; ++k) {
-    PyObject* key = PyTuple_GET_ITEM(kwnames, k);
-    int found = -1;
-    for (int i = 0; i < n && found < 0; ++i) /* call sites' keywords are interned: identity first */
-      if (key == intern_name(names[i])) found = i;
-    for (int i = 0; i < n && found < 0; ++i)
-      if (PyUnicode_CompareWithASCIIString(key, names[i]) == 0) found = i;
-    if (found < 0) {
-      PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", fn, key);
-      return -1;
-    }
-    if (out[found]) {
-      PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'", fn, names[found]);
-      return -1;
-    }
-    out[found] = args[nargs + k];
-  }
-  for (int i = 0; i < nreq; ++i)
-    if (!out[i]) {
-      PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'", fn, names[i]);
-      return -1;
-    }
-  return 0;
-}
 
 static int is_none(PyObject* o) { return !o || o == Py_None; }
 
@@ -511,45 +453,12 @@ static int parse_needs_n(PyObject* o, int* needs, int n) {
   return 0;
 }
 
-static int parse_needs(PyObject* o, int needs[3]) { return parse_needs_n(o, needs, 3); }
-
-static int truthy(PyObject* o) { return is_none(o) ? 0 : PyObject_IsTrue(o); }
-
 /* ---- shapes and allocation ------------------------------------------------------------------ */
 
 typedef struct {
   int ndim;
   int64_t d[MAX_NDIM];
 } Shape;
-
-static void shape_of(const DLTensor* t, Shape* s) {
-  s->ndim = t->ndim > MAX_NDIM ? MAX_NDIM : (t->ndim < 0 ? 0 : t->ndim);
-  for (int i = 0; i < s->ndim; ++i) s->d[i] = t->shape ? t->shape[i] : 0;
-}
-
-/* NumPy broadcasting of n shapes given as (dims, ndim); 0 when incompatible. */
-static int broadcast(Shape* out, int n, const int64_t* const* dims, const int* nds) {
-  int nd = 0;
-  for (int k = 0; k < n; ++k) {
-    if (nds[k] < 0 || nds[k] > MAX_NDIM) return 0;
-    if (nds[k] > nd) nd = nds[k];
-  }
-  out->ndim = nd;
-  for (int i = 0; i < nd; ++i) {
-    int64_t d = 1;
-    for (int k = 0; k < n; ++k) {
-      int j = i - (nd - nds[k]);
-      if (j < 0) continue;
-      int64_t s = dims[k][j];
-      if (s != 1) {
-        if (d != 1 && d != s) return 0;
-        d = s;
-      }
-    }
-    out->d[i] = d;
-  }
-  return 1;
-}
 
 #if DLFUSE_HAVE_EXCHANGE_API
 static void alloc_set_error(void* ctx, const char* kind, const char* message) {
@@ -649,153 +558,354 @@ static void release_all(View* vs, int n) {
   for (int i = 0; i < n; ++i) view_release(&vs[i]);
 }
 
-/* ---- the ops ------------------------------------------------------------------------------ */
+/* ---- ops from their schemas ------------------------------------------------------------------
+ *
+ * One callable type, OpFunc, serves every op: its parameters are derived from the op's
+ * schema (dlfuse_registry_op_schema) the first time it is called, so an op added to
+ * dlfuse/ops.def, or declared by a plugin, is callable with no change here:
+ *   - each input by its schema name; each output by its name (None: allocated where wanted,
+ *     True: allocated, False: not written, a tensor: written);
+ *   - each attribute by its name in lower case (`activation` also takes the activation's
+ *     name; an INT64 attribute of range [0, 1] takes any truth value);
+ *   - `needs` (one truth value per output) when every output is optional (a gradient op):
+ *     which outputs to allocate and compute;
+ *   - `<x>_shape` for each REDUCIBLE output `grad_<x>` (else `<output>_shape`): the shape to
+ *     allocate it with. Default: the inferred one; where the input <x> is not part of the
+ *     call and <x> is `bias`, the inferred shape's last dim (dlfuse's ops take a row bias);
+ *   - `stream` and `registry`.
+ * Which of them are positional, and how many are required, is the `positional` spec given
+ * at creation; without one, the inputs (up to the first optional one required), then the
+ * attributes. The result is the one required output alone when that is all that was
+ * written, else a tuple of every output (None where not written). */
 
-/* The shape of a @ b: broadcast batch dims + [M, N]. Operands the registry will refuse
- * (1-D, too many dims) give some shape; the call then fails with the registry's message. */
-static void matmul_out_shape(const DLTensor* a, const DLTensor* b, Shape* sh) {
-  if (a->ndim >= 2 && b->ndim >= 2 && a->ndim <= MAX_NDIM && b->ndim <= MAX_NDIM) {
-    const int64_t* dims[2] = {a->shape, b->shape};
-    int nds[2] = {a->ndim - 2, b->ndim - 2};
-    if (!broadcast(sh, 2, dims, nds)) {
-      sh->ndim = a->ndim - 2;
-      memcpy(sh->d, a->shape, sizeof(int64_t) * (size_t)sh->ndim);
-    }
-    if (sh->ndim + 2 > MAX_NDIM) sh->ndim = MAX_NDIM - 2;
-    sh->d[sh->ndim++] = a->shape[a->ndim - 2];
-    sh->d[sh->ndim++] = b->shape[b->ndim - 1];
-  } else {
-    sh->ndim = 1; /* the registry refuses 1-D operands and says so */
-    sh->d[0] = 0;
-  }
+enum { P_IN, P_OUT, P_ATTR, P_NEEDS, P_SHAPE, P_STREAM, P_REGISTRY };
+#define MAX_PARAMS (3 * DLFUSE_MAX_ARGS + DLFUSE_MAX_ATTRS + 3)
+
+typedef struct {
+  PyObject* name; /* interned */
+  int kind;
+  int index; /* input, output or attribute index; P_SHAPE: the output's */
+} Param;
+
+typedef struct {
+  int ready;
+  int num_inputs, num_outputs, num_attrs;
+  dlfuse_arg_schema_t in[DLFUSE_MAX_ARGS], out[DLFUSE_MAX_ARGS];
+  dlfuse_attr_schema_t attr[DLFUSE_MAX_ATTRS];
+  PyObject* names[2 * DLFUSE_MAX_ARGS + DLFUSE_MAX_ATTRS]; /* owned: the C names point into them */
+  int nnames;
+  int has_required_out;
+  int since_minor;
+  int shape_base_in[DLFUSE_MAX_ARGS]; /* P_SHAPE: the input the gradient belongs to, or -1 */
+  int is_bias[DLFUSE_MAX_ARGS];       /* that input is named bias */
+  Param p[MAX_PARAMS];
+  int np, npos, nreq;
+  int needs_param; /* index of P_NEEDS in p, or -1 */
+  int act_index;   /* the ACTIVATION attribute, or -1 */
+} Sig;
+
+typedef struct {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject* name;       /* the op's name */
+  PyObject* positional; /* a tuple of parameter names, or None */
+  Py_ssize_t nreq;      /* how many of them are required; -1: derived */
+  PyObject* doc;
+  Sig sig;
+  void* op_reg; /* the default registry handle op was looked up in */
+  dlfuse_op_t op;
+  /* The last Registry object passed, weakly (a dead one cannot be mistaken for a new one at
+   * its address), with its handle then and the op's handle in it. */
+  PyObject* last_reg_ref;
+  void* last_reg_h;
+  dlfuse_op_t last_reg_op;
+} OpFunc;
+
+static void sig_clear(Sig* g) {
+  for (int i = 0; i < g->nnames; ++i) Py_CLEAR(g->names[i]);
+  for (int i = 0; i < g->np; ++i) Py_CLEAR(g->p[i].name);
+  g->nnames = g->np = 0;
+  g->ready = 0;
 }
 
-/* An ABI 1.1 function of libdlfuse, or a raised NotImplementedError naming it. */
-static int need_v11(const void* fn, const char* name) {
-  if (fn) return 0;
-  PyErr_Format(PyExc_NotImplementedError,
-               "dlfuse: %s needs libdlfuse of ABI >= 1.1; the loaded library is older", name);
+static PyObject* own_name(Sig* g, const char* c, const char** cstr) {
+  PyObject* n = PyUnicode_InternFromString(c ? c : "");
+  if (!n) return NULL;
+  g->names[g->nnames++] = n;
+  *cstr = PyUnicode_AsUTF8(n);
+  return n;
+}
+
+static int add_param(Sig* g, PyObject* name, int kind, int index) {
+  for (int i = 0; i < g->np; ++i)
+    if (PyUnicode_Compare(g->p[i].name, name) == 0) return 0; /* a clash keeps the first (schema order) */
+  if (g->np == MAX_PARAMS) return 0;
+  g->p[g->np].name = Py_NewRef(name);
+  g->p[g->np].kind = kind;
+  g->p[g->np].index = index;
+  ++g->np;
+  return 0;
+}
+
+static PyObject* lower_name(const char* c) {
+  char buf[64];
+  size_t n = strlen(c);
+  if (n >= sizeof buf) n = sizeof buf - 1;
+  for (size_t i = 0; i < n; ++i) buf[i] = (char)((c[i] >= 'A' && c[i] <= 'Z') ? c[i] - 'A' + 'a' : c[i]);
+  buf[n] = 0;
+  return PyUnicode_InternFromString(buf);
+}
+
+/* The parameters of an op from its schema and the positional spec. */
+static int sig_build(Sig* g, const dlfuse_op_schema_t* sc, PyObject* positional, Py_ssize_t nreq) {
+  sig_clear(g);
+  if (sc->num_inputs < 0 || sc->num_inputs > DLFUSE_MAX_ARGS || sc->num_outputs < 1 ||
+      sc->num_outputs > DLFUSE_MAX_ARGS || sc->num_attrs < 0 || sc->num_attrs > DLFUSE_MAX_ATTRS) {
+    PyErr_Format(PyExc_RuntimeError, "dlfuse: op %s: a schema with %d inputs, %d outputs, %d attributes",
+                 sc->name, sc->num_inputs, sc->num_outputs, sc->num_attrs);
+    return -1;
+  }
+  g->num_inputs = sc->num_inputs;
+  g->num_outputs = sc->num_outputs;
+  g->num_attrs = sc->num_attrs;
+  g->has_required_out = 0;
+  g->since_minor = (int)sc->since_minor;
+  g->needs_param = -1;
+  PyObject* tmp[MAX_PARAMS];
+  int ntmp = 0;
+  for (int i = 0; i < sc->num_inputs; ++i) {
+    g->in[i] = sc->inputs[i];
+    PyObject* n = own_name(g, sc->inputs[i].name, &g->in[i].name);
+    if (!n) goto fail;
+    if (add_param(g, n, P_IN, i) < 0) goto fail;
+  }
+  for (int i = 0; i < sc->num_outputs; ++i) {
+    g->out[i] = sc->outputs[i];
+    PyObject* n = own_name(g, sc->outputs[i].name, &g->out[i].name);
+    if (!n) goto fail;
+    if (!(g->out[i].flags & DLFUSE_ARG_OPTIONAL)) g->has_required_out = 1;
+    if (add_param(g, n, P_OUT, i) < 0) goto fail;
+  }
+  for (int i = 0; i < sc->num_attrs; ++i) {
+    g->attr[i] = sc->attrs[i];
+    const char* ignored;
+    if (!own_name(g, sc->attrs[i].name, &ignored)) goto fail;
+    g->attr[i].name = ignored;
+    PyObject* n = lower_name(sc->attrs[i].name);
+    if (!n) goto fail;
+    tmp[ntmp++] = n;
+    if (add_param(g, n, P_ATTR, i) < 0) goto fail;
+  }
+  if (!g->has_required_out) {
+    PyObject* n = PyUnicode_InternFromString("needs");
+    if (!n) goto fail;
+    tmp[ntmp++] = n;
+    g->needs_param = g->np;
+    if (add_param(g, n, P_NEEDS, 0) < 0) goto fail;
+  }
+  for (int i = 0; i < sc->num_outputs; ++i) {
+    g->shape_base_in[i] = -1;
+    g->is_bias[i] = 0;
+    if (!(g->out[i].flags & DLFUSE_ARG_REDUCIBLE)) continue;
+    const char* on = g->out[i].name;
+    const char* base = strncmp(on, "grad_", 5) == 0 ? on + 5 : on;
+    for (int j = 0; j < sc->num_inputs; ++j)
+      if (strcmp(g->in[j].name, base) == 0) g->shape_base_in[i] = j;
+    g->is_bias[i] = strcmp(base, "bias") == 0;
+    PyObject* n = PyUnicode_FromFormat("%s_shape", base);
+    if (!n) goto fail;
+    PyUnicode_InternInPlace(&n);
+    tmp[ntmp++] = n;
+    if (add_param(g, n, P_SHAPE, i) < 0) goto fail;
+  }
+  {
+    PyObject* n = PyUnicode_InternFromString("stream");
+    if (!n) goto fail;
+    tmp[ntmp++] = n;
+    if (add_param(g, n, P_STREAM, 0) < 0) goto fail;
+    n = PyUnicode_InternFromString("registry");
+    if (!n) goto fail;
+    tmp[ntmp++] = n;
+    if (add_param(g, n, P_REGISTRY, 0) < 0) goto fail;
+  }
+  for (int i = 0; i < ntmp; ++i) Py_DECREF(tmp[i]);
+  ntmp = 0;
+  /* positional parameters first, in the spec's order */
+  if (positional && positional != Py_None) {
+    Py_ssize_t n = PyTuple_GET_SIZE(positional);
+    for (Py_ssize_t k = 0; k < n; ++k) {
+      PyObject* want = PyTuple_GET_ITEM(positional, k);
+      int found = -1;
+      for (int i = (int)k; i < g->np && found < 0; ++i)
+        if (PyUnicode_Compare(g->p[i].name, want) == 0) found = i;
+      if (found < 0) {
+        PyErr_Format(PyExc_TypeError, "dlfuse: op %s has no parameter %R (its schema changed?)", sc->name, want);
+        goto fail;
+      }
+      Param t = g->p[found];
+      memmove(&g->p[k + 1], &g->p[k], sizeof(Param) * (size_t)(found - k));
+      g->p[k] = t;
+    }
+    g->npos = (int)n;
+    g->nreq = nreq < 0 ? 0 : (int)nreq;
+  } else {
+    int nin = 0;
+    while (nin < sc->num_inputs && !(g->in[nin].flags & DLFUSE_ARG_OPTIONAL)) ++nin;
+    g->npos = sc->num_inputs + sc->num_attrs;
+    g->nreq = nin;
+    /* inputs then attributes: move the attributes up behind the inputs */
+    for (int k = 0; k < sc->num_attrs; ++k) {
+      int found = -1;
+      for (int i = sc->num_inputs + k; i < g->np && found < 0; ++i)
+        if (g->p[i].kind == P_ATTR && g->p[i].index == k) found = i;
+      if (found < 0) {
+        g->npos = sc->num_inputs + k;
+        break;
+      }
+      Param t = g->p[found];
+      memmove(&g->p[sc->num_inputs + k + 1], &g->p[sc->num_inputs + k], sizeof(Param) * (size_t)(found - sc->num_inputs - k));
+      g->p[sc->num_inputs + k] = t;
+    }
+  }
+  for (int i = 0; i < g->np; ++i)
+    if (g->p[i].kind == P_NEEDS) g->needs_param = i;
+  g->act_index = -1;
+  for (int i = 0; i < g->num_attrs; ++i)
+    if (g->attr[i].default_value.key == DLFUSE_ATTR_ACTIVATION) g->act_index = i;
+  g->ready = 1;
+  return 0;
+fail:
+  for (int i = 0; i < ntmp; ++i) Py_DECREF(tmp[i]);
+  sig_clear(g);
   return -1;
 }
 
-/* The end of a forward call: the status raised (then the views released), or the views
- * released and `out` marked written and returned. Takes the reference to out. */
-static PyObject* finish_out(int st, View* v, int nv, PyObject* out, void* s) {
-  if (st) raise_status(st, NULL);
-  release_all(v, nv);
-  if (st || mark_written(out, s) < 0) {
-    Py_DECREF(out);
-    return NULL;
+/* The schema of `name` in registry h: looked up by name among the registry's schemas (an op
+ * no plugin offers yet has one too, when it is a core op). */
+static int find_schema(void* h, const char* name, dlfuse_op_schema_t* sc) {
+  if (!S.op_count || !S.reg_op_schema) {
+    PyErr_Format(PyExc_NotImplementedError,
+                 "dlfuse: %s needs libdlfuse of ABI >= 1.2 (op schemas); the loaded library is older", name);
+    return -1;
   }
-  return out;
+  int32_t n = 0;
+  int st = S.op_count((dlfuse_registry_t)h, &n);
+  if (st) return raise_status(st, NULL);
+  for (int32_t i = 0; i < n; ++i) {
+    memset(sc, 0, sizeof *sc);
+    sc->struct_size = sizeof *sc;
+    if (S.reg_op_schema((dlfuse_registry_t)h, i, sc) == 0 && sc->name && strcmp(sc->name, name) == 0) return 0;
+  }
+  char msg[256];
+  snprintf(msg, sizeof msg, "op '%s': no core op or loaded plugin's op has this name", name);
+  return raise_status(DLFUSE_STATUS_NOT_FOUND, msg);
 }
 
-static PyObject* py_matmul_add_relu(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwn) {
-  (void)self;
-  static const char* const names[] = {"a", "b", "bias", "out", "stream", "allow_tf32", "registry"};
-  PyObject* p[7];
-  if (need_loaded() < 0 || parse_args("matmul_add_relu", names, 7, 5, 3, args, nargs, kwn, p) < 0) return NULL;
-  void* h;
-  void* s;
-  int given;
-  int tf32 = truthy(p[5]);
-  if (tf32 < 0 || parse_registry(p[6], &h) < 0 || parse_stream(p[4], &s, &given) < 0) return NULL;
-  View v[4];
-  memset(v, 0, sizeof v);
-  PyObject* out = NULL;
-  if (view_import(p[0], "a", s, &v[0]) < 0 || pick_stream(&v[0], given, &s) < 0 ||
-      view_import(p[1], "b", s, &v[1]) < 0 || view_import(p[2], "bias", s, &v[2]) < 0)
-    goto fail;
-  if (is_none(p[3])) {
-    Shape sh;
-    matmul_out_shape(v[0].t, v[1].t, &sh);
-    out = alloc_like(p[0], &v[0], &sh, p[6]);
-  } else {
-    out = Py_NewRef(p[3]);
+/* Python attribute value -> dlfuse_attr_t by the schema's type. */
+static int attr_value(const char* fn, const dlfuse_attr_schema_t* as, PyObject* value, dlfuse_attr_t* a) {
+  *a = as->default_value;
+  if (as->default_value.type == DLFUSE_ATTR_FLOAT64) {
+    a->value.f64 = PyFloat_AsDouble(value);
+    return (a->value.f64 == -1.0 && PyErr_Occurred()) ? -1 : 0;
   }
-  if (!out || view_import_out(out, "out", s, &v[3]) < 0) goto fail;
-  int st;
-  Py_BEGIN_ALLOW_THREADS
-  st = S.mar((dlfuse_registry_t)h, v[0].t, v[1].t, v[2].t, v[3].t, tf32, s);
-  Py_END_ALLOW_THREADS
-  return finish_out(st, v, 4, out, s);
-fail:
-  release_all(v, 4);
-  Py_XDECREF(out);
-  return NULL;
+  if (as->default_value.key == DLFUSE_ATTR_ACTIVATION) {
+    int act;
+    if (parse_activation(value, &act) < 0) return -1;
+    a->value.i64 = act;
+    return 0;
+  }
+  if (as->min_value == 0 && as->max_value == 1) { /* a flag: any truth value */
+    int t = PyObject_IsTrue(value);
+    if (t < 0) return -1;
+    a->value.i64 = t;
+    return 0;
+  }
+  if (PyFloat_Check(value)) {
+    PyErr_Format(PyExc_TypeError, "%s(): attribute %s: expected an int, got a float", fn, as->name);
+    return -1;
+  }
+  a->value.i64 = PyLong_AsLongLong(value);
+  return (a->value.i64 == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
-static PyObject* py_add_mul_activation(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwn) {
-  (void)self;
-  static const char* const names[] = {"x", "y", "bias", "multiplier", "activation", "out", "stream", "registry"};
-  PyObject* p[8];
-  if (need_loaded() < 0 || parse_args("add_mul_activation", names, 8, 7, 3, args, nargs, kwn, p) < 0) return NULL;
-  void* h;
-  void* s;
-  int given, act;
-  double m = 1.0;
-  if (!is_none(p[3])) {
-    m = PyFloat_AsDouble(p[3]);
-    if (m == -1.0 && PyErr_Occurred()) return NULL;
+/* NumPy broadcasting of n shapes; 0 when they do not broadcast. */
+static int broadcast_shapes(Shape* out, int n, const int64_t* const* dims, const int* nds) {
+  int nd = 0;
+  for (int k = 0; k < n; ++k) {
+    if (nds[k] < 0 || nds[k] > DLFUSE_MAX_NDIM) return 0;
+    if (nds[k] > nd) nd = nds[k];
   }
-  if (parse_activation(p[4], &act) < 0 || parse_registry(p[7], &h) < 0 || parse_stream(p[6], &s, &given) < 0)
-    return NULL;
-  View v[4];
-  memset(v, 0, sizeof v);
-  PyObject* out = NULL;
-  DLTensor* to = NULL;
-  if (view_import(p[0], "x", s, &v[0]) < 0 || pick_stream(&v[0], given, &s) < 0 ||
-      view_import(p[1], "y", s, &v[1]) < 0 || view_import(p[2], "bias", s, &v[2]) < 0)
-    goto fail;
-  if (is_none(p[5])) {
-    Shape sh;
-    const int64_t* dims[3] = {v[0].t->shape, v[1].t->shape, v[2].t->shape};
-    int nds[3] = {v[0].t->ndim, v[1].t->ndim, v[2].t->ndim};
-    if (!broadcast(&sh, 3, dims, nds)) shape_of(v[0].t, &sh);
-    out = alloc_like(p[0], &v[0], &sh, p[7]);
-    if (!out || view_import_out(out, "out", s, &v[3]) < 0) goto fail;
-    to = v[3].t;
-  } else if (p[5] == p[0]) {
-    out = Py_NewRef(p[5]);
-    if (v[0].read_only) {
-      raise_status(1, "out: expected a writable tensor, got one the producer exported as read-only");
-      goto fail;
+  out->ndim = nd;
+  for (int i = 0; i < nd; ++i) {
+    int64_t d = 1;
+    for (int k = 0; k < n; ++k) {
+      const int j = i - (nd - nds[k]);
+      if (j < 0) continue;
+      const int64_t v = dims[k][j];
+      if (v != 1) {
+        if (d != 1 && d != v) return 0;
+        d = v;
+      }
     }
-    to = v[0].t;
-  } else {
-    out = Py_NewRef(p[5]);
-    if (view_import_out(out, "out", s, &v[3]) < 0) goto fail;
-    to = v[3].t;
+    out->d[i] = d;
   }
-  int st;
-  Py_BEGIN_ALLOW_THREADS
-  st = S.amc((dlfuse_registry_t)h, v[0].t, v[1].t, v[2].t, m, (dlfuse_activation_t)act, to, s);
-  Py_END_ALLOW_THREADS
-  return finish_out(st, v, 4, out, s);
-fail:
-  release_all(v, 4);
-  Py_XDECREF(out);
-  return NULL;
+  return 1;
 }
 
-/* Backward: the three gradients, given or allocated like grad_out where needed. */
-static PyObject* finish_grads_n(PyObject** res, int n, void* s) {
-  PyObject* t = PyTuple_New(n);
-  if (!t) return NULL;
-  for (int i = 0; i < n; ++i) {
-    PyObject* r = res[i] ? res[i] : Py_NewRef(Py_None);
-    res[i] = NULL;
-    if (mark_written(r, s) < 0) {
-      Py_DECREF(r);
-      Py_DECREF(t);
-      return NULL;
+/* An output's shape by its schema's rule (dlfuse/ops.h: MATMUL, BROADCAST, LIKE), as
+ * dlfuse_op_infer_outputs gives it, for the calls that fit the rule plainly; 0 otherwise
+ * (a callback rule, shapes the rule refuses): the caller then asks the registry, which
+ * also words the refusal. Here because a call allocating its outputs pays this on every
+ * call, and the rule costs a few dozen instructions against the registry's ~1700. */
+static int rule_shape(const dlfuse_arg_schema_t* o, const DLTensor* const* in, int nin, Shape* sh) {
+  const DLTensor* ts[3];
+  int n = 0;
+  for (int i = 0; i < nin && i < 32; ++i) {
+    if (!((o->shape_inputs >> i) & 1u) || !in[i]) continue;
+    if (n == 3) return 0;
+    ts[n++] = in[i];
+  }
+  if (n == 0) return 0;
+  for (int k = 0; k < n; ++k)
+    if (ts[k]->ndim < 0 || ts[k]->ndim > DLFUSE_MAX_NDIM || (ts[k]->ndim && !ts[k]->shape)) return 0;
+  switch (o->shape_rule) {
+    case DLFUSE_SHAPE_LIKE:
+      sh->ndim = ts[0]->ndim;
+      for (int i = 0; i < sh->ndim; ++i) sh->d[i] = ts[0]->shape[i];
+      return 1;
+    case DLFUSE_SHAPE_BROADCAST: {
+      const int64_t* dims[3];
+      int nds[3];
+      for (int k = 0; k < n; ++k) dims[k] = ts[k]->shape, nds[k] = ts[k]->ndim;
+      return broadcast_shapes(sh, n, dims, nds);
     }
-    PyTuple_SET_ITEM(t, i, r);
+    case DLFUSE_SHAPE_MATMUL: {
+      const DLTensor *a = ts[0], *b = ts[1];
+      if (n != 2 || a->ndim < 2 || b->ndim < 2 || a->shape[a->ndim - 1] != b->shape[b->ndim - 2]) return 0;
+      const int64_t* dims[2] = {a->shape, b->shape};
+      int nds[2] = {a->ndim - 2, b->ndim - 2};
+      if (!broadcast_shapes(sh, 2, dims, nds) || sh->ndim + 2 > DLFUSE_MAX_NDIM) return 0;
+      sh->d[sh->ndim++] = a->shape[a->ndim - 2];
+      sh->d[sh->ndim++] = b->shape[b->ndim - 1];
+      return 1;
+    }
+    default:
+      return 0;
   }
-  return t;
 }
 
-static PyObject* finish_grads(PyObject* res[3], void* s) { return finish_grads_n(res, 3, s); }
+/* A call's arguments, by kind, after parsing. */
+typedef struct {
+  PyObject* in[DLFUSE_MAX_ARGS];
+  PyObject* out[DLFUSE_MAX_ARGS];   /* NULL/None: not given; Py_True/Py_False; a tensor */
+  PyObject* shape[DLFUSE_MAX_ARGS]; /* P_SHAPE values */
+  dlfuse_attr_t attrs[DLFUSE_MAX_ATTRS];
+  int nattrs;
+  int needs[DLFUSE_MAX_ARGS];
+  int all_outputs; /* dlfuse.call: every output allocated, the result always the outputs */
+  PyObject* stream;
+  PyObject* registry;
+} Args;
 
 static int parse_shape(PyObject* o, const char* what, Shape* sh) {
   PyObject* f = PySequence_Fast(o, what);
@@ -818,474 +928,603 @@ static int parse_shape(PyObject* o, const char* what, Shape* sh) {
   return 0;
 }
 
-static PyObject* py_matmul_add_relu_backward(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
-                                             PyObject* kwn) {
-  (void)self;
-  static const char* const names[] = {"grad_out", "a", "b", "out", "bias_shape", "needs", "grad_a",
-                                      "grad_b", "grad_bias", "stream", "allow_tf32", "registry"};
-  static const char* const gnames[] = {"grad_a", "grad_b", "grad_bias"};
-  PyObject* p[12];
-  if (need_loaded() < 0 || parse_args("matmul_add_relu_backward", names, 12, 4, 4, args, nargs, kwn, p) < 0)
-    return NULL;
-  void* h;
-  void* s;
-  int given, needs[3];
-  int tf32 = truthy(p[10]);
-  if (tf32 < 0 || parse_needs(p[5], needs) < 0 || parse_registry(p[11], &h) < 0 ||
-      parse_stream(p[9], &s, &given) < 0)
-    return NULL;
-  View v[7];
-  memset(v, 0, sizeof v);
-  PyObject* res[3] = {NULL, NULL, NULL};
-  if (view_import(p[0], "grad_out", s, &v[0]) < 0 || pick_stream(&v[0], given, &s) < 0 ||
-      view_import(p[1], "a", s, &v[1]) < 0 || view_import(p[2], "b", s, &v[2]) < 0 ||
-      view_import(p[3], "out", s, &v[3]) < 0)
-    goto fail;
-  for (int i = 0; i < 3; ++i) {
-    PyObject* g = p[6 + i];
-    if (!is_none(g)) {
-      res[i] = Py_NewRef(g);
-    } else if (needs[i]) {
-      Shape sh;
-      if (i < 2) {
-        shape_of(v[1 + i].t, &sh);
-      } else if (!is_none(p[4])) {
-        if (parse_shape(p[4], "dlfuse: bias_shape must be a sequence of ints", &sh) < 0) goto fail;
-      } else if (v[3].t->ndim > 0) {
-        sh.ndim = 1;
-        sh.d[0] = v[3].t->shape[v[3].t->ndim - 1];
-      } else {
-        sh.ndim = 0;
-      }
-      res[i] = alloc_like(p[0], &v[0], &sh, p[11]);
-      if (!res[i]) goto fail;
-    }
-    if (res[i] && view_import_out(res[i], gnames[i], s, &v[4 + i]) < 0) goto fail;
-  }
-  int st;
-  Py_BEGIN_ALLOW_THREADS
-  st = S.mar_bwd((dlfuse_registry_t)h, v[0].t, v[1].t, v[2].t, v[3].t, v[4].t, v[5].t, v[6].t, tf32, s);
-  Py_END_ALLOW_THREADS
-  if (st) {
-    raise_status(st, NULL);
-    goto fail;
-  }
-  release_all(v, 7);
-  return finish_grads(res, s);
-fail:
-  release_all(v, 7);
-  for (int i = 0; i < 3; ++i) Py_XDECREF(res[i]);
-  return NULL;
-}
-
-/* A gradient output: the given tensor, or one allocated like `like` with shape `sh` when
- * needed, or none. Imported as an output view when present. */
-static int take_grad(PyObject* given, int need, const Shape* sh, PyObject* like, const View* lv, PyObject* reg,
-                     const char* name, void* s, PyObject** res, View* v) {
-  if (!is_none(given)) {
-    *res = Py_NewRef(given);
-  } else if (need) {
-    *res = alloc_like(like, lv, sh, reg);
-    if (!*res) return -1;
-  }
-  if (*res && view_import_out(*res, name, s, v) < 0) return -1;
-  return 0;
-}
-
-/* A shape argument, or when it is None the last dim of `t` ([N], a row bias), or all of t. */
-static int shape_or_default(PyObject* o, const char* what, const DLTensor* t, int row, Shape* sh) {
-  if (!is_none(o)) return parse_shape(o, what, sh);
-  if (row && t->ndim > 0) {
-    sh->ndim = 1;
-    sh->d[0] = t->shape[t->ndim - 1];
-  } else {
-    shape_of(t, sh);
-  }
-  return 0;
-}
-
-/* add_mul_activation_backward(grad_out, x, y, bias, multiplier, activation, needs=None, grad_x=None,
- * grad_y=None, grad_bias=None, stream=None, registry=None, out=None, x_shape=None, y_shape=None,
- * bias_shape=None): from x, y and bias, or (ABI 1.1) from out with x, y, bias None, the
- * gradients' shapes then given by the *_shape arguments (default: out's shape, [N] for bias). */
-static PyObject* py_add_mul_activation_backward(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
-                                                PyObject* kwn) {
-  (void)self;
-  static const char* const names[] = {"grad_out", "x", "y", "bias", "multiplier", "activation", "needs",
-                                      "grad_x", "grad_y", "grad_bias", "stream", "registry", "out", "x_shape",
-                                      "y_shape", "bias_shape"};
-  static const char* const gnames[] = {"grad_x", "grad_y", "grad_bias"};
-  PyObject* p[16];
-  if (need_loaded() < 0 ||
-      parse_args("add_mul_activation_backward", names, 16, 6, 1, args, nargs, kwn, p) < 0)
-    return NULL;
-  const int from_out = !is_none(p[12]);
-  if (from_out && (!is_none(p[1]) || !is_none(p[2]) || !is_none(p[3]))) {
-    PyErr_SetString(PyExc_ValueError,
-                    "dlfuse: add_mul_activation_backward: pass either x, y and bias, or out (then x, y, bias None)");
-    return NULL;
-  }
-  if (from_out && need_v11((const void*)S.amc_bwd_out, "add_mul_activation_backward(out=...)") < 0) return NULL;
-  for (int i = 1; i <= 3 && !from_out; ++i)
-    if (!p[i]) {
-      PyErr_Format(PyExc_TypeError, "add_mul_activation_backward() missing required argument '%s'", names[i]);
-      return NULL;
-    }
-  void* h;
-  void* s;
-  int given, act, needs[3];
-  double m = 1.0;
-  if (!is_none(p[4])) {
-    m = PyFloat_AsDouble(p[4]);
-    if (m == -1.0 && PyErr_Occurred()) return NULL;
-  }
-  if (parse_activation(p[5], &act) < 0 || parse_needs(p[6], needs) < 0 || parse_registry(p[11], &h) < 0 ||
-      parse_stream(p[10], &s, &given) < 0)
-    return NULL;
-  View v[7];
-  memset(v, 0, sizeof v);
-  PyObject* res[3] = {NULL, NULL, NULL};
-  if (view_import(p[0], "grad_out", s, &v[0]) < 0 || pick_stream(&v[0], given, &s) < 0) goto fail;
-  if (from_out ? view_import(p[12], "out", s, &v[1]) < 0
-               : (view_import(p[1], "x", s, &v[1]) < 0 || view_import(p[2], "y", s, &v[2]) < 0 ||
-                  view_import(p[3], "bias", s, &v[3]) < 0))
-    goto fail;
-  for (int i = 0; i < 3; ++i) {
-    Shape sh;
-    if (!from_out) shape_of(v[1 + i].t, &sh);
-    else if (shape_or_default(p[13 + i], "dlfuse: x_shape, y_shape and bias_shape must be sequences of ints",
-                              v[1].t, i == 2, &sh) < 0)
-      goto fail;
-    if (take_grad(p[7 + i], needs[i], &sh, p[0], &v[0], p[11], gnames[i], s, &res[i], &v[4 + i]) < 0) goto fail;
-  }
-  int st;
-  Py_BEGIN_ALLOW_THREADS
-  if (from_out)
-    st = S.amc_bwd_out((dlfuse_registry_t)h, v[0].t, v[1].t, m, (dlfuse_activation_t)act, v[4].t, v[5].t, v[6].t,
-                       s);
-  else
-    st = S.amc_bwd((dlfuse_registry_t)h, v[0].t, v[1].t, v[2].t, v[3].t, m, (dlfuse_activation_t)act, v[4].t,
-                   v[5].t, v[6].t, s);
-  Py_END_ALLOW_THREADS
-  if (st) {
-    raise_status(st, NULL);
-    goto fail;
-  }
-  release_all(v, 7);
-  return finish_grads(res, s);
-fail:
-  release_all(v, 7);
-  for (int i = 0; i < 3; ++i) Py_XDECREF(res[i]);
-  return NULL;
-}
-
-/* ---- the ops of ABI 1.1 ------------------------------------------------------------------------ */
-
-/* matmul_add_activation(a, b, bias, activation, out=None, pre=None, stream=None, allow_tf32=False,
- * registry=None): out, or (out, pre) when pre is True or a tensor. */
-static PyObject* py_matmul_add_activation(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwn) {
-  (void)self;
-  static const char* const names[] = {"a", "b", "bias", "activation", "out", "pre", "stream", "allow_tf32",
-                                      "registry"};
-  PyObject* p[9];
-  if (need_loaded() < 0 || need_v11((const void*)S.maa, "matmul_add_activation") < 0 ||
-      parse_args("matmul_add_activation", names, 9, 6, 4, args, nargs, kwn, p) < 0)
-    return NULL;
-  void* h;
-  void* s;
-  int given, act;
-  int tf32 = truthy(p[7]);
-  const int want_pre = p[5] == Py_True;
-  if (tf32 < 0 || parse_activation(p[3], &act) < 0 || parse_registry(p[8], &h) < 0 ||
-      parse_stream(p[6], &s, &given) < 0)
-    return NULL;
-  View v[5];
-  memset(v, 0, sizeof v);
-  PyObject *out = NULL, *pre = NULL;
-  if (view_import(p[0], "a", s, &v[0]) < 0 || pick_stream(&v[0], given, &s) < 0 ||
-      view_import(p[1], "b", s, &v[1]) < 0 || view_import(p[2], "bias", s, &v[2]) < 0)
-    goto fail;
-  Shape sh;
-  matmul_out_shape(v[0].t, v[1].t, &sh);
-  if (take_grad(p[4], 1, &sh, p[0], &v[0], p[8], "out", s, &out, &v[3]) < 0 ||
-      take_grad(want_pre || p[5] == Py_False ? Py_None : p[5], want_pre, &sh, p[0], &v[0], p[8], "pre", s, &pre,
-                &v[4]) < 0)
-    goto fail;
-  int st;
-  Py_BEGIN_ALLOW_THREADS
-  st = S.maa((dlfuse_registry_t)h, v[0].t, v[1].t, v[2].t, (dlfuse_activation_t)act, v[3].t, v[4].t, tf32, s);
-  Py_END_ALLOW_THREADS
-  if (!pre) return finish_out(st, v, 5, out, s);
-  if (st) {
-    raise_status(st, NULL);
-    goto fail;
-  }
-  release_all(v, 5);
-  PyObject* res[2] = {out, pre};
-  return finish_grads_n(res, 2, s);
-fail:
-  release_all(v, 5);
-  Py_XDECREF(out);
-  Py_XDECREF(pre);
-  return NULL;
-}
-
-/* matmul_add_activation_backward(grad_out, a, b, activation, out=None, pre=None, bias_shape=None,
- * needs=None, grad_a=None, grad_b=None, grad_bias=None, stream=None, allow_tf32=False, registry=None) */
-static PyObject* py_matmul_add_activation_backward(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
-                                                   PyObject* kwn) {
-  (void)self;
-  static const char* const names[] = {"grad_out", "a", "b", "activation", "out", "pre", "bias_shape", "needs",
-                                      "grad_a", "grad_b", "grad_bias", "stream", "allow_tf32", "registry"};
-  static const char* const gnames[] = {"grad_a", "grad_b", "grad_bias"};
-  PyObject* p[14];
-  if (need_loaded() < 0 || need_v11((const void*)S.maa_bwd, "matmul_add_activation_backward") < 0 ||
-      parse_args("matmul_add_activation_backward", names, 14, 6, 4, args, nargs, kwn, p) < 0)
-    return NULL;
-  void* h;
-  void* s;
-  int given, act, needs[3];
-  int tf32 = truthy(p[12]);
-  if (tf32 < 0 || parse_activation(p[3], &act) < 0 || parse_needs(p[7], needs) < 0 ||
-      parse_registry(p[13], &h) < 0 || parse_stream(p[11], &s, &given) < 0)
-    return NULL;
-  View v[8];
-  memset(v, 0, sizeof v);
-  PyObject* res[3] = {NULL, NULL, NULL};
-  if (view_import(p[0], "grad_out", s, &v[0]) < 0 || pick_stream(&v[0], given, &s) < 0 ||
-      view_import(p[1], "a", s, &v[1]) < 0 || view_import(p[2], "b", s, &v[2]) < 0 ||
-      (!is_none(p[4]) && view_import(p[4], "out", s, &v[3]) < 0) ||
-      (!is_none(p[5]) && view_import(p[5], "pre", s, &v[4]) < 0))
-    goto fail;
-  for (int i = 0; i < 3; ++i) {
-    Shape sh;
-    if (i < 2) shape_of(v[1 + i].t, &sh);
-    else if (shape_or_default(p[6], "dlfuse: bias_shape must be a sequence of ints", v[0].t, 1, &sh) < 0) goto fail;
-    if (take_grad(p[8 + i], needs[i], &sh, p[0], &v[0], p[13], gnames[i], s, &res[i], &v[5 + i]) < 0) goto fail;
-  }
-  int st;
-  Py_BEGIN_ALLOW_THREADS
-  st = S.maa_bwd((dlfuse_registry_t)h, v[0].t, v[1].t, v[2].t, v[3].t, v[4].t, (dlfuse_activation_t)act, v[5].t,
-                 v[6].t, v[7].t, tf32, s);
-  Py_END_ALLOW_THREADS
-  if (st) {
-    raise_status(st, NULL);
-    goto fail;
-  }
-  release_all(v, 8);
-  return finish_grads(res, s);
-fail:
-  release_all(v, 8);
-  for (int i = 0; i < 3; ++i) Py_XDECREF(res[i]);
-  return NULL;
-}
-
-/* matmul_add_residual(a, b, bias, residual, out=None, stream=None, allow_tf32=False, registry=None);
- * out may be residual itself (in place). */
-static PyObject* py_matmul_add_residual(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwn) {
-  (void)self;
-  static const char* const names[] = {"a", "b", "bias", "residual", "out", "stream", "allow_tf32", "registry"};
-  PyObject* p[8];
-  if (need_loaded() < 0 || need_v11((const void*)S.mres, "matmul_add_residual") < 0 ||
-      parse_args("matmul_add_residual", names, 8, 5, 4, args, nargs, kwn, p) < 0)
-    return NULL;
-  void* h;
+/* Runs op (looked up in h) with the parsed arguments; returns the result. */
+static PyObject* run(const char* fn, const Sig* g, dlfuse_op_t op, void* h, Args* A) {
+  (void)h;
   void* s;
   int given;
-  int tf32 = truthy(p[6]);
-  if (tf32 < 0 || parse_registry(p[7], &h) < 0 || parse_stream(p[5], &s, &given) < 0) return NULL;
-  View v[5];
-  memset(v, 0, sizeof v);
-  PyObject* out = NULL;
-  DLTensor* to = NULL;
-  if (view_import(p[0], "a", s, &v[0]) < 0 || pick_stream(&v[0], given, &s) < 0 ||
-      view_import(p[1], "b", s, &v[1]) < 0 || view_import(p[2], "bias", s, &v[2]) < 0 ||
-      view_import(p[3], "residual", s, &v[3]) < 0)
-    goto fail;
-  if (!is_none(p[4]) && p[4] == p[3]) { /* in place: one view, which must be writable */
-    out = Py_NewRef(p[4]);
-    if (v[3].read_only) {
-      raise_status(1, "out: expected a writable tensor, got one the producer exported as read-only");
+  if (parse_stream(A->stream, &s, &given) < 0) return NULL;
+  View v[2 * DLFUSE_MAX_ARGS];
+  const int nin = g->num_inputs, nout = g->num_outputs;
+  memset(v, 0, sizeof(View) * (size_t)(nin + nout)); /* only those in use: a call's cost */
+  const DLTensor* in[DLFUSE_MAX_ARGS];
+  DLTensor* outs[DLFUSE_MAX_ARGS];
+  PyObject* res[DLFUSE_MAX_ARGS];
+  int want[DLFUSE_MAX_ARGS];
+  int first = -1, need_alloc = 0, st;
+  for (int i = 0; i < nout; ++i) res[i] = NULL;
+  /* Inputs an ABI minor appended to an op are another form of its call (the backward from
+   * `out`): without any of them, the optional inputs it had from the start are required. */
+  int appended = 0, appended_given = 0;
+  for (int i = 0; i < nin; ++i)
+    if ((int)g->in[i].since_minor > g->since_minor) {
+      appended = 1;
+      appended_given |= !is_none(A->in[i]);
+    }
+  const int first_form_required = appended && !appended_given;
+  for (int i = 0; i < nin; ++i) {
+    in[i] = NULL;
+    PyObject* o = A->in[i];
+    if (is_none(o) && ((g->in[i].flags & DLFUSE_ARG_OPTIONAL) || !o)) {
+      if (!(g->in[i].flags & DLFUSE_ARG_OPTIONAL) || (first_form_required && (int)g->in[i].since_minor <= g->since_minor)) {
+        PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'", fn, g->in[i].name);
+        goto fail;
+      }
+      continue;
+    }
+    if (view_import(o, g->in[i].name, s, &v[i]) < 0) goto fail;
+    in[i] = v[i].t;
+    if (first < 0) {
+      first = i;
+      if (pick_stream(&v[i], given, &s) < 0) goto fail;
+    }
+  }
+  for (int i = 0; i < nout; ++i) {
+    PyObject* o = A->out[i];
+    const int optional = (g->out[i].flags & DLFUSE_ARG_OPTIONAL) != 0;
+    if (!is_none(o) && o != Py_True && o != Py_False) {
+      want[i] = 2; /* given */
+      continue;
+    }
+    if (A->all_outputs || !optional) want[i] = o != Py_False || !optional;
+    else if (!g->has_required_out) want[i] = A->needs[i] && o != Py_False;
+    else want[i] = o == Py_True;
+    need_alloc |= want[i] == 1;
+  }
+  if (need_alloc) {
+    if (first < 0) {
+      PyErr_Format(PyExc_TypeError, "%s(): no input to allocate outputs like; pass the outputs", fn);
       goto fail;
     }
-    to = v[3].t;
-  } else {
-    Shape sh;
-    matmul_out_shape(v[0].t, v[1].t, &sh);
-    if (take_grad(p[4], 1, &sh, p[0], &v[0], p[7], "out", s, &out, &v[4]) < 0) goto fail;
-    to = v[4].t;
+    Shape rs[DLFUSE_MAX_ARGS];
+    int by_rule = 1;
+    for (int i = 0; i < nout && by_rule; ++i)
+      if (want[i] == 1 && is_none(A->shape[i])) by_rule = rule_shape(&g->out[i], in, nin, &rs[i]);
+    if (!by_rule) { /* the registry's inference, and its message where the shapes do not fit */
+      int32_t ndims[DLFUSE_MAX_ARGS];
+      int64_t shapes[DLFUSE_MAX_ARGS * DLFUSE_MAX_NDIM];
+      DLDataType dtypes[DLFUSE_MAX_ARGS];
+      st = S.op_infer(op, in, nin, A->attrs, A->nattrs, nout, ndims, shapes, dtypes);
+      if (st) {
+        raise_status(st, NULL);
+        goto fail;
+      }
+      for (int i = 0; i < nout; ++i) {
+        rs[i].ndim = ndims[i];
+        memcpy(rs[i].d, shapes + (size_t)i * DLFUSE_MAX_NDIM, sizeof(int64_t) * (size_t)ndims[i]);
+      }
+    }
+    for (int i = 0; i < nout; ++i) {
+      if (want[i] != 1) continue;
+      Shape sh;
+      if (!is_none(A->shape[i])) {
+        if (parse_shape(A->shape[i], "dlfuse: a *_shape argument must be a sequence of ints", &sh) < 0) goto fail;
+      } else if (g->is_bias[i] && (g->shape_base_in[i] < 0 || !in[g->shape_base_in[i]]) && rs[i].ndim > 0) {
+        sh.ndim = 1;
+        sh.d[0] = rs[i].d[rs[i].ndim - 1];
+      } else {
+        sh = rs[i];
+      }
+      res[i] = alloc_like(A->in[first], &v[first], &sh, A->registry);
+      if (!res[i]) goto fail;
+    }
   }
-  int st;
-  Py_BEGIN_ALLOW_THREADS
-  st = S.mres((dlfuse_registry_t)h, v[0].t, v[1].t, v[2].t, v[3].t, to, tf32, s);
-  Py_END_ALLOW_THREADS
-  return finish_out(st, v, 5, out, s);
-fail:
-  release_all(v, 5);
-  Py_XDECREF(out);
-  return NULL;
-}
-
-/* matmul_add_residual_backward(grad_out, a, b, bias_shape=None, residual_shape=None, needs=None,
- * grad_a=None, grad_b=None, grad_bias=None, grad_residual=None, stream=None, allow_tf32=False,
- * registry=None) -> (grad_a, grad_b, grad_bias, grad_residual) */
-static PyObject* py_matmul_add_residual_backward(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
-                                                 PyObject* kwn) {
-  (void)self;
-  static const char* const names[] = {"grad_out", "a", "b", "bias_shape", "residual_shape", "needs", "grad_a",
-                                      "grad_b", "grad_bias", "grad_residual", "stream", "allow_tf32", "registry"};
-  static const char* const gnames[] = {"grad_a", "grad_b", "grad_bias", "grad_residual"};
-  PyObject* p[13];
-  if (need_loaded() < 0 || need_v11((const void*)S.mres_bwd, "matmul_add_residual_backward") < 0 ||
-      parse_args("matmul_add_residual_backward", names, 13, 5, 3, args, nargs, kwn, p) < 0)
-    return NULL;
-  void* h;
-  void* s;
-  int given, needs[4];
-  int tf32 = truthy(p[11]);
-  if (tf32 < 0 || parse_needs_n(p[5], needs, 4) < 0 || parse_registry(p[12], &h) < 0 ||
-      parse_stream(p[10], &s, &given) < 0)
-    return NULL;
-  View v[7];
-  memset(v, 0, sizeof v);
-  PyObject* res[4] = {NULL, NULL, NULL, NULL};
-  if (view_import(p[0], "grad_out", s, &v[0]) < 0 || pick_stream(&v[0], given, &s) < 0 ||
-      view_import(p[1], "a", s, &v[1]) < 0 || view_import(p[2], "b", s, &v[2]) < 0)
-    goto fail;
-  for (int i = 0; i < 4; ++i) {
-    Shape sh;
-    if (i < 2) shape_of(v[1 + i].t, &sh);
-    else if (shape_or_default(p[i + 1], "dlfuse: bias_shape and residual_shape must be sequences of ints",
-                              v[0].t, i == 2, &sh) < 0)
-      goto fail;
-    if (take_grad(p[6 + i], needs[i], &sh, p[0], &v[0], p[12], gnames[i], s, &res[i], &v[3 + i]) < 0) goto fail;
+  for (int i = 0; i < nout; ++i) {
+    outs[i] = NULL;
+    if (want[i] == 0) continue;
+    if (want[i] == 2) {
+      res[i] = Py_NewRef(A->out[i]);
+      const int al = g->out[i].alias_input;
+      if (al >= 0 && al < nin && A->in[al] == res[i] && in[al]) { /* in place: the input's view */
+        if (v[al].read_only) {
+          char msg[256];
+          snprintf(msg, sizeof msg, "%s: expected a writable tensor, got one the producer exported as read-only",
+                   g->out[i].name);
+          raise_status(DLFUSE_STATUS_INVALID_ARGUMENT, msg);
+          goto fail;
+        }
+        outs[i] = v[al].t;
+        continue;
+      }
+    }
+    if (view_import_out(res[i], g->out[i].name, s, &v[nin + i]) < 0) goto fail;
+    outs[i] = v[nin + i].t;
   }
-  int st;
   Py_BEGIN_ALLOW_THREADS
-  st = S.mres_bwd((dlfuse_registry_t)h, v[0].t, v[1].t, v[2].t, v[3].t, v[4].t, v[5].t, v[6].t, tf32, s);
+  st = S.op_call(op, in, nin, outs, nout, A->attrs, A->nattrs, s);
   Py_END_ALLOW_THREADS
   if (st) {
     raise_status(st, NULL);
     goto fail;
   }
-  release_all(v, 7);
-  return finish_grads_n(res, 4, s);
+  release_all(v, nin + nout);
+  int nwritten = 0, only = -1;
+  for (int i = 0; i < nout; ++i) {
+    if (!res[i]) continue;
+    ++nwritten;
+    only = i;
+    if (mark_written(res[i], s) < 0) goto fail_res;
+  }
+  if ((A->all_outputs || g->has_required_out) && nout == 1) return res[0];
+  if (!A->all_outputs && g->has_required_out && nwritten == 1 && !(g->out[only].flags & DLFUSE_ARG_OPTIONAL))
+    return res[only];
+  PyObject* t = PyTuple_New(nout);
+  if (!t) goto fail_res;
+  for (int i = 0; i < nout; ++i) PyTuple_SET_ITEM(t, i, res[i] ? res[i] : Py_NewRef(Py_None));
+  return t;
 fail:
-  release_all(v, 7);
-  for (int i = 0; i < 4; ++i) Py_XDECREF(res[i]);
+  release_all(v, nin + nout);
+fail_res:
+  for (int i = 0; i < nout; ++i) Py_XDECREF(res[i]);
   return NULL;
 }
 
-/* ---- set-up ----------------------------------------------------------------------------------- */
-
-/* load(path, errors, tensor_type, alloc_fallback, default_registry, activations) */
-/* ---- any op by name (ABI 1.2) ------------------------------------------------------------- */
-
-/* One attribute from Python: its schema entry found by name (any case), the value converted
- * to the schema's type. */
-static int generic_attr(const dlfuse_op_schema_t* sc, PyObject* key, PyObject* value, dlfuse_attr_t* a) {
-  const char* k = PyUnicode_AsUTF8(key);
-  if (!k) return -1;
-  for (int32_t i = 0; i < sc->num_attrs; ++i) {
-    if (strcasecmp(sc->attrs[i].name, k) != 0) continue;
-    *a = sc->attrs[i].default_value;
-    if (a->type == DLFUSE_ATTR_FLOAT64) {
-      a->value.f64 = PyFloat_AsDouble(value);
-    } else {
-      if (PyFloat_Check(value)) {
-        PyErr_Format(PyExc_TypeError, "%s(): attribute %s: expected an int, got a float", sc->name, sc->attrs[i].name);
-        return -1;
-      }
-      a->value.i64 = PyLong_AsLongLong(value);
+/* The op's handle in registry h (cached for the default registry) and, the first time, its
+ * parameters. */
+static int opfunc_prepare(OpFunc* f, PyObject* regobj, void** h, dlfuse_op_t* op) {
+  if (need_loaded() < 0 || parse_registry(regobj, h) < 0) return -1;
+  const char* name = PyUnicode_AsUTF8(f->name);
+  if (!name) return -1;
+  if (!f->sig.ready) {
+    dlfuse_op_schema_t sc;
+    if (find_schema(*h, name, &sc) < 0) return -1;
+    if (sig_build(&f->sig, &sc, f->positional, f->nreq) < 0) return -1;
+  }
+  const int is_default = is_none(regobj);
+  if (is_default && f->op && f->op_reg == *h) {
+    *op = f->op;
+    return 0;
+  }
+  if (!is_default && *h && f->last_reg_ref && PyWeakref_GetObject(f->last_reg_ref) == regobj &&
+      f->last_reg_h == *h) {
+    *op = f->last_reg_op;
+    return 0;
+  }
+  /* A Registry object keeps its own ops' handles (valid while its handle is: a closed one
+   * has none, and the look-up below then fails). */
+  PyObject* cache = NULL;
+  if (!is_default && *h) {
+    cache = PyObject_GetAttr(regobj, S.s_ops);
+    if (!cache) PyErr_Clear();
+    else if (!PyDict_Check(cache)) Py_CLEAR(cache);
+    PyObject* hit = cache ? PyDict_GetItemWithError(cache, f->name) : NULL;
+    if (hit) {
+      *op = (dlfuse_op_t)PyLong_AsVoidPtr(hit);
+      Py_DECREF(cache);
+      return PyErr_Occurred() ? -1 : 0;
     }
-    return PyErr_Occurred() ? -1 : 0;
+    if (PyErr_Occurred()) {
+      Py_XDECREF(cache);
+      return -1;
+    }
   }
-  PyObject* names = PyList_New(0);
-  for (int32_t i = 0; names && i < sc->num_attrs; ++i) {
-    PyObject* n = PyUnicode_FromString(sc->attrs[i].name);
-    if (!n || PyList_Append(names, n) < 0) Py_CLEAR(names);
-    Py_XDECREF(n);
+  int st = S.op_get((dlfuse_registry_t)*h, name, op);
+  /* The op has a schema (above), so it exists: no plugin serving it is UNSUPPORTED, as for
+   * a device or dtype no plugin serves. */
+  if (st == DLFUSE_STATUS_NOT_FOUND) st = DLFUSE_STATUS_UNSUPPORTED;
+  if (st) {
+    Py_XDECREF(cache);
+    return raise_status(st, NULL);
   }
-  if (names) PyErr_Format(PyExc_TypeError, "%s() got an unexpected attribute '%s'; expected one of %R", sc->name, k, names);
-  Py_XDECREF(names);
-  return -1;
+  if (cache) {
+    PyObject* v = PyLong_FromVoidPtr(*op);
+    int rc = v ? PyDict_SetItem(cache, f->name, v) : -1;
+    Py_XDECREF(v);
+    Py_DECREF(cache);
+    if (rc < 0) return -1;
+  }
+  if (!is_default && *h) {
+    PyObject* ref = PyWeakref_NewRef(regobj, NULL);
+    if (!ref) {
+      PyErr_Clear(); /* a registry object without weak references: no fast path */
+    } else {
+      Py_XSETREF(f->last_reg_ref, ref);
+      f->last_reg_h = *h;
+      f->last_reg_op = *op;
+    }
+  }
+  if (is_default) {
+    f->op = *op;
+    f->op_reg = *h;
+  }
+  return 0;
 }
 
-/* call(op, inputs, attrs, out, stream, registry): op by name; inputs a tuple (None where an
- * optional input is absent); attrs a dict; out None or a sequence (None entries allocated).
- * Outputs are allocated like the first input, with the shapes the registry infers. */
-static PyObject* py_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  (void)self;
-  if (need_loaded() < 0) return NULL;
-  if (!S.op_get || !S.op_schema || !S.op_infer || !S.op_call) {
-    PyErr_SetString(PyExc_NotImplementedError, "dlfuse: call() needs libdlfuse of ABI >= 1.2; the loaded library is older");
+static PyObject* opfunc_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwn) {
+  OpFunc* f = (OpFunc*)self;
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  /* The registry argument first (it decides the schema): by keyword only. */
+  PyObject* regobj = NULL;
+  Py_ssize_t nkw = kwn ? PyTuple_GET_SIZE(kwn) : 0;
+  for (Py_ssize_t k = 0; k < nkw; ++k) {
+    PyObject* key = PyTuple_GET_ITEM(kwn, k);
+    if (key == S.s_registry || PyUnicode_Compare(key, S.s_registry) == 0) regobj = args[nargs + k];
+  }
+  void* h;
+  dlfuse_op_t op;
+  if (opfunc_prepare(f, regobj, &h, &op) < 0) return NULL;
+  const Sig* g = &f->sig;
+  const char* fn = PyUnicode_AsUTF8(f->name);
+  PyObject* p[MAX_PARAMS];
+  for (int i = 0; i < g->np; ++i) p[i] = NULL;
+  if (nargs > g->npos) {
+    PyErr_Format(PyExc_TypeError, "%s() takes at most %d positional arguments (%zd given)", fn, g->npos, nargs);
     return NULL;
   }
+  for (Py_ssize_t i = 0; i < nargs; ++i) p[i] = args[i];
+  for (Py_ssize_t k = 0; k < nkw; ++k) {
+    PyObject* key = PyTuple_GET_ITEM(kwn, k);
+    int found = -1;
+    for (int i = 0; i < g->np && found < 0; ++i) /* call sites' keywords are interned: identity first */
+      if (key == g->p[i].name) found = i;
+    for (int i = 0; i < g->np && found < 0; ++i)
+      if (PyUnicode_Compare(key, g->p[i].name) == 0) found = i;
+    if (found < 0) {
+      if (!PyErr_Occurred()) PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", fn, key);
+      return NULL;
+    }
+    if (p[found]) {
+      PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%U'", fn, g->p[found].name);
+      return NULL;
+    }
+    p[found] = args[nargs + k];
+  }
+  for (int i = 0; i < g->nreq; ++i)
+    if (!p[i]) {
+      PyErr_Format(PyExc_TypeError, "%s() missing required argument '%U'", fn, g->p[i].name);
+      return NULL;
+    }
+  Args A; /* only the entries of this op's counts are read: set those (a call's cost) */
+  for (int i = 0; i < g->num_inputs; ++i) A.in[i] = NULL;
+  for (int i = 0; i < g->num_outputs; ++i) A.out[i] = A.shape[i] = NULL, A.needs[i] = 1;
+  A.nattrs = 0;
+  A.all_outputs = 0;
+  A.stream = A.registry = NULL;
+  int have_act = 0;
+  const int act_index = g->act_index;
+  for (int i = 0; i < g->np; ++i) {
+    const Param* q = &g->p[i];
+    PyObject* o = p[i];
+    switch (q->kind) {
+      case P_IN: A.in[q->index] = o; break;
+      case P_OUT: A.out[q->index] = o; break;
+      case P_SHAPE: A.shape[q->index] = o; break;
+      case P_STREAM: A.stream = o; break;
+      case P_REGISTRY: A.registry = o; break;
+      case P_NEEDS:
+        if (parse_needs_n(o, A.needs, g->num_outputs) < 0) return NULL;
+        break;
+      case P_ATTR:
+        if (is_none(o)) break;
+        if (attr_value(fn, &g->attr[q->index], o, &A.attrs[A.nattrs]) < 0) return NULL;
+        if (q->index == act_index) have_act = 1;
+        ++A.nattrs;
+        break;
+    }
+  }
+  if (act_index >= 0 && !have_act) { /* the binding's default activation: relu */
+    A.attrs[A.nattrs] = g->attr[act_index].default_value;
+    A.attrs[A.nattrs++].value.i64 = DLFUSE_ACT_RELU;
+  }
+  return run(fn, g, op, h, &A);
+}
+
+static PyObject* opfunc_new(PyTypeObject* tp, PyObject* args, PyObject* kw) {
+  static char* kwlist[] = {"name", "positional", "nreq", "doc", NULL};
+  PyObject *name, *positional = Py_None, *doc = Py_None;
+  Py_ssize_t nreq = -1;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "U|OnO:OpFunction", kwlist, &name, &positional, &nreq, &doc)) return NULL;
+  if (positional != Py_None && !PyTuple_Check(positional)) {
+    PyErr_SetString(PyExc_TypeError, "OpFunction: positional must be a tuple of parameter names or None");
+    return NULL;
+  }
+  OpFunc* f = (OpFunc*)tp->tp_alloc(tp, 0);
+  if (!f) return NULL;
+  f->vectorcall = opfunc_vectorcall;
+  f->name = Py_NewRef(name);
+  f->positional = Py_NewRef(positional);
+  f->nreq = nreq;
+  f->doc = Py_NewRef(doc);
+  return (PyObject*)f;
+}
+
+static void opfunc_dealloc(OpFunc* f) {
+  sig_clear(&f->sig);
+  Py_XDECREF(f->last_reg_ref);
+  Py_XDECREF(f->name);
+  Py_XDECREF(f->positional);
+  Py_XDECREF(f->doc);
+  Py_TYPE(f)->tp_free((PyObject*)f);
+}
+
+static PyObject* opfunc_descr_get(PyObject* self, PyObject* obj, PyObject* type) {
+  (void)obj;
+  (void)type;
+  return Py_NewRef(self); /* a plain function as a class attribute: no binding */
+}
+
+/* The parameters, in call order: [(name, kind, positional, required)], reading the schema
+ * (the library is loaded) when not done yet. */
+static PyObject* opfunc_parameters(OpFunc* f, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs > 1) {
+    PyErr_SetString(PyExc_TypeError, "parameters(registry=None) takes at most one argument");
+    return NULL;
+  }
+  PyObject* regobj = nargs ? args[0] : NULL;
+  void* h;
+  dlfuse_op_t op;
+  if (!f->sig.ready && opfunc_prepare(f, regobj, &h, &op) < 0) {
+    if (!f->sig.ready) return NULL;
+    PyErr_Clear(); /* the op is known but no plugin offers it: the parameters still are */
+  }
+  static const char* const kinds[] = {"input", "output", "attribute", "needs", "shape", "stream", "registry"};
+  const Sig* g = &f->sig;
+  PyObject* l = PyList_New(g->np);
+  if (!l) return NULL;
+  for (int i = 0; i < g->np; ++i) {
+    PyObject* t = Py_BuildValue("(Osii)", g->p[i].name, kinds[g->p[i].kind], i < g->npos, i < g->nreq);
+    if (!t) {
+      Py_DECREF(l);
+      return NULL;
+    }
+    PyList_SET_ITEM(l, i, t);
+  }
+  return l;
+}
+
+static PyObject* opfunc_get_name(OpFunc* f, void* c) {
+  (void)c;
+  return Py_NewRef(f->name);
+}
+static PyObject* opfunc_get_doc(OpFunc* f, void* c) {
+  (void)c;
+  return Py_NewRef(f->doc);
+}
+
+static PyMethodDef opfunc_methods[] = {
+    {"parameters", (PyCFunction)(void (*)(void))opfunc_parameters, METH_FASTCALL,
+     "parameters(registry=None) -> [(name, kind, positional, required)]: the parameters derived from the op's "
+     "schema (read from registry, default the default one, when not read yet)"},
+    {NULL, NULL, 0, NULL}};
+static PyGetSetDef opfunc_getset[] = {{"__name__", (getter)opfunc_get_name, NULL, NULL, NULL},
+                                      {"__qualname__", (getter)opfunc_get_name, NULL, NULL, NULL},
+                                      {"op", (getter)opfunc_get_name, NULL, "the op's name", NULL},
+                                      {"__doc__", (getter)opfunc_get_doc, NULL, NULL, NULL},
+                                      {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject OpFuncType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dlfuse._ext.OpFunction",
+    .tp_basicsize = sizeof(OpFunc),
+    .tp_dealloc = (destructor)opfunc_dealloc,
+    .tp_vectorcall_offset = offsetof(OpFunc, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "OpFunction(name, positional=None, nreq=-1, doc=None): an op of libdlfuse as a Python function, "
+              "its parameters derived from the op's schema",
+    .tp_methods = opfunc_methods,
+    .tp_getset = opfunc_getset,
+    .tp_descr_get = opfunc_descr_get,
+    .tp_new = opfunc_new,
+};
+
+/* call(op, inputs, attrs, out, stream, registry): dlfuse.call's native half. Every output
+ * is allocated (or taken from out); the result is the output, or a tuple of them. */
+static PyObject* py_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
   if (nargs != 6 || !PyUnicode_Check(args[0]) || !PyTuple_Check(args[1]) || !PyDict_Check(args[2])) {
     PyErr_SetString(PyExc_TypeError, "_ext.call(op: str, inputs: tuple, attrs: dict, out, stream, registry)");
     return NULL;
   }
-  const char* name = PyUnicode_AsUTF8(args[0]);
   void* h;
-  void* s;
-  int given;
-  if (!name || parse_registry(args[5], &h) < 0 || parse_stream(args[4], &s, &given) < 0) return NULL;
+  if (need_loaded() < 0 || parse_registry(args[5], &h) < 0) return NULL;
+  const char* name = PyUnicode_AsUTF8(args[0]);
+  if (!name) return NULL;
+  dlfuse_op_t op = NULL;
+  int st = S.op_get((dlfuse_registry_t)h, name, &op);
+  if (st) return raise_status(st, NULL), NULL;
+  if (!S.op_schema) {
+    PyErr_SetString(PyExc_NotImplementedError, "dlfuse: call() needs libdlfuse of ABI >= 1.2; the loaded library is older");
+    return NULL;
+  }
+  dlfuse_op_schema_t sc;
+  memset(&sc, 0, sizeof sc);
+  sc.struct_size = sizeof sc;
+  st = S.op_schema(op, &sc);
+  if (st) return raise_status(st, NULL), NULL;
+  Sig* g = PyMem_Calloc(1, sizeof(Sig));
+  if (!g) return PyErr_NoMemory();
+  PyObject* r = NULL;
+  PyObject* out_seq = NULL;
+  Args A;
+  memset(&A, 0, sizeof A);
+  if (sig_build(g, &sc, NULL, -1) < 0) goto done;
+  const Py_ssize_t nin = PyTuple_GET_SIZE(args[1]);
+  if (nin != g->num_inputs) {
+    PyErr_Format(PyExc_TypeError, "%s() takes %d inputs (%zd given)", name, g->num_inputs, nin);
+    goto done;
+  }
+  for (Py_ssize_t i = 0; i < nin; ++i) A.in[i] = PyTuple_GET_ITEM(args[1], i);
+  if (!is_none(args[3])) {
+    out_seq = PySequence_Fast(args[3], "out: expected a sequence of tensors (None where to allocate)");
+    if (!out_seq) goto done;
+    if (PySequence_Fast_GET_SIZE(out_seq) != g->num_outputs) {
+      PyErr_Format(PyExc_TypeError, "%s(): out: expected %d entries, got %zd", name, g->num_outputs,
+                   PySequence_Fast_GET_SIZE(out_seq));
+      goto done;
+    }
+    for (int i = 0; i < g->num_outputs; ++i) A.out[i] = PySequence_Fast_GET_ITEM(out_seq, i);
+  }
+  Py_ssize_t pos = 0;
+  PyObject *key, *value;
+  while (PyDict_Next(args[2], &pos, &key, &value)) {
+    const char* k = PyUnicode_AsUTF8(key);
+    if (!k) goto done;
+    int found = -1;
+    for (int i = 0; i < g->num_attrs && found < 0; ++i)
+      if (strcasecmp(g->attr[i].name, k) == 0) found = i;
+    if (found < 0) {
+      PyObject* names = PyList_New(0);
+      for (int i = 0; names && i < g->num_attrs; ++i) {
+        PyObject* n = PyUnicode_FromString(g->attr[i].name);
+        if (!n || PyList_Append(names, n) < 0) Py_CLEAR(names);
+        Py_XDECREF(n);
+      }
+      if (names) PyErr_Format(PyExc_TypeError, "%s() got an unexpected attribute '%s'; expected one of %R", name, k, names);
+      Py_XDECREF(names);
+      goto done;
+    }
+    if (attr_value(name, &g->attr[found], value, &A.attrs[A.nattrs]) < 0) goto done;
+    ++A.nattrs;
+  }
+  for (int i = 0; i < g->num_outputs; ++i) A.needs[i] = 1;
+  A.all_outputs = 1;
+  A.stream = args[4];
+  A.registry = args[5];
+  r = run(name, g, op, h, &A);
+done:
+  Py_XDECREF(out_seq);
+  sig_clear(g);
+  PyMem_Free(g);
+  return r;
+}
+
+/* schema(op, registry) -> (inputs, outputs, attrs) of an op, for layers that derive their own
+ * signatures from it (dlfuse.torch): inputs [(name, flags, since_minor)], outputs
+ * [(name, flags, alias_input)], attrs [(lower-case name, is_float, required, default)]. */
+static PyObject* py_schema(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  if (nargs != 2 || !PyUnicode_Check(args[0])) {
+    PyErr_SetString(PyExc_TypeError, "_ext.schema(op: str, registry)");
+    return NULL;
+  }
+  void* h;
+  if (need_loaded() < 0 || parse_registry(args[1], &h) < 0) return NULL;
+  const char* name = PyUnicode_AsUTF8(args[0]);
+  if (!name) return NULL;
+  dlfuse_op_schema_t sc;
+  if (find_schema(h, name, &sc) < 0) return NULL;
+  PyObject* ins = PyList_New(0);
+  PyObject* outs = PyList_New(0);
+  PyObject* ats = PyList_New(0);
+  int ok = ins && outs && ats;
+  for (int i = 0; ok && i < sc.num_inputs; ++i) {
+    PyObject* t = Py_BuildValue("(sII)", sc.inputs[i].name, sc.inputs[i].flags, sc.inputs[i].since_minor);
+    ok = t && PyList_Append(ins, t) == 0;
+    Py_XDECREF(t);
+  }
+  for (int i = 0; ok && i < sc.num_outputs; ++i) {
+    PyObject* t = Py_BuildValue("(sIi)", sc.outputs[i].name, sc.outputs[i].flags, sc.outputs[i].alias_input);
+    ok = t && PyList_Append(outs, t) == 0;
+    Py_XDECREF(t);
+  }
+  for (int i = 0; ok && i < sc.num_attrs; ++i) {
+    const dlfuse_attr_schema_t* a = &sc.attrs[i];
+    const int is_float = a->default_value.type == DLFUSE_ATTR_FLOAT64;
+    PyObject* n = lower_name(a->name);
+    PyObject* d = is_float ? PyFloat_FromDouble(a->default_value.value.f64) : PyLong_FromLongLong(a->default_value.value.i64);
+    PyObject* t = n && d ? Py_BuildValue("(OiiO)", n, is_float, (a->flags & DLFUSE_ATTR_REQUIRED) != 0, d) : NULL;
+    Py_XDECREF(n);
+    Py_XDECREF(d);
+    ok = t && PyList_Append(ats, t) == 0;
+    Py_XDECREF(t);
+  }
+  if (!ok) {
+    Py_XDECREF(ins);
+    Py_XDECREF(outs);
+    Py_XDECREF(ats);
+    return NULL;
+  }
+  return Py_BuildValue("(NNN)", ins, outs, ats);
+}
+
+/* infer(op, shapes, code, bits, attrs, registry) -> [shape per output]: the output shapes of
+ * a call of op on inputs of `shapes` (a sequence, None where an optional input is absent)
+ * and one dtype, attributes by name as for dlfuse.call. For shape-only callers (the fake
+ * kernels of dlfuse.torch): no tensor is touched. */
+static PyObject* py_infer(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  if (nargs != 6 || !PyUnicode_Check(args[0]) || !PyDict_Check(args[4])) {
+    PyErr_SetString(PyExc_TypeError, "_ext.infer(op: str, shapes, code, bits, attrs: dict, registry)");
+    return NULL;
+  }
+  void* h;
+  if (need_loaded() < 0 || parse_registry(args[5], &h) < 0) return NULL;
+  const char* name = PyUnicode_AsUTF8(args[0]);
+  const int code = PyLong_AsLong(args[2]), bits = PyLong_AsLong(args[3]);
+  if (!name || PyErr_Occurred()) return NULL;
+  if (!S.op_infer || !S.op_schema) {
+    PyErr_SetString(PyExc_NotImplementedError, "dlfuse: infer needs libdlfuse of ABI >= 1.2");
+    return NULL;
+  }
   dlfuse_op_t op = NULL;
   int st = S.op_get((dlfuse_registry_t)h, name, &op);
   if (st) return raise_status(st, NULL), NULL;
   dlfuse_op_schema_t sc;
   memset(&sc, 0, sizeof sc);
   sc.struct_size = sizeof sc;
-  st = S.op_schema(op, &sc);
-  if (st) return raise_status(st, NULL), NULL;
-  const Py_ssize_t nin = PyTuple_GET_SIZE(args[1]);
-  if (nin != sc.num_inputs) {
-    PyErr_Format(PyExc_TypeError, "%s() takes %d inputs (%zd given)", sc.name, sc.num_inputs, nin);
-    return NULL;
+  if ((st = S.op_schema(op, &sc)) != 0) return raise_status(st, NULL), NULL;
+  PyObject* seq = PySequence_Fast(args[1], "infer: shapes must be a sequence (None where an input is absent)");
+  if (!seq) return NULL;
+  PyObject* r = NULL;
+  const Py_ssize_t nin = PySequence_Fast_GET_SIZE(seq);
+  Shape* sh = PyMem_Calloc(DLFUSE_MAX_ARGS, sizeof(Shape));
+  if (!sh) {
+    Py_DECREF(seq);
+    return PyErr_NoMemory();
   }
-  PyObject* out_seq = NULL;
-  if (!is_none(args[3])) {
-    out_seq = PySequence_Fast(args[3], "out: expected a sequence of tensors (None where to allocate)");
-    if (!out_seq) return NULL;
-    if (PySequence_Fast_GET_SIZE(out_seq) != sc.num_outputs) {
-      PyErr_Format(PyExc_TypeError, "%s(): out: expected %d entries, got %zd", sc.name, sc.num_outputs,
-                   PySequence_Fast_GET_SIZE(out_seq));
-      Py_DECREF(out_seq);
-      return NULL;
-    }
-  }
+  DLTensor t[DLFUSE_MAX_ARGS];
+  const DLTensor* in[DLFUSE_MAX_ARGS];
   dlfuse_attr_t attrs[DLFUSE_MAX_ATTRS];
   int32_t nattrs = 0;
-  Py_ssize_t pos = 0;
-  PyObject *key, *value;
-  while (PyDict_Next(args[2], &pos, &key, &value)) {
-    if (nattrs >= DLFUSE_MAX_ATTRS || generic_attr(&sc, key, value, &attrs[nattrs]) < 0) {
-      if (!PyErr_Occurred()) PyErr_Format(PyExc_TypeError, "%s(): too many attributes", sc.name);
-      Py_XDECREF(out_seq);
-      return NULL;
-    }
-    ++nattrs;
+  if (nin != sc.num_inputs) {
+    PyErr_Format(PyExc_TypeError, "infer: %s takes %d inputs, got %zd shapes", name, sc.num_inputs, nin);
+    goto done;
   }
-  View v[2 * DLFUSE_MAX_ARGS];
-  memset(v, 0, sizeof v);
-  const DLTensor* in[DLFUSE_MAX_ARGS];
-  DLTensor* outs[DLFUSE_MAX_ARGS];
-  PyObject* res[DLFUSE_MAX_ARGS] = {NULL};
-  int first = -1;
-  int nv = 0;
   for (Py_ssize_t i = 0; i < nin; ++i) {
-    PyObject* o = PyTuple_GET_ITEM(args[1], i);
+    PyObject* o = PySequence_Fast_GET_ITEM(seq, i);
     in[i] = NULL;
-    if (is_none(o)) continue;
-    if (view_import(o, sc.inputs[i].name, s, &v[i]) < 0) goto fail;
-    nv = (int)i + 1;
-    in[i] = v[i].t;
-    if (first < 0) {
-      first = (int)i;
-      if (pick_stream(&v[i], given, &s) < 0) goto fail;
+    if (o == Py_None) continue;
+    if (parse_shape(o, "infer: a shape must be a sequence of ints", &sh[i]) < 0) goto done;
+    if (sh[i].ndim > DLFUSE_MAX_NDIM) {
+      PyErr_Format(PyExc_ValueError, "infer: input %zd has %d dims (at most %d)", i, sh[i].ndim, DLFUSE_MAX_NDIM);
+      goto done;
+    }
+    memset(&t[i], 0, sizeof t[i]);
+    t[i].ndim = sh[i].ndim;
+    t[i].shape = sh[i].d;
+    t[i].dtype.code = (uint8_t)code;
+    t[i].dtype.bits = (uint8_t)bits;
+    t[i].dtype.lanes = 1;
+    t[i].device.device_type = kDLCPU;
+    in[i] = &t[i];
+  }
+  {
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(args[4], &pos, &key, &value)) {
+      const char* k = PyUnicode_AsUTF8(key);
+      if (!k) goto done;
+      int found = -1;
+      for (int i = 0; i < sc.num_attrs && found < 0; ++i)
+        if (strcasecmp(sc.attrs[i].name, k) == 0) found = i;
+      if (found < 0) {
+        PyErr_Format(PyExc_TypeError, "infer: %s has no attribute '%s'", name, k);
+        goto done;
+      }
+      if (attr_value(name, &sc.attrs[found], value, &attrs[nattrs]) < 0) goto done;
+      ++nattrs;
     }
   }
-  nv = (int)nin;
   {
     int32_t ndims[DLFUSE_MAX_ARGS];
     int64_t shapes[DLFUSE_MAX_ARGS * DLFUSE_MAX_NDIM];
@@ -1293,65 +1532,89 @@ static PyObject* py_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs
     st = S.op_infer(op, in, (int32_t)nin, attrs, nattrs, sc.num_outputs, ndims, shapes, dtypes);
     if (st) {
       raise_status(st, NULL);
-      goto fail;
+      goto done;
     }
-    for (int32_t i = 0; i < sc.num_outputs; ++i) {
-      PyObject* given_out = out_seq ? PySequence_Fast_GET_ITEM(out_seq, i) : Py_None;
-      if (!is_none(given_out)) {
-        res[i] = Py_NewRef(given_out);
-      } else {
-        if (first < 0) {
-          PyErr_Format(PyExc_TypeError, "%s(): no input to allocate outputs like; pass out=", sc.name);
-          goto fail;
-        }
-        Shape sh;
-        sh.ndim = ndims[i];
-        memcpy(sh.d, shapes + (size_t)i * DLFUSE_MAX_NDIM, sizeof(int64_t) * (size_t)ndims[i]);
-        res[i] = alloc_like(PyTuple_GET_ITEM(args[1], first), &v[first], &sh, args[5]);
-        if (!res[i]) goto fail;
+    r = PyList_New(sc.num_outputs);
+    for (int32_t i = 0; r && i < sc.num_outputs; ++i) {
+      Shape o;
+      o.ndim = ndims[i];
+      memcpy(o.d, shapes + (size_t)i * DLFUSE_MAX_NDIM, sizeof(int64_t) * (size_t)ndims[i]);
+      PyObject* tup = shape_tuple(&o);
+      if (!tup) {
+        Py_CLEAR(r);
+        break;
       }
-      if (view_import_out(res[i], sc.outputs[i].name, s, &v[nin + i]) < 0) goto fail;
-      nv = (int)nin + i + 1;
-      outs[i] = v[nin + i].t;
+      PyList_SET_ITEM(r, i, tup);
     }
   }
-  Py_BEGIN_ALLOW_THREADS
-  st = S.op_call(op, in, (int32_t)nin, outs, sc.num_outputs, attrs, nattrs, s);
-  Py_END_ALLOW_THREADS
-  if (st) {
-    raise_status(st, NULL);
-    goto fail;
-  }
-  release_all(v, nv);
-  Py_XDECREF(out_seq);
-  for (int32_t i = 0; i < sc.num_outputs; ++i)
-    if (mark_written(res[i], s) < 0) {
-      for (int32_t j = 0; j < sc.num_outputs; ++j) Py_XDECREF(res[j]);
-      return NULL;
-    }
-  if (sc.num_outputs == 1) return res[0];
-  PyObject* t = PyTuple_New(sc.num_outputs);
-  if (!t) {
-    for (int32_t j = 0; j < sc.num_outputs; ++j) Py_XDECREF(res[j]);
-    return NULL;
-  }
-  for (int32_t i = 0; i < sc.num_outputs; ++i) PyTuple_SET_ITEM(t, i, res[i]);
-  return t;
-fail:
-  release_all(v, nv);
-  Py_XDECREF(out_seq);
-  for (int32_t j = 0; j < DLFUSE_MAX_ARGS; ++j) Py_XDECREF(res[j]);
-  return NULL;
+done:
+  PyMem_Free(sh);
+  Py_DECREF(seq);
+  return r;
 }
+
+/* The names of the ops of the table this module was compiled with (dlfuse/ops.def), for the
+ * functions the package makes before libdlfuse is loaded. */
+static PyObject* py_core_ops(PyObject* self, PyObject* unused) {
+  (void)self;
+  (void)unused;
+  static const char* const names[] = {
+#define DLFUSE_OP(op, since) #op,
+#define DLFUSE_IN(op, name, flags, since)
+#define DLFUSE_OUT(op, name, flags, rule, s0, s1, s2, alias)
+#define DLFUSE_ATTR(op, key, type, flags, def, lo, hi)
+#define DLFUSE_END(op)
+#include "dlfuse/ops.def"
+#undef DLFUSE_OP
+#undef DLFUSE_IN
+#undef DLFUSE_OUT
+#undef DLFUSE_ATTR
+#undef DLFUSE_END
+  };
+  const Py_ssize_t n = (Py_ssize_t)(sizeof names / sizeof names[0]);
+  PyObject* t = PyTuple_New(n);
+  for (Py_ssize_t i = 0; t && i < n; ++i) {
+    PyObject* s = PyUnicode_FromString(names[i]);
+    if (!s) {
+      Py_CLEAR(t);
+      break;
+    }
+    PyTuple_SET_ITEM(t, i, s);
+  }
+  return t;
+}
+
+/* The names of every op with a schema in a registry: the core ops, then the plugins' own. */
+static PyObject* py_op_names(PyObject* self, PyObject* regobj) {
+  (void)self;
+  void* h;
+  if (need_loaded() < 0 || parse_registry(regobj, &h) < 0) return NULL;
+  if (!S.op_count || !S.reg_op_schema) return PyList_New(0);
+  int32_t n = 0;
+  int st = S.op_count((dlfuse_registry_t)h, &n);
+  if (st) return raise_status(st, NULL), NULL;
+  PyObject* l = PyList_New(0);
+  for (int32_t i = 0; l && i < n; ++i) {
+    dlfuse_op_schema_t sc;
+    memset(&sc, 0, sizeof sc);
+    sc.struct_size = sizeof sc;
+    if (S.reg_op_schema((dlfuse_registry_t)h, i, &sc) || !sc.name) continue;
+    PyObject* s = PyUnicode_FromString(sc.name);
+    if (!s || PyList_Append(l, s) < 0) Py_CLEAR(l);
+    Py_XDECREF(s);
+  }
+  return l;
+}
+
+static int admin_bind(void* lib, const char* path);
 
 static PyObject* py_load(PyObject* self, PyObject* args) {
   (void)self;
   const char* path;
-  PyObject *errors, *tensor_type, *fallback, *defreg, *acts;
-  if (!PyArg_ParseTuple(args, "sO!OOOO!", &path, &PyTuple_Type, &errors, &tensor_type, &fallback, &defreg,
-                        &PyDict_Type, &acts))
+  PyObject *errors, *tensor_type, *fallback, *defreg;
+  if (!PyArg_ParseTuple(args, "sO!OOO", &path, &PyTuple_Type, &errors, &tensor_type, &fallback, &defreg))
     return NULL;
-  /* RTLD_NOLOAD first: the ctypes side opened this path already, share its handle. */
+  /* RTLD_NOLOAD first: a library of this path already in the process is shared. */
   void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
   if (!lib) lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
@@ -1359,10 +1622,11 @@ static PyObject* py_load(PyObject* self, PyObject* args) {
     PyErr_Format(PyExc_OSError, "dlfuse._ext: dlopen(%s): %s", path, e ? e : "failed");
     return NULL;
   }
-  const char* syms[] = {"dlfuse_matmul_add_relu", "dlfuse_matmul_add_relu_backward", "dlfuse_add_mul_activation",
-                        "dlfuse_add_mul_activation_backward", "dlfuse_last_error"};
-  void* f[5];
-  for (int i = 0; i < 5; ++i) {
+  /* ABI 1.0's entry points are required; the 1.2 ones are optional, so that an older
+   * libdlfuse still loads and its ops say what they need. */
+  const char* syms[] = {"dlfuse_last_error", "dlfuse_op_get", "dlfuse_op_call"};
+  void* f[3];
+  for (int i = 0; i < 3; ++i) {
     f[i] = dlsym(lib, syms[i]);
     if (!f[i]) {
       dlclose(lib);
@@ -1370,29 +1634,21 @@ static PyObject* py_load(PyObject* self, PyObject* args) {
       return NULL;
     }
   }
+  if (admin_bind(lib, path) < 0) {
+    dlclose(lib);
+    return NULL;
+  }
   if (S.lib) dlclose(S.lib);
   S.lib = lib;
-  memcpy(&S.mar, &f[0], sizeof f[0]);
-  memcpy(&S.mar_bwd, &f[1], sizeof f[1]);
-  memcpy(&S.amc, &f[2], sizeof f[2]);
-  memcpy(&S.amc_bwd, &f[3], sizeof f[3]);
-  memcpy(&S.last_error, &f[4], sizeof f[4]);
-  /* ABI 1.1: optional, so that a 1.0 libdlfuse still serves the 1.0 ops */
-  void* g[5] = {dlsym(lib, "dlfuse_matmul_add_activation"), dlsym(lib, "dlfuse_matmul_add_activation_backward"),
-                dlsym(lib, "dlfuse_matmul_add_residual"), dlsym(lib, "dlfuse_matmul_add_residual_backward"),
-                dlsym(lib, "dlfuse_add_mul_activation_backward_from_out")};
-  memcpy(&S.maa, &g[0], sizeof g[0]);
-  memcpy(&S.maa_bwd, &g[1], sizeof g[1]);
-  memcpy(&S.mres, &g[2], sizeof g[2]);
-  memcpy(&S.mres_bwd, &g[3], sizeof g[3]);
-  memcpy(&S.amc_bwd_out, &g[4], sizeof g[4]);
-  /* ABI 1.2: optional likewise */
-  void* h12[4] = {dlsym(lib, "dlfuse_op_get"), dlsym(lib, "dlfuse_op_schema"), dlsym(lib, "dlfuse_op_infer_outputs"),
-                  dlsym(lib, "dlfuse_op_call")};
-  memcpy(&S.op_get, &h12[0], sizeof h12[0]);
-  memcpy(&S.op_schema, &h12[1], sizeof h12[1]);
-  memcpy(&S.op_infer, &h12[2], sizeof h12[2]);
-  memcpy(&S.op_call, &h12[3], sizeof h12[3]);
+  memcpy(&S.last_error, &f[0], sizeof f[0]);
+  memcpy(&S.op_get, &f[1], sizeof f[1]);
+  memcpy(&S.op_call, &f[2], sizeof f[2]);
+  void* g[4] = {dlsym(lib, "dlfuse_op_schema"), dlsym(lib, "dlfuse_op_infer_outputs"),
+                dlsym(lib, "dlfuse_registry_op_count"), dlsym(lib, "dlfuse_registry_op_schema")};
+  memcpy(&S.op_schema, &g[0], sizeof g[0]);
+  memcpy(&S.op_infer, &g[1], sizeof g[1]);
+  memcpy(&S.op_count, &g[2], sizeof g[2]);
+  memcpy(&S.reg_op_schema, &g[3], sizeof g[3]);
   for (int i = 0; i < 16; ++i) {
     Py_CLEAR(S.errors[i]);
     if (i < PyTuple_GET_SIZE(errors)) S.errors[i] = Py_NewRef(PyTuple_GET_ITEM(errors, i));
@@ -1400,11 +1656,11 @@ static PyObject* py_load(PyObject* self, PyObject* args) {
   Py_XSETREF(S.tensor_type, Py_NewRef(tensor_type));
   Py_XSETREF(S.alloc_fallback, Py_NewRef(fallback));
   Py_XSETREF(S.default_registry, Py_NewRef(defreg));
-  Py_XSETREF(S.activations, Py_NewRef(acts));
-  Py_XSETREF(S.activation_names, PyDict_Keys(acts));
-  if (!S.activation_names || PyList_Sort(S.activation_names) < 0) return NULL;
   Py_CLEAR(S.default_registry_obj);
-  Py_RETURN_NONE;
+  /* the file the loader took (a bare name is searched on the loader's path) */
+  Dl_info info;
+  if (dladdr((void*)(uintptr_t)S.op_call, &info) && info.dli_fname) return PyUnicode_DecodeFSDefault(info.dli_fname);
+  return PyUnicode_DecodeFSDefault(path);
 }
 
 /* A DLTensor's address inside a capsule, for tests and tools (no ownership taken). */
@@ -1431,116 +1687,454 @@ static PyObject* py_current_stream(PyObject* self, PyObject* obj) {
   return PyLong_FromVoidPtr(s);
 }
 
-/* What frees dlfuse.Tensor's DLPack exports: the deleter of the exported
-   DLManagedTensor(Versioned) and the destructor of its capsule, both C because a consumer
-   may call them with its own exception pending (np.from_dlpack dropping a capsule it
-   refuses), which a ctypes callback cannot run under (the consumer's error became a
-   SystemError). `export_release` is dlfuse._core._release, set by export_deleter(). */
-static PyObject* export_release;
+/* ---- the registry's admin calls, device memory, DLPack export ---------------------------------
+ *
+ * What is not per call, on the same loaded library: the package's Registry and Tensor
+ * (dlfuse/_core.py) call these with plain ints for handles, devices and addresses. Each
+ * raises the package's exception with the C message on failure. */
 
-/* export_release(addr), the GIL held, keeping the caller's pending exception. */
-static void release_export(void* addr) {
+#define ADMIN_FNS(X)                                                                                        \
+  X(abi_version, dlfuse_abi_version)                                                                      \
+  X(registry_create, dlfuse_registry_create)                                                              \
+  X(registry_destroy, dlfuse_registry_destroy)                                                            \
+  X(registry_load, dlfuse_registry_load)                                                                  \
+  X(plugin_count, dlfuse_registry_plugin_count)                                                           \
+  X(plugin_info, dlfuse_registry_plugin_info)                                                             \
+  X(kernel_info, dlfuse_registry_kernel_info)                                                             \
+  X(prefer, dlfuse_registry_prefer)                                                                       \
+  X(op_resolve, dlfuse_op_resolve)                                                                        \
+  X(device_count, dlfuse_device_count)                                                                    \
+  X(device_alloc, dlfuse_device_alloc)                                                                    \
+  X(device_free, dlfuse_device_free)                                                                      \
+  X(device_copy, dlfuse_device_copy)                                                                      \
+  X(device_synchronize, dlfuse_device_synchronize)
+
+static struct {
+#define X(field, sym) __typeof__(&sym) field;
+  ADMIN_FNS(X)
+#undef X
+} A_;
+
+static int admin_bind(void* lib, const char* path) {
+#define X(field, sym)                                                                        \
+  {                                                                                          \
+    void* f = dlsym(lib, #sym);                                                              \
+    if (!f) {                                                                                \
+      PyErr_Format(PyExc_OSError, "dlfuse._ext: %s has no %s: not libdlfuse", path, #sym); \
+      return -1;                                                                             \
+    }                                                                                        \
+    memcpy(&A_.field, &f, sizeof f);                                                         \
+  }
+  ADMIN_FNS(X)
+#undef X
+  return 0;
+}
+
+static int need_lib(void) {
+  if (A_.registry_create) return 0;
+  return need_loaded();
+}
+
+static int check(int st) { return st ? raise_status(st, NULL) : 0; }
+
+static void* as_ptr(PyObject* o) { return o == Py_None ? NULL : PyLong_AsVoidPtr(o); }
+
+static PyObject* py_abi_version(PyObject* self, PyObject* unused) {
+  (void)self;
+  (void)unused;
+  if (need_lib() < 0) return NULL;
+  uint32_t ma = 0, mi = 0;
+  A_.abi_version(&ma, &mi);
+  return Py_BuildValue("(II)", ma, mi);
+}
+
+static PyObject* py_last_error(PyObject* self, PyObject* unused) {
+  (void)self;
+  (void)unused;
+  if (need_lib() < 0) return NULL;
+  const char* m = S.last_error();
+  return PyUnicode_DecodeUTF8(m ? m : "", (Py_ssize_t)strlen(m ? m : ""), "replace");
+}
+
+/* registry_create(plugin_paths: str | None, discovery: int) -> handle */
+static PyObject* py_registry_create(PyObject* self, PyObject* args) {
+  (void)self;
+  const char* paths = NULL;
+  unsigned int discovery;
+  if (!PyArg_ParseTuple(args, "zI:registry_create", &paths, &discovery) || need_lib() < 0) return NULL;
+  dlfuse_registry_options_t o;
+  memset(&o, 0, sizeof o);
+  o.struct_size = sizeof o;
+  o.discovery = discovery;
+  o.plugin_paths = paths;
+  dlfuse_registry_t h = NULL;
+  int st;
+  Py_BEGIN_ALLOW_THREADS
+  st = A_.registry_create(&o, &h);
+  Py_END_ALLOW_THREADS
+  if (check(st) < 0) return NULL;
+  return PyLong_FromVoidPtr(h);
+}
+
+static PyObject* py_registry_destroy(PyObject* self, PyObject* h) {
+  (void)self;
+  void* p = as_ptr(h);
+  if (PyErr_Occurred() || need_lib() < 0) return NULL;
+  Py_BEGIN_ALLOW_THREADS
+  A_.registry_destroy((dlfuse_registry_t)p);
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
+/* registry_load(h, path) -> index; raises (the file stays listed) on failure */
+static PyObject* py_registry_load(PyObject* self, PyObject* args) {
+  (void)self;
+  PyObject* h;
+  const char* path;
+  if (!PyArg_ParseTuple(args, "Os:registry_load", &h, &path) || need_lib() < 0) return NULL;
+  void* p = as_ptr(h);
+  if (PyErr_Occurred()) return NULL;
+  int32_t idx = -1;
+  int st;
+  Py_BEGIN_ALLOW_THREADS
+  st = A_.registry_load((dlfuse_registry_t)p, path, &idx);
+  Py_END_ALLOW_THREADS
+  if (check(st) < 0) return NULL;
+  return PyLong_FromLong(idx);
+}
+
+static PyObject* py_plugin_count(PyObject* self, PyObject* h) {
+  (void)self;
+  void* p = as_ptr(h);
+  if (PyErr_Occurred() || need_lib() < 0) return NULL;
+  int32_t n = 0;
+  if (check(A_.plugin_count((dlfuse_registry_t)p, &n)) < 0) return NULL;
+  return PyLong_FromLong(n);
+}
+
+static PyObject* str_or_empty(const char* s) {
+  return PyUnicode_DecodeUTF8(s ? s : "", (Py_ssize_t)strlen(s ? s : ""), "replace");
+}
+
+/* plugin_info(h, i) -> (name, version, path, available, reason, device_type, device_count,
+ * abi_major, abi_minor, num_kernels) */
+static PyObject* py_plugin_info(PyObject* self, PyObject* args) {
+  (void)self;
+  PyObject* h;
+  int i;
+  if (!PyArg_ParseTuple(args, "Oi:plugin_info", &h, &i) || need_lib() < 0) return NULL;
+  void* p = as_ptr(h);
+  if (PyErr_Occurred()) return NULL;
+  dlfuse_plugin_info_t in;
+  memset(&in, 0, sizeof in);
+  in.struct_size = sizeof in;
+  if (check(A_.plugin_info((dlfuse_registry_t)p, i, &in)) < 0) return NULL;
+  return Py_BuildValue("(NNNiNiiIIi)", str_or_empty(in.name), str_or_empty(in.version), str_or_empty(in.path),
+                       (int)in.available, str_or_empty(in.reason), (int)in.device_type, (int)in.device_count,
+                       in.abi_major, in.abi_minor, (int)in.num_kernels);
+}
+
+/* kernel_info(h, plugin, kernel) -> (op, device_type, [(code, bits)], priority, flags) */
+static PyObject* py_kernel_info(PyObject* self, PyObject* args) {
+  (void)self;
+  PyObject* h;
+  int pl, k;
+  if (!PyArg_ParseTuple(args, "Oii:kernel_info", &h, &pl, &k) || need_lib() < 0) return NULL;
+  void* p = as_ptr(h);
+  if (PyErr_Occurred()) return NULL;
+  dlfuse_kernel_info_t ki;
+  memset(&ki, 0, sizeof ki);
+  ki.struct_size = sizeof ki;
+  if (check(A_.kernel_info((dlfuse_registry_t)p, pl, k, &ki)) < 0) return NULL;
+  PyObject* dts = PyList_New(0);
+  for (int32_t j = 0; dts && j < ki.num_dtypes && ki.dtypes; ++j) {
+    PyObject* t = Py_BuildValue("(ii)", (int)ki.dtypes[j].code, (int)ki.dtypes[j].bits);
+    if (!t || PyList_Append(dts, t) < 0) Py_CLEAR(dts);
+    Py_XDECREF(t);
+  }
+  if (!dts) return NULL;
+  return Py_BuildValue("(NiNiI)", str_or_empty(ki.op), (int)ki.device_type, dts, (int)ki.priority, ki.flags);
+}
+
+/* prefer(h, op | None, plugin_name | None) */
+static PyObject* py_prefer(PyObject* self, PyObject* args) {
+  (void)self;
+  PyObject* h;
+  const char *op, *name;
+  if (!PyArg_ParseTuple(args, "Ozz:prefer", &h, &op, &name) || need_lib() < 0) return NULL;
+  void* p = as_ptr(h);
+  if (PyErr_Occurred() || check(A_.prefer((dlfuse_registry_t)p, op, name)) < 0) return NULL;
+  Py_RETURN_NONE;
+}
+
+/* resolve(h, op, device_type, code, bits) -> plugin index */
+static PyObject* py_resolve(PyObject* self, PyObject* args) {
+  (void)self;
+  PyObject* h;
+  const char* name;
+  int dev, code, bits;
+  if (!PyArg_ParseTuple(args, "Osiii:resolve", &h, &name, &dev, &code, &bits) || need_lib() < 0) return NULL;
+  void* p = as_ptr(h);
+  if (PyErr_Occurred()) return NULL;
+  dlfuse_op_t op = NULL;
+  if (check(S.op_get((dlfuse_registry_t)p, name, &op)) < 0) return NULL;
+  DLDataType dt = {(uint8_t)code, (uint8_t)bits, 1};
+  int32_t idx = -1;
+  if (check(A_.op_resolve(op, dev, dt, &idx)) < 0) return NULL;
+  return PyLong_FromLong(idx);
+}
+
+static PyObject* py_device_count(PyObject* self, PyObject* args) {
+  (void)self;
+  PyObject* h;
+  int dev;
+  if (!PyArg_ParseTuple(args, "Oi:device_count", &h, &dev) || need_lib() < 0) return NULL;
+  void* p = as_ptr(h);
+  if (PyErr_Occurred()) return NULL;
+  int32_t n = 0;
+  if (check(A_.device_count((dlfuse_registry_t)p, dev, &n)) < 0) return NULL;
+  return PyLong_FromLong(n);
+}
+
+/* device_alloc(h, device_type, device_id, nbytes) -> address */
+static PyObject* py_device_alloc(PyObject* self, PyObject* args) {
+  (void)self;
+  PyObject* h;
+  int dt, di;
+  unsigned long long n;
+  if (!PyArg_ParseTuple(args, "OiiK:device_alloc", &h, &dt, &di, &n) || need_lib() < 0) return NULL;
+  void* p = as_ptr(h);
+  if (PyErr_Occurred()) return NULL;
+  DLDevice d = {(DLDeviceType)dt, di};
+  void* ptr = NULL;
+  int st;
+  Py_BEGIN_ALLOW_THREADS
+  st = A_.device_alloc((dlfuse_registry_t)p, d, (size_t)n, &ptr);
+  Py_END_ALLOW_THREADS
+  if (check(st) < 0) return NULL;
+  return PyLong_FromVoidPtr(ptr);
+}
+
+static PyObject* py_device_free(PyObject* self, PyObject* args) {
+  (void)self;
+  PyObject *h, *ptr;
+  int dt, di;
+  if (!PyArg_ParseTuple(args, "OiiO:device_free", &h, &dt, &di, &ptr) || need_lib() < 0) return NULL;
+  void* p = as_ptr(h);
+  void* q = as_ptr(ptr);
+  if (PyErr_Occurred()) return NULL;
+  DLDevice d = {(DLDeviceType)dt, di};
+  if (check(A_.device_free((dlfuse_registry_t)p, d, q)) < 0) return NULL;
+  Py_RETURN_NONE;
+}
+
+/* device_copy(h, device_type, device_id, kind, dst, dst_offset, src, src_offset, nbytes, stream) */
+static PyObject* py_device_copy(PyObject* self, PyObject* args) {
+  (void)self;
+  PyObject *h, *dst, *src, *stream;
+  int dt, di, kind;
+  unsigned long long doff, soff, n;
+  if (!PyArg_ParseTuple(args, "OiiiOKOKKO:device_copy", &h, &dt, &di, &kind, &dst, &doff, &src, &soff, &n, &stream) ||
+      need_lib() < 0)
+    return NULL;
+  void* p = as_ptr(h);
+  void* dp = as_ptr(dst);
+  void* sp = as_ptr(src);
+  void* s = as_ptr(stream);
+  if (PyErr_Occurred()) return NULL;
+  DLDevice d = {(DLDeviceType)dt, di};
+  int st;
+  Py_BEGIN_ALLOW_THREADS
+  st = A_.device_copy((dlfuse_registry_t)p, d, (dlfuse_copy_kind_t)kind, dp, (size_t)doff, sp, (size_t)soff, (size_t)n, s);
+  Py_END_ALLOW_THREADS
+  if (check(st) < 0) return NULL;
+  Py_RETURN_NONE;
+}
+
+static PyObject* py_device_synchronize(PyObject* self, PyObject* args) {
+  (void)self;
+  PyObject *h, *stream;
+  int dt, di;
+  if (!PyArg_ParseTuple(args, "OiiO:device_synchronize", &h, &dt, &di, &stream) || need_lib() < 0) return NULL;
+  void* p = as_ptr(h);
+  void* s = as_ptr(stream);
+  if (PyErr_Occurred()) return NULL;
+  DLDevice d = {(DLDeviceType)dt, di};
+  int st;
+  Py_BEGIN_ALLOW_THREADS
+  st = A_.device_synchronize((dlfuse_registry_t)p, d, s);
+  Py_END_ALLOW_THREADS
+  if (check(st) < 0) return NULL;
+  Py_RETURN_NONE;
+}
+
+/* symbol(name) -> the address of a libdlfuse function (for the XLA handlers, which take
+ * libdlfuse's entry points as pointers) */
+static PyObject* py_symbol(PyObject* self, PyObject* name) {
+  (void)self;
+  const char* n = PyUnicode_AsUTF8(name);
+  if (!n || need_lib() < 0) return NULL;
+  void* f = dlsym(S.lib, n);
+  if (!f) {
+    PyErr_Format(PyExc_AttributeError, "libdlfuse has no symbol %s", n);
+    return NULL;
+  }
+  return PyLong_FromVoidPtr(f);
+}
+
+/* A DLTensor describing a dlfuse.Tensor's memory, in a capsule that owns it and its shape:
+ * dltensor(data, device_type, device_id, shape, code, bits) -> (capsule, address). */
+typedef struct {
+  DLTensor t;
+  int64_t shape[DLFUSE_MAX_NDIM];
+} OwnedTensor;
+
+static void owned_tensor_free(PyObject* cap) { PyMem_Free(PyCapsule_GetPointer(cap, "dlfuse.dltensor")); }
+
+static PyObject* py_dltensor(PyObject* self, PyObject* args) {
+  (void)self;
+  PyObject *data, *shape;
+  int dt, di, code, bits;
+  if (!PyArg_ParseTuple(args, "OiiO!ii:dltensor", &data, &dt, &di, &PyTuple_Type, &shape, &code, &bits)) return NULL;
+  Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+  if (nd > DLFUSE_MAX_NDIM) {
+    PyErr_Format(PyExc_ValueError, "dlfuse.Tensor: shape: expected at most %d dims, got %zd", DLFUSE_MAX_NDIM, nd);
+    return NULL;
+  }
+  OwnedTensor* o = PyMem_Calloc(1, sizeof *o);
+  if (!o) return PyErr_NoMemory();
+  o->t.data = as_ptr(data);
+  for (Py_ssize_t i = 0; i < nd; ++i) o->shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+  if (PyErr_Occurred()) {
+    PyMem_Free(o);
+    return NULL;
+  }
+  o->t.device.device_type = (DLDeviceType)dt;
+  o->t.device.device_id = di;
+  o->t.ndim = (int32_t)nd;
+  o->t.dtype.code = (uint8_t)code;
+  o->t.dtype.bits = (uint8_t)bits;
+  o->t.dtype.lanes = 1;
+  o->t.shape = o->shape;
+  PyObject* cap = PyCapsule_New(o, "dlfuse.dltensor", owned_tensor_free);
+  if (!cap) {
+    PyMem_Free(o);
+    return NULL;
+  }
+  return Py_BuildValue("(NN)", cap, PyLong_FromVoidPtr(&o->t));
+}
+
+/* DLPack export of a dlfuse.Tensor: export(owner, tensor_address, versioned) -> capsule. The
+ * managed tensor holds a copy of the DLTensor and a reference to the owner, dropped by its
+ * deleter (which a consumer may call from any thread, with its own exception pending) or by
+ * the capsule's destructor when no consumer took it. */
+typedef struct {
+  DLManagedTensorVersioned mv;
+  DLManagedTensor ml;
+  int64_t shape[DLFUSE_MAX_NDIM];
+  PyObject* owner;
+} Export;
+
+static void export_release_owner(Export* e) {
+  if (!Py_IsInitialized()) return; /* a consumer freeing after interpreter exit */
+  PyGILState_STATE g = PyGILState_Ensure();
 #if PY_VERSION_HEX >= 0x030C0000
   PyObject* pending = PyErr_GetRaisedException();
 #else
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
 #endif
-  PyObject* r = export_release ? PyObject_CallFunction(export_release, "K", (unsigned long long)(uintptr_t)addr) : NULL;
-  if (!r && PyErr_Occurred()) PyErr_WriteUnraisable(export_release);
-  Py_XDECREF(r);
+  Py_XDECREF(e->owner);
+  PyMem_Free(e);
 #if PY_VERSION_HEX >= 0x030C0000
   PyErr_SetRaisedException(pending);
 #else
   PyErr_Restore(type, value, tb);
 #endif
-}
-
-/* A consumer calls it when done, maybe from a thread of its own (hence the GIL). */
-static void export_deleter(void* managed) {
-  if (!Py_IsInitialized()) return; /* a consumer freeing after interpreter exit: nothing to release */
-  PyGILState_STATE g = PyGILState_Ensure();
-  release_export(managed);
   PyGILState_Release(g);
 }
 
-static PyObject* py_export_deleter(PyObject* self, PyObject* release) {
-  (void)self;
-  Py_INCREF(release);
-  Py_XSETREF(export_release, release);
-  return PyLong_FromVoidPtr((void*)(uintptr_t)&export_deleter);
-}
+static void export_deleter_v(DLManagedTensorVersioned* m) { export_release_owner((Export*)m->manager_ctx); }
+static void export_deleter_l(DLManagedTensor* m) { export_release_owner((Export*)m->manager_ctx); }
 
-/* A capsule still named dltensor* when it dies was taken by no consumer (one that takes it
-   renames it used_* and calls the deleter). */
 static void export_capsule_destructor(PyObject* cap) {
-  const char* name = PyCapsule_IsValid(cap, "dltensor_versioned") ? "dltensor_versioned"
-                     : PyCapsule_IsValid(cap, "dltensor")         ? "dltensor"
-                                                                  : NULL;
-  if (name) release_export(PyCapsule_GetPointer(cap, name));
+  if (PyCapsule_IsValid(cap, "dltensor_versioned"))
+    export_deleter_v((DLManagedTensorVersioned*)PyCapsule_GetPointer(cap, "dltensor_versioned"));
+  else if (PyCapsule_IsValid(cap, "dltensor"))
+    export_deleter_l((DLManagedTensor*)PyCapsule_GetPointer(cap, "dltensor"));
 }
 
-static PyObject* py_export_capsule(PyObject* self, PyObject* args) {
+static PyObject* py_export(PyObject* self, PyObject* args) {
   (void)self;
-  unsigned long long addr;
+  PyObject *owner, *addr;
   int versioned;
-  if (!PyArg_ParseTuple(args, "Kp:export_capsule", &addr, &versioned)) return NULL;
-  return PyCapsule_New((void*)(uintptr_t)addr, versioned ? "dltensor_versioned" : "dltensor", export_capsule_destructor);
+  if (!PyArg_ParseTuple(args, "OOp:export", &owner, &addr, &versioned)) return NULL;
+  const DLTensor* t = (const DLTensor*)as_ptr(addr);
+  if (!t) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "dlfuse.Tensor: the tensor is freed");
+    return NULL;
+  }
+  Export* e = PyMem_Calloc(1, sizeof *e);
+  if (!e) return PyErr_NoMemory();
+  DLTensor* dst = versioned ? &e->mv.dl_tensor : &e->ml.dl_tensor;
+  *dst = *t;
+  memcpy(e->shape, t->shape, sizeof(int64_t) * (size_t)(t->ndim > 0 ? t->ndim : 0));
+  dst->shape = e->shape;
+  dst->strides = NULL;
+  e->owner = Py_NewRef(owner);
+  e->mv.version.major = 1;
+  e->mv.version.minor = 0;
+  e->mv.manager_ctx = e;
+  e->mv.deleter = export_deleter_v;
+  e->ml.manager_ctx = e;
+  e->ml.deleter = export_deleter_l;
+  PyObject* cap = versioned ? PyCapsule_New(&e->mv, "dltensor_versioned", export_capsule_destructor)
+                            : PyCapsule_New(&e->ml, "dltensor", export_capsule_destructor);
+  if (!cap) {
+    Py_DECREF(owner);
+    PyMem_Free(e);
+  }
+  return cap;
 }
 
 static PyMethodDef methods[] = {
-    {"load", py_load, METH_VARARGS, "load(path, errors, Tensor, alloc_fallback, registry, activations)"},
+    {"load", py_load, METH_VARARGS, "load(path, errors, Tensor, alloc_fallback, registry) -> the loaded file"},
     {"call", (PyCFunction)(void (*)(void))py_call, METH_FASTCALL,
      "call(op, inputs, attrs, out, stream, registry)\n--\n\n"
      "Any op by name (ABI 1.2), by its schema: dlfuse.call's native half."},
-    {"matmul_add_relu", (PyCFunction)(void (*)(void))py_matmul_add_relu, METH_FASTCALL | METH_KEYWORDS,
-     "matmul_add_relu(a, b, bias, out=None, stream=None, *, allow_tf32=False, registry=None)\n--\n\n"
-     "out = relu(a @ b + bias). a [..., M, K], b [..., K, N], bias broadcastable to out.\n"
-     "Returns `out` (allocated like `a` when not given)."},
-    {"matmul_add_relu_backward", (PyCFunction)(void (*)(void))py_matmul_add_relu_backward,
-     METH_FASTCALL | METH_KEYWORDS,
-     "matmul_add_relu_backward(grad_out, a, b, out, *, bias_shape=None, needs=(True, True, True), "
-     "grad_a=None, grad_b=None, grad_bias=None, stream=None, allow_tf32=False, registry=None)\n--\n\n"
-     "(grad_a, grad_b, grad_bias) of matmul_add_relu from grad_out and the saved a, b, out.\n"
-     "`needs` says which to compute (others are None); grad_bias has `bias_shape`\n"
-     "(default: grad_bias's shape if given, else [N]). Given grad_* tensors are written."},
-    {"add_mul_activation", (PyCFunction)(void (*)(void))py_add_mul_activation, METH_FASTCALL | METH_KEYWORDS,
-     "add_mul_activation(x, y, bias, multiplier=1.0, activation='relu', out=None, stream=None, *, "
-     "registry=None)\n--\n\n"
-     "out = act(x + bias + multiplier * y), NumPy broadcasting; `out` may be exactly `x`.\n"
-     "Returns `out` (allocated like `x` when not given)."},
-    {"add_mul_activation_backward", (PyCFunction)(void (*)(void))py_add_mul_activation_backward,
-     METH_FASTCALL | METH_KEYWORDS,
-     "add_mul_activation_backward(grad_out, x=None, y=None, bias=None, multiplier=1.0, activation='relu', *, "
-     "needs=(True, True, True), grad_x=None, grad_y=None, grad_bias=None, stream=None, registry=None, out=None, "
-     "x_shape=None, y_shape=None, bias_shape=None)\n--\n\n"
-     "(grad_x, grad_y, grad_bias) of add_mul_activation from grad_out and the forward's\n"
-     "inputs (the pre-activation is recomputed), or (ABI 1.1, identity/relu/sigmoid/tanh) from\n"
-     "its out, with x, y, bias None and the gradients' shapes in x_shape, y_shape, bias_shape."},
-    {"matmul_add_activation", (PyCFunction)(void (*)(void))py_matmul_add_activation, METH_FASTCALL | METH_KEYWORDS,
-     "matmul_add_activation(a, b, bias, activation, out=None, pre=None, stream=None, allow_tf32=False, "
-     "registry=None)\n--\n\nact(a @ b + bias); returns out, or (out, pre) when pre is True or a tensor (ABI 1.1)."},
-    {"matmul_add_activation_backward", (PyCFunction)(void (*)(void))py_matmul_add_activation_backward,
-     METH_FASTCALL | METH_KEYWORDS,
-     "matmul_add_activation_backward(grad_out, a, b, activation, out=None, pre=None, bias_shape=None, needs=None, "
-     "grad_a=None, grad_b=None, grad_bias=None, stream=None, allow_tf32=False, registry=None)\n--\n\n"
-     "(grad_a, grad_b, grad_bias) from exactly one of out and pre (ABI 1.1)."},
-    {"matmul_add_residual", (PyCFunction)(void (*)(void))py_matmul_add_residual, METH_FASTCALL | METH_KEYWORDS,
-     "matmul_add_residual(a, b, bias, residual, out=None, stream=None, allow_tf32=False, registry=None)\n--\n\n"
-     "a @ b + bias + residual; out may be residual itself (ABI 1.1)."},
-    {"matmul_add_residual_backward", (PyCFunction)(void (*)(void))py_matmul_add_residual_backward,
-     METH_FASTCALL | METH_KEYWORDS,
-     "matmul_add_residual_backward(grad_out, a, b, bias_shape=None, residual_shape=None, needs=None, grad_a=None, "
-     "grad_b=None, grad_bias=None, grad_residual=None, stream=None, allow_tf32=False, registry=None)\n--\n\n"
-     "(grad_a, grad_b, grad_bias, grad_residual) (ABI 1.1)."},
+    {"core_ops", py_core_ops, METH_NOARGS, "The names of the ops of the table this module was built with."},
+    {"infer", (PyCFunction)(void (*)(void))py_infer, METH_FASTCALL,
+     "infer(op, shapes, code, bits, attrs, registry) -> the output shapes of a call (dlfuse_op_infer_outputs)"},
+    {"schema", (PyCFunction)(void (*)(void))py_schema, METH_FASTCALL,
+     "schema(op, registry) -> (inputs, outputs, attrs): [(name, flags, since)], [(name, flags, alias)], "
+     "[(name, is_float, required, default)]"},
+    {"op_names", py_op_names, METH_O, "op_names(registry or None): every op with a schema in the registry."},
     {"set_loader", py_set_loader, METH_O, "The callable the first op call runs to load libdlfuse."},
     {"exchange_api", py_exchange_api, METH_O,
      "The (major, minor) DLPack exchange API a type (or an object's type) offers, or None."},
-    {"export_deleter", py_export_deleter, METH_O,
-     "export_deleter(release): the address of a C DLPack deleter that calls release(address of the managed tensor)."},
-    {"export_capsule", py_export_capsule, METH_VARARGS,
-     "export_capsule(address, versioned): a DLPack capsule of the managed tensor at address; "
-     "the export_deleter's release(address) runs when it dies unconsumed."},
+    {"abi_version", py_abi_version, METH_NOARGS, "(major, minor) of the loaded libdlfuse"},
+    {"last_error", py_last_error, METH_NOARGS, "the calling thread's last C error message"},
+    {"registry_create", py_registry_create, METH_VARARGS, "registry_create(plugin_paths, discovery) -> handle"},
+    {"registry_destroy", py_registry_destroy, METH_O, "registry_destroy(handle)"},
+    {"registry_load", py_registry_load, METH_VARARGS, "registry_load(handle, path) -> plugin index"},
+    {"plugin_count", py_plugin_count, METH_O, "plugin_count(handle)"},
+    {"plugin_info", py_plugin_info, METH_VARARGS,
+     "plugin_info(handle, i) -> (name, version, path, available, reason, device_type, device_count, abi_major, "
+     "abi_minor, num_kernels)"},
+    {"kernel_info", py_kernel_info, METH_VARARGS,
+     "kernel_info(handle, plugin, kernel) -> (op, device_type, [(code, bits)], priority, flags)"},
+    {"prefer", py_prefer, METH_VARARGS, "prefer(handle, op or None, plugin name or None)"},
+    {"resolve", py_resolve, METH_VARARGS, "resolve(handle, op, device_type, code, bits) -> plugin index"},
+    {"device_count", py_device_count, METH_VARARGS, "device_count(handle, device_type)"},
+    {"device_alloc", py_device_alloc, METH_VARARGS, "device_alloc(handle, device_type, device_id, nbytes) -> address"},
+    {"device_free", py_device_free, METH_VARARGS, "device_free(handle, device_type, device_id, address)"},
+    {"device_copy", py_device_copy, METH_VARARGS,
+     "device_copy(handle, device_type, device_id, kind, dst, dst_offset, src, src_offset, nbytes, stream)"},
+    {"device_synchronize", py_device_synchronize, METH_VARARGS, "device_synchronize(handle, device_type, device_id, stream)"},
+    {"symbol", py_symbol, METH_O, "the address of a libdlfuse function"},
+    {"dltensor", py_dltensor, METH_VARARGS,
+     "dltensor(data, device_type, device_id, shape, code, bits) -> (owner capsule, DLTensor address)"},
+    {"export", py_export, METH_VARARGS, "export(owner, DLTensor address, versioned) -> a DLPack capsule holding owner"},
     {"current_stream", py_current_stream, METH_O,
      "The stream a call on this tensor runs on when no stream= is given (0: the plugin's default)."},
     {NULL, NULL, 0, NULL}};
@@ -1571,6 +2165,8 @@ PyMODINIT_FUNC PyInit__ext(void) {
   I(s_ptr, "ptr");
   I(s_handle, "handle");
   I(s_module, "__module__");
+  I(s_ops, "_ops");
+  I(s_registry, "registry");
 #undef I
   S.kw_max_version = PyTuple_Pack(1, S.s_max_version);
   S.kw_stream = PyTuple_Pack(1, intern("stream"));
@@ -1586,6 +2182,36 @@ PyMODINIT_FUNC PyInit__ext(void) {
     Py_DECREF(np);
   }
   PyErr_Clear();
+  /* dlfuse_activation_t by name (gelu is gelu_erf) */
+  static const struct {
+    const char* n;
+    int v;
+  } acts[] = {{"identity", DLFUSE_ACT_IDENTITY}, {"relu", DLFUSE_ACT_RELU},     {"sigmoid", DLFUSE_ACT_SIGMOID},
+              {"tanh", DLFUSE_ACT_TANH},         {"gelu", DLFUSE_ACT_GELU_ERF}, {"gelu_erf", DLFUSE_ACT_GELU_ERF},
+              {"gelu_tanh", DLFUSE_ACT_GELU_TANH}, {"silu", DLFUSE_ACT_SILU}};
+  S.activations = PyDict_New();
+  if (!S.activations) goto fail;
+  for (size_t i = 0; i < sizeof acts / sizeof acts[0]; ++i) {
+    PyObject* v = PyLong_FromLong(acts[i].v);
+    if (!v || PyDict_SetItemString(S.activations, acts[i].n, v) < 0) {
+      Py_XDECREF(v);
+      goto fail;
+    }
+    Py_DECREF(v);
+  }
+  S.activation_names = PyDict_Keys(S.activations);
+  if (!S.activation_names || PyList_Sort(S.activation_names) < 0) goto fail;
+  if (PyModule_AddObjectRef(m, "ACTIVATIONS", S.activations) < 0 ||
+      PyModule_AddIntConstant(m, "ACT_COUNT", DLFUSE_ACT_COUNT) < 0 ||
+      PyModule_AddIntConstant(m, "ATTR_ACTIVATION", DLFUSE_ATTR_ACTIVATION) < 0 ||
+      PyModule_AddIntConstant(m, "ATTR_MULTIPLIER", DLFUSE_ATTR_MULTIPLIER) < 0 ||
+      PyModule_AddIntConstant(m, "ATTR_ALLOW_TF32", DLFUSE_ATTR_ALLOW_TF32) < 0 ||
+      PyModule_AddIntConstant(m, "KERNEL_TAKES_V1_1_INPUTS", DLFUSE_KERNEL_TAKES_V1_1_INPUTS) < 0 ||
+      PyModule_AddIntConstant(m, "COPY_HOST_TO_DEVICE", DLFUSE_COPY_HOST_TO_DEVICE) < 0 ||
+      PyModule_AddIntConstant(m, "COPY_DEVICE_TO_HOST", DLFUSE_COPY_DEVICE_TO_HOST) < 0 ||
+      PyModule_AddIntConstant(m, "DISCOVER_DEFAULT", DLFUSE_DISCOVER_DEFAULT) < 0)
+    goto fail;
+  if (PyType_Ready(&OpFuncType) < 0 || PyModule_AddObjectRef(m, "OpFunction", (PyObject*)&OpFuncType) < 0) goto fail;
   return m;
 fail:
   Py_DECREF(m);

@@ -392,7 +392,7 @@ def test_run_time_refusal_is_a_jax_error_with_dlfuse_message(device):
     out = jax.device_put(jnp.ones((4, 5)), device)
     f = jax.jit(lambda g, a, b, o: _jax_ffi.call(
         "matmul_add_activation_backward", dict(grad_out=g, a=a, b=b, out=o), ("grad_a",),
-        {dlfuse._capi.ATTR_ACTIVATION: 4}, {"bias": (5,)}))
+        {dlfuse._ext.ATTR_ACTIVATION: 4}, {"bias": (5,)}))
     with pytest.raises(Exception, match=r"dlfuse matmul_add_activation_backward: "
                                         r"\[INVALID_ARGUMENT\] .*"):
         jax.block_until_ready(f(out, a, b, out))

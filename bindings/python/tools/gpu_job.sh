@@ -34,6 +34,8 @@ t0=$(date +%s)
 targets="dlfuse dlfuse_cuda dlfuse_pyext dlfuse_noop"
 # the C++ torch operators: configured where python3 imports torch (bindings/python/CMakeLists.txt)
 cmake --build "$B" --target help | grep -q dlfuse_torch_ops && targets+=" dlfuse_torch_ops"
+# the test plugin with an op of its own (test_adding_an_op.py, test_torch_derived.py), in builds with tests
+cmake --build "$B" --target help | grep -q dlfuse_testref_ops && targets+=" dlfuse_testref_ops"
 cmake --build "$B" -j "$(nproc)" --target $targets >>"$OUT/cmake.log" 2>&1 \
   || { tail -30 "$OUT/cmake.log"; exit 3; }
 echo "build: $(( $(date +%s) - t0 )) s"

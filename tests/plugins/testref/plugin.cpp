@@ -36,6 +36,13 @@ const dlfuse_kernel_t kKernels[] = {
     kernel(DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD, matmul_add_activation_backward),
     kernel(DLFUSE_OP_MATMUL_ADD_RESIDUAL, matmul_add_residual),
     kernel(DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD, matmul_add_residual_backward),
+#ifdef DLFUSE_TESTREF_EXTRA_OP
+    // ops of its own, each with its schema (extra_op.cpp; the testref_ops build)
+    dlfuse_kernel_t{sizeof(dlfuse_kernel_t), "testref_scale_add", kDLCPU, 2, kDtypes, kPriority, scale_add, nullptr, 0,
+                    &kScaleAddSchema, nullptr},
+    dlfuse_kernel_t{sizeof(dlfuse_kernel_t), "testref_scale_add_backward", kDLCPU, 2, kDtypes, kPriority,
+                    scale_add_backward, nullptr, 0, &kScaleAddBackwardSchema, nullptr},
+#endif
 };
 
 dlfuse_status_t get_kernels(void*, const dlfuse_kernel_t** kernels, int32_t* num, char* err,

@@ -4,10 +4,11 @@
     out = dlfuse.matmul_add_relu(a, b, bias)          # any __dlpack__ producer
     np.from_dlpack(out)                               # zero copy
 
-``dlfuse.torch`` (imported on demand) adds autograd Functions and torch.library ops.
-libdlfuse is looked up on first use: $DLFUSE_LIBRARY (only it, when set), the package's own
-dlfuse/lib/libdlfuse.so (a wheel's), <prefix>/lib/libdlfuse.so, then
-ctypes.util.find_library("dlfuse"). See docs/python.md.
+Every op is a function whose parameters come from the op's schema (dlfuse.op_function);
+an op a loaded plugin declares is dlfuse.<op> too. ``dlfuse.torch`` (imported on demand)
+adds autograd Functions and torch.library ops. libdlfuse is looked up on first use:
+$DLFUSE_LIBRARY (only it, when set), the package's own dlfuse/lib/libdlfuse.so (a wheel's),
+<prefix>/lib/libdlfuse.so, then libdlfuse.so on the loader's path. See docs/python.md.
 """
 import os as _os
 
@@ -22,14 +23,16 @@ except ImportError as _e:
         "dlfuse: the compiled module dlfuse._ext is missing or broken (" + str(_e) + "). "
         "Install the package (pip install ./bindings/python) or, for a CMake build, set "
         "DLFUSE_EXT_DIR=<build>/python/dlfuse") from _e
-from ._capi import LibraryNotFound, library_path
 from ._core import (AbiMismatchError, DeviceError, Error, InternalError, InvalidArgumentError,
+                    LibraryNotFound, library_path,
                     LoadFailedError, NotFoundError, OutOfMemoryError, PluginInfo, Registry,
                     Tensor, UnavailableError, UnsupportedError, abi_version, call,
                     add_mul_activation, add_mul_activation_backward, last_error, load_plugin,
                     matmul_add_activation, matmul_add_activation_backward, matmul_add_relu,
                     matmul_add_relu_backward, matmul_add_residual, matmul_add_residual_backward,
                     plugins, registry, to_device)
+
+from ._core import op_function, op_names
 
 from ._version import __version__  # written beside _ext by the build, from the project's version
 
@@ -39,4 +42,16 @@ __all__ = ["AbiMismatchError", "DeviceError", "Error", "InternalError", "Invalid
            "abi_version", "add_mul_activation", "call", "add_mul_activation_backward", "last_error",
            "library_path", "load_plugin", "matmul_add_activation",
            "matmul_add_activation_backward", "matmul_add_relu", "matmul_add_relu_backward",
-           "matmul_add_residual", "matmul_add_residual_backward", "plugins", "registry", "to_device"]
+           "matmul_add_residual", "matmul_add_residual_backward", "op_function", "op_names", "plugins",
+           "registry", "to_device"]
+
+
+def __getattr__(name):
+    """An op a loaded plugin declares, as a function like the core ops' (dlfuse.<op>)."""
+    if not name.startswith("_"):
+        try:
+            if name in _core.op_names():
+                return op_function(name)
+        except (Error, OSError):
+            pass
+    raise AttributeError(f"module 'dlfuse' has no attribute {name!r}")

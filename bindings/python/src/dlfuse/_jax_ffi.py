@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _capi, _core, _ext
+from . import _core, _ext
 from ._jax_shapes import MATMUL, OPS, output_shapes
 
 LIBRARY = "libdlfuse_jax.so"
@@ -35,8 +35,8 @@ def load():
     if _lib is not None:
         return
     lib = ctypes.CDLL(_library_file())
-    c = _capi.lib()
-    fns = [ctypes.cast(getattr(c, n), ctypes.c_void_p)
+    _core.library_path()  # libdlfuse loaded (raises LibraryNotFound with what it tried)
+    fns = [ctypes.c_void_p(_ext.symbol(n))
            for n in ("dlfuse_op_get", "dlfuse_op_call", "dlfuse_last_error", "dlfuse_status_string")]
     lib.dlfuse_jax_bind.argtypes = [ctypes.c_void_p] * 5
     lib.dlfuse_jax_bind.restype = ctypes.c_int

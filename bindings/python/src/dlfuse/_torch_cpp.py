@@ -11,7 +11,7 @@ import re
 
 import torch
 
-from . import _capi, _core, _ext
+from . import _core, _ext
 
 LIBRARY = "libdlfuse_torch.so"
 _STATUS = re.compile(r"dlfuse status (\d+): (.*)", re.S)
@@ -48,8 +48,8 @@ def load():
         lib.dlfuse_torch_ops_init.argtypes = [ctypes.c_char_p, ctypes.c_void_p,
                                               ctypes.POINTER(ctypes.c_char_p)]
         why = ctypes.c_char_p()
-        _capi.lib()  # libdlfuse loaded (raises LibraryNotFound with what it tried)
-        if lib.dlfuse_torch_ops_init(_capi.library_path().encode(), _core.registry()._h,
+        # libdlfuse loaded (raises LibraryNotFound with what it tried)
+        if lib.dlfuse_torch_ops_init(_core.library_path().encode(), _core.registry()._h,
                                      ctypes.byref(why)) != 0:
             why_not = f"{LIBRARY}: init failed: {(why.value or b'').decode()}"
             return False

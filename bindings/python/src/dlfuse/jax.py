@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
-from . import _capi, _core
+from . import _core, _ext
 from . import _jax_ffi as _ffi
 
 __all__ = ["matmul_add_relu", "add_mul_activation", "matmul_add_activation",
@@ -26,7 +26,7 @@ __all__ = ["matmul_add_relu", "add_mul_activation", "matmul_add_activation",
 
 _ffi.load()
 
-_ACT, _MUL, _TF32 = _capi.ATTR_ACTIVATION, _capi.ATTR_MULTIPLIER, _capi.ATTR_ALLOW_TF32
+_ACT, _MUL, _TF32 = _ext.ATTR_ACTIVATION, _ext.ATTR_MULTIPLIER, _ext.ATTR_ALLOW_TF32
 # identity, relu, sigmoid, tanh: act' is a function of act's output, so the backward reads
 # `out` instead of the forward's inputs or `pre`.
 _OUT_FORM = frozenset((0, 1, 2, 3))
@@ -35,9 +35,9 @@ _OUT_FORM = frozenset((0, 1, 2, 3))
 def _act(activation):
     """An activation name or dlfuse_activation_t integer, checked at trace time."""
     act = _core._act(activation)
-    if not 0 <= act < _capi.ACT_COUNT:
-        raise ValueError(f"dlfuse: activation must be one of {sorted(_capi.ACTIVATIONS)} or "
-                         f"0..{_capi.ACT_COUNT - 1}, got {activation!r}")
+    if not 0 <= act < _ext.ACT_COUNT:
+        raise ValueError(f"dlfuse: activation must be one of {sorted(_ext.ACTIVATIONS)} or "
+                         f"0..{_ext.ACT_COUNT - 1}, got {activation!r}")
     return act
 
 

@@ -17,13 +17,14 @@ kernels and autograd formulas registered), so ``torch.compile(fullgraph=True)`` 
 them as opaque calls and CUDA graphs capture them (docs/python.md).
 """
 
+import threading
 from typing import List, Tuple
 
 import torch
 
 from . import _core, _ext, _torch_cpp
 
-__all__ = ["matmul_add_relu", "add_mul_activation", "matmul_add_activation",
+__all__ = ["matmul_add_relu", "add_mul_activation", "matmul_add_activation", "op_function",
            "matmul_add_residual", "MatmulAddRelu", "AddMulActivation", "MatmulAddActivation",
            "MatmulAddResidual", "FusedLinearReLU", "FusedLinear"]
 
@@ -112,7 +113,7 @@ def _amc_grads_from_out_torch(grad, out, multiplier, act, shapes, needs):
 def _mar_fwd(a, b, bias, allow_tf32):
     if FORCE_CONTIGUOUS:
         a, b, bias = _c(a, b, bias)
-    return _ext.matmul_add_relu(a, b, bias, None, _stream(a), allow_tf32=allow_tf32)
+    return _core.matmul_add_relu(a, b, bias, None, _stream(a), allow_tf32=allow_tf32)
 
 
 def _grad_b_for(b, needs):
@@ -124,7 +125,7 @@ def _grad_b_for(b, needs):
 def _mar_bwd(grad_out, a, b, out, bias_shape, needs, allow_tf32):
     if FORCE_CONTIGUOUS:
         grad_out, a, b, out = _c(grad_out, a, b, out)
-    return _ext.matmul_add_relu_backward(grad_out, a, b, out, bias_shape=bias_shape, needs=needs,
+    return _core.matmul_add_relu_backward(grad_out, a, b, out, bias_shape=bias_shape, needs=needs,
                                          grad_b=_grad_b_for(b, needs), stream=_stream(a),
                                          allow_tf32=allow_tf32)
 
@@ -132,17 +133,17 @@ def _mar_bwd(grad_out, a, b, out, bias_shape, needs, allow_tf32):
 def _amc_fwd(x, y, bias, multiplier, activation):
     if FORCE_CONTIGUOUS:
         x, y, bias = _c(x, y, bias)
-    return _ext.add_mul_activation(x, y, bias, multiplier, activation, None, _stream(x))
+    return _core.add_mul_activation(x, y, bias, multiplier, activation, None, _stream(x))
 
 
 def _amc_bwd(grad_out, x, y, bias, multiplier, activation, needs):
     if FORCE_CONTIGUOUS:
         grad_out, x, y, bias = _c(grad_out, x, y, bias)
-    return _ext.add_mul_activation_backward(grad_out, x, y, bias, multiplier, activation,
+    return _core.add_mul_activation_backward(grad_out, x, y, bias, multiplier, activation,
                                             needs=needs, stream=_stream(x))
 
 
-_amc_bwd_c = _ext.add_mul_activation_backward  # one name, so a test can make it refuse
+_amc_bwd_c = _core.add_mul_activation_backward  # one name, so a test can make it refuse
 
 
 def _amc_bwd_out(grad_out, out, multiplier, activation, shapes, needs, grads=(None, None, None)):
@@ -165,7 +166,7 @@ def _amc_bwd_out(grad_out, out, multiplier, activation, shapes, needs, grads=(No
 def _maa_fwd(a, b, bias, activation, want_pre, allow_tf32):
     if FORCE_CONTIGUOUS:
         a, b, bias = _c(a, b, bias)
-    return _ext.matmul_add_activation(a, b, bias, activation, None, want_pre, stream=_stream(a),
+    return _core.matmul_add_activation(a, b, bias, activation, None, want_pre, stream=_stream(a),
                                       allow_tf32=allow_tf32)
 
 
@@ -173,7 +174,7 @@ def _maa_bwd(grad_out, a, b, saved, activation, saved_is_pre, bias_shape, needs,
     if FORCE_CONTIGUOUS:
         grad_out, a, b, saved = _c(grad_out, a, b, saved)
     out, pre = (None, saved) if saved_is_pre else (saved, None)
-    return _ext.matmul_add_activation_backward(grad_out, a, b, activation, out, pre,
+    return _core.matmul_add_activation_backward(grad_out, a, b, activation, out, pre,
                                                bias_shape=bias_shape, needs=needs,
                                                grad_b=_grad_b_for(b, needs), stream=_stream(a),
                                                allow_tf32=allow_tf32)
@@ -182,14 +183,14 @@ def _maa_bwd(grad_out, a, b, saved, activation, saved_is_pre, bias_shape, needs,
 def _mres_fwd(a, b, bias, residual, allow_tf32):
     if FORCE_CONTIGUOUS:
         a, b, bias, residual = _c(a, b, bias, residual)
-    return _ext.matmul_add_residual(a, b, bias, residual, None, stream=_stream(a),
+    return _core.matmul_add_residual(a, b, bias, residual, None, stream=_stream(a),
                                     allow_tf32=allow_tf32)
 
 
 def _mres_bwd(grad_out, a, b, bias_shape, residual_shape, needs, allow_tf32):
     if FORCE_CONTIGUOUS:
         grad_out, a, b = _c(grad_out, a, b)
-    return _ext.matmul_add_residual_backward(grad_out, a, b, bias_shape, residual_shape,
+    return _core.matmul_add_residual_backward(grad_out, a, b, bias_shape, residual_shape,
                                              needs=needs, grad_b=_grad_b_for(b, needs),
                                              stream=_stream(a), allow_tf32=allow_tf32)
 
@@ -291,7 +292,7 @@ def _define_python_ops():
         # Under torch.compile the outputs must come from torch.empty: CUDA-graph trees
         # (mode="reduce-overhead") free them through the caching allocator's own deleter.
         a, b, bias = _c(a, b, bias)
-        return _ext.matmul_add_relu(a, b, bias, a.new_empty(_mm_shape(a, b)), _stream(a),
+        return _core.matmul_add_relu(a, b, bias, a.new_empty(_mm_shape(a, b)), _stream(a),
                                     allow_tf32=allow_tf32)
 
     @torch.library.custom_op("dlfuse::matmul_add_relu_backward", mutates_args=())
@@ -304,7 +305,7 @@ def _define_python_ops():
         # as in _op_mar)
         ga, gb, gbias = _matmul_grads(a, b, (bias_shape,), (needs_a, needs_b, needs_bias), operand_layout,
                                       transposed_b)
-        _ext.matmul_add_relu_backward(grad_out, a, b, out, bias_shape=tuple(bias_shape),
+        _core.matmul_add_relu_backward(grad_out, a, b, out, bias_shape=tuple(bias_shape),
                                       needs=(needs_a, needs_b, needs_bias), grad_a=ga if needs_a else None,
                                       grad_b=gb if needs_b else None, grad_bias=gbias if needs_bias else None,
                                       stream=_stream(a), allow_tf32=allow_tf32)
@@ -330,7 +331,7 @@ def _define_python_ops():
                 activation: int = 1) -> torch.Tensor:
         x, y, bias = _c(x, y, bias)  # outputs from torch.empty, as in _op_mar
         out = x.new_empty(torch.broadcast_shapes(x.shape, y.shape, bias.shape))
-        return _ext.add_mul_activation(x, y, bias, multiplier, activation, out, _stream(x))
+        return _core.add_mul_activation(x, y, bias, multiplier, activation, out, _stream(x))
 
     @torch.library.custom_op("dlfuse::add_mul_activation_backward", mutates_args=())
     def _op_amc_bwd(grad_out: torch.Tensor, x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor,
@@ -339,7 +340,7 @@ def _define_python_ops():
         grad_out, x, y, bias = _c(grad_out, x, y, bias)  # outputs from torch.empty, as in _op_mar
         gx, gy, gb = (x.new_empty(x.shape if needs_x else (0,)), x.new_empty(y.shape if needs_y else (0,)),
                       x.new_empty(bias.shape if needs_bias else (0,)))
-        _ext.add_mul_activation_backward(grad_out, x, y, bias, multiplier, activation,
+        _core.add_mul_activation_backward(grad_out, x, y, bias, multiplier, activation,
                                          needs=(needs_x, needs_y, needs_bias), grad_x=gx if needs_x else None,
                                          grad_y=gy if needs_y else None, grad_bias=gb if needs_bias else None,
                                          stream=_stream(x))
@@ -390,11 +391,11 @@ def _define_python_ops():
         a, b, bias = _c(a, b, bias)  # outputs from torch.empty, as in _op_mar
         out = a.new_empty(_mm_shape(a, b))
         if not save_pre:
-            _ext.matmul_add_activation(a, b, bias, activation, out, None, stream=_stream(a),
+            _core.matmul_add_activation(a, b, bias, activation, out, None, stream=_stream(a),
                                        allow_tf32=allow_tf32)
             return out, a.new_empty((0,))
         pre = a.new_empty(_mm_shape(a, b))
-        _ext.matmul_add_activation(a, b, bias, activation, out, pre, stream=_stream(a),
+        _core.matmul_add_activation(a, b, bias, activation, out, pre, stream=_stream(a),
                                    allow_tf32=allow_tf32)
         return out, pre
 
@@ -409,7 +410,7 @@ def _define_python_ops():
         gs = _matmul_grads(a, b, (bias_shape,), needs, operand_layout, transposed_b)
         ga, gb, gbias = (g if n else None for g, n in zip(gs, needs))
         out, pre = (None, saved) if saved_is_pre else (saved, None)
-        _ext.matmul_add_activation_backward(grad_out, a, b, activation, out, pre,
+        _core.matmul_add_activation_backward(grad_out, a, b, activation, out, pre,
                                             bias_shape=tuple(bias_shape), needs=needs, grad_a=ga,
                                             grad_b=gb, grad_bias=gbias, stream=_stream(a),
                                             allow_tf32=allow_tf32)
@@ -444,7 +445,7 @@ def _define_python_ops():
     def _op_mres(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor,
                  allow_tf32: bool = False) -> torch.Tensor:
         a, b, bias, residual = _c(a, b, bias, residual)  # outputs from torch.empty, as in _op_mar
-        return _ext.matmul_add_residual(a, b, bias, residual, a.new_empty(_mm_shape(a, b)),
+        return _core.matmul_add_residual(a, b, bias, residual, a.new_empty(_mm_shape(a, b)),
                                         stream=_stream(a), allow_tf32=allow_tf32)
 
     @torch.library.custom_op("dlfuse::matmul_add_residual_backward", mutates_args=())
@@ -457,7 +458,7 @@ def _define_python_ops():
         needs = (needs_a, needs_b, needs_bias, needs_residual)
         gs = _matmul_grads(a, b, (bias_shape, residual_shape), needs, operand_layout, transposed_b)
         g = [t if n else None for t, n in zip(gs, needs)]
-        _ext.matmul_add_residual_backward(grad_out, a, b, tuple(bias_shape), tuple(residual_shape),
+        _core.matmul_add_residual_backward(grad_out, a, b, tuple(bias_shape), tuple(residual_shape),
                                           needs=needs, grad_a=g[0], grad_b=g[1], grad_bias=g[2],
                                           grad_residual=g[3], stream=_stream(a), allow_tf32=allow_tf32)
         return gs
@@ -704,3 +705,167 @@ class FusedLinear(torch.nn.Linear):
 
     def extra_repr(self):
         return f"{super().extra_repr()}, activation={self.activation}"
+
+
+# ---- every other op, from its schema ---------------------------------------------------------
+#
+# An op this module has no function for above (a plugin's own, or one added to ops.def) gets
+# a torch custom op torch.ops.dlfuse.<op> whose schema, kernel, fake kernel and autograd are
+# all derived from its dlfuse schema (dlfuse._ext.schema):
+#   - torch schema: its inputs (Tensor, Tensor? where optional), its attributes (float or int,
+#     with their defaults), then `bool[] needs=[]` when every output is optional (empty: all)
+#     and `int[]? <x>_shape=None` for each REDUCIBLE output grad_<x>; it returns every output
+#     (an output not computed is an empty tensor, as custom ops must return tensors);
+#   - kernel and fake kernel: the output shapes from dlfuse_op_infer_outputs (dlfuse._ext.infer,
+#     which reads shapes only, so fake tensors do), outputs from torch.empty, the call through
+#     dlfuse._ext.call;
+#   - autograd, where the registry also has `<op>_backward`: the backward's inputs named like
+#     the forward's inputs or outputs are saved (grad_out is the gradient of the first output),
+#     its attributes taken from the forward's of the same name, `needs` from which inputs need a
+#     gradient and `<x>_shape` from the forward's input x; its output grad_<x> is the gradient
+#     of input x.
+# dlfuse.torch.<op> (or op_function(name)) is then torch.ops.dlfuse.<op>.
+
+_DERIVED_LIB = None
+_derived = {}  # op name -> (_Derived, its torch op)
+_TORCH_DTYPE_DL = {torch.float32: (2, 32), torch.float64: (2, 64), torch.float16: (2, 16),
+                   torch.bfloat16: (4, 16)}
+_OPTIONAL, _REDUCIBLE = 1, 2
+
+
+class _Derived:
+    """What the derived torch op of one dlfuse op needs to know, from its schema."""
+
+    def __init__(self, name):
+        self.name = name
+        self.inputs, self.outputs, self.attrs = _core._ext.schema(name, None)
+        self.in_names = [n for n, _f, _s in self.inputs]
+        self.out_names = [n for n, _f, _a in self.outputs]
+        self.attr_names = [n for n, *_ in self.attrs]
+        self.all_optional = all(f & _OPTIONAL for _n, f, _a in self.outputs)
+        self.shape_params = [(i, (n[5:] if n.startswith("grad_") else n) + "_shape")
+                             for i, (n, f, _a) in enumerate(self.outputs) if f & _REDUCIBLE]
+
+    def torch_schema(self):
+        args = [f"Tensor{'?' if f & _OPTIONAL else ''} {n}" for n, f, _s in self.inputs]
+        for n, is_float, required, default in self.attrs:
+            t = "float" if is_float else "int"
+            args.append(f"{t} {n}" if required else f"{t} {n}={default!r}")
+        if self.all_optional:
+            args.append("bool[] needs=[]")
+        args += [f"int[]? {p}=None" for _i, p in self.shape_params]
+        ret = "Tensor" if len(self.outputs) == 1 else "(" + ", ".join(["Tensor"] * len(self.outputs)) + ")"
+        return f"({', '.join(args)}) -> {ret}"
+
+    def split(self, args):
+        """(inputs, {attr: value}, needs, {output index: shape}) from the torch op's arguments."""
+        n_in, n_at = len(self.inputs), len(self.attrs)
+        ins, rest = list(args[:n_in]), list(args[n_in:])
+        attrs = dict(zip(self.attr_names, rest[:n_at]))
+        rest = rest[n_at:]
+        needs = [True] * len(self.outputs)
+        if self.all_optional:
+            given = list(rest.pop(0)) if rest else []
+            if given:
+                needs = [bool(v) for v in given]
+        shapes = {i: rest[k] for k, (i, _p) in enumerate(self.shape_params) if k < len(rest) and rest[k] is not None}
+        return ins, attrs, needs, shapes
+
+    def empty_outputs(self, ins, attrs, needs, shapes):
+        like = next(t for t in ins if t is not None)
+        code, bits = _TORCH_DTYPE_DL.get(like.dtype, (0, 0))
+        inferred = _core._ext.infer(self.name, [None if t is None else tuple(t.shape) for t in ins],
+                                    code, bits, attrs, None)
+        return [like.new_empty(tuple(shapes.get(i, inferred[i])) if needs[i] else (0,))
+                for i in range(len(self.outputs))]
+
+    def kernel(self, *args):
+        ins, attrs, needs, shapes = self.split(args)
+        ins = list(_c(*ins)) if FORCE_CONTIGUOUS else ins
+        outs = self.empty_outputs(ins, attrs, needs, shapes)
+        like = next(t for t in ins if t is not None)
+        _core._ext.call(self.name, tuple(ins), attrs,
+                        [o if n else False for o, n in zip(outs, needs)], _stream(like), None)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def fake(self, *args):
+        ins, attrs, needs, shapes = self.split(args)
+        outs = self.empty_outputs(ins, attrs, needs, shapes)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _derive(name):
+    """Defines torch.ops.dlfuse.<name> from the op's schema; returns it."""
+    global _DERIVED_LIB
+    d = _Derived(name)
+    if _DERIVED_LIB is None:
+        _DERIVED_LIB = torch.library.Library("dlfuse", "FRAGMENT")
+    _DERIVED_LIB.define(name + d.torch_schema())
+    qual = "dlfuse::" + name
+    torch.library.impl(qual, ("CPU", "CUDA"), lib=_DERIVED_LIB)(d.kernel)
+    torch.library.register_fake(qual, lib=_DERIVED_LIB)(d.fake)
+    bwd_name = name + "_backward"
+    if bwd_name in _core.op_names():
+        bwd_op = op_function(bwd_name)
+        b = _derived[bwd_name][0]
+        grad_of = [n[5:] if n.startswith("grad_") else n for n in b.out_names]
+        n_extra = len(d.attrs) + (1 if d.all_optional else 0) + len(d.shape_params)
+
+        def setup_context(ctx, inputs, output):
+            outs = output if isinstance(output, tuple) else (output,)
+            by_name = dict(zip(d.in_names, inputs[:len(d.in_names)]))
+            by_name.update(zip(d.out_names, outs))
+            ctx.save_for_backward(*(by_name.get(n) for n in b.in_names[1:]))
+            attrs = dict(zip(d.attr_names, inputs[len(d.in_names):len(d.in_names) + len(d.attrs)]))
+            ctx.attrs = [attrs.get(n, default) for n, _f, _r, default in b.attrs]
+            ctx.shapes = [None if by_name.get(p[:-6]) is None else list(by_name[p[:-6]].shape)
+                          for _i, p in b.shape_params]
+
+        def backward(ctx, *grads):
+            needs_in = dict(zip(d.in_names, ctx.needs_input_grad))
+            needs = [bool(needs_in.get(n, False)) for n in grad_of]
+            res = bwd_op(grads[0], *ctx.saved_tensors, *ctx.attrs,
+                         *([needs] if b.all_optional else []), *ctx.shapes)
+            res = res if isinstance(res, tuple) else (res,)
+            by_input = {n: (r if k else None) for n, r, k in zip(grad_of, res, needs)}
+            return tuple(by_input.get(n) for n in d.in_names) + (None,) * n_extra
+
+        torch.library.register_autograd(qual, backward, setup_context=setup_context, lib=_DERIVED_LIB)
+    op = getattr(torch.ops.dlfuse, name)
+    _derived[name] = (d, op)
+    return op
+
+
+def op_function(name):
+    """The torch function of dlfuse op `name`: the public function above for the ops this
+    module defines by hand, else torch.ops.dlfuse.<name> derived from its schema (its
+    backward op, where the registry has one, wired as its autograd formula)."""
+    if name in __all__:
+        return globals()[name]
+    got = _derived.get(name)
+    if got is not None:
+        return got[1]
+    if name in _HAND_OPS:
+        return getattr(torch.ops.dlfuse, name)  # defined above or by the C++ operators
+    with _derive_lock:  # an op is defined once, whichever thread asks first
+        got = _derived.get(name)
+        return got[1] if got is not None else _derive(name)
+
+
+_derive_lock = threading.RLock()  # re-entered: deriving an op derives its backward
+
+
+# The torch.ops.dlfuse.* that this module (or csrc/torch_ops.cpp) defines by hand, with the
+# documented signatures (docs/python.md) that predate op schemas.
+_HAND_OPS = frozenset(_FAKES)
+
+
+def __getattr__(name):
+    """dlfuse.torch.<op> for an op a loaded plugin declares (derived from its schema)."""
+    if not name.startswith("_"):
+        try:
+            if name in _core.op_names():
+                return op_function(name)
+        except (_core.Error, OSError):
+            pass
+    raise AttributeError(f"module 'dlfuse.torch' has no attribute {name!r}")

@@ -1,0 +1,106 @@
+// An op of the test plugin's own, in the testref_ops build only (CMakeLists.txt): what adding
+// an op takes, shown end to end. Its schema below is all a binding needs: the Python package
+// calls it as dlfuse.testref_scale_add(x, y, scale=...) and its backward with the gradient
+// parameters (needs, x_shape, y_shape) derived from that schema, with no change to any
+// binding (bindings/python/tests/test_adding_an_op.py).
+//
+//   testref_scale_add(x, y; SCALE = 1.0) -> out = x + SCALE * y, NumPy broadcasting; out may be x
+//   testref_scale_add_backward(grad_out; SCALE) -> grad_x = sum_to(grad_out, x's shape),
+//                                                  grad_y = SCALE * sum_to(grad_out, y's shape)
+#include "testref.h"
+
+namespace testref {
+namespace {
+
+namespace kit = dlfuse::kit;
+constexpr int32_t kAttrScale = 2001;  // this op's own attribute key
+
+dlfuse_attr_schema_t scale_attr() {
+  dlfuse_attr_schema_t a{};
+  a.name = "SCALE";
+  a.default_value.key = kAttrScale;
+  a.default_value.type = DLFUSE_ATTR_FLOAT64;
+  a.default_value.value.f64 = 1.0;
+  return a;
+}
+
+const dlfuse_attr_schema_t kAttrs[] = {scale_attr()};
+const dlfuse_arg_schema_t kFwdIn[] = {{"x", 0, 0, 0, 0, -1}, {"y", 0, 0, 0, 0, -1}};
+const dlfuse_arg_schema_t kFwdOut[] = {{"out", 0, 0, DLFUSE_SHAPE_BROADCAST, 0x3u, 0}};
+const dlfuse_arg_schema_t kBwdIn[] = {{"grad_out", 0, 0, 0, 0, -1}};
+const dlfuse_arg_schema_t kBwdOut[] = {
+    {"grad_x", DLFUSE_ARG_OPTIONAL | DLFUSE_ARG_REDUCIBLE, 0, DLFUSE_SHAPE_LIKE, 0x1u, -1},
+    {"grad_y", DLFUSE_ARG_OPTIONAL | DLFUSE_ARG_REDUCIBLE, 0, DLFUSE_SHAPE_LIKE, 0x1u, -1}};
+
+// The offset of element `flat` (row-major) of `shape` in a tensor with `strides` (0 where
+// it is broadcast).
+int64_t offset_of(const kit::Dims& strides, const kit::Dims& shape, int64_t flat) {
+  int64_t off = 0;
+  for (int d = int(shape.size()) - 1; d >= 0; --d) {
+    const int64_t n = shape[size_t(d)];
+    off += (flat % n) * strides[size_t(d)];
+    flat /= n;
+  }
+  return off;
+}
+
+template <class T> void forward(const dlfuse_kernel_args_t* args, double scale) {
+  const kit::View x(args->inputs[0]), y(args->inputs[1]), out(args->outputs[0]);
+  const int r = out.rank();
+  const kit::Dims xs = x.aligned_strides(r), ys = y.aligned_strides(r);
+  const int64_t n = out.numel();
+  for (int64_t i = 0; i < n; ++i) {  // element i reads only element i of x when out is x
+    const double v = double(x.base<T>()[offset_of(xs, out.shape, i)]) +
+                     scale * double(y.base<T>()[offset_of(ys, out.shape, i)]);
+    out.base<T>()[offset_of(out.strides, out.shape, i)] = T(v);
+  }
+}
+
+// grad (of grad_out's shape) summed into `g` (any shape broadcasting to it), times scale.
+template <class T> void reduce_into(const kit::View& grad, const kit::View& g, double scale) {
+  const int r = grad.rank();
+  const kit::Dims gs = g.aligned_strides(r);
+  const int64_t n = g.numel();
+  for (int64_t i = 0; i < n; ++i) g.base<T>()[offset_of(g.strides, g.shape, i)] = T(0);
+  for (int64_t i = 0; i < grad.numel(); ++i) {
+    T& dst = g.base<T>()[offset_of(gs, grad.shape, i)];
+    dst = T(double(dst) + scale * double(grad.base<T>()[offset_of(grad.strides, grad.shape, i)]));
+  }
+}
+
+template <class T> void backward(const dlfuse_kernel_args_t* args, double scale) {
+  const kit::View grad(args->inputs[0]);
+  if (args->outputs[0]) reduce_into<T>(grad, kit::View(args->outputs[0]), 1.0);
+  if (args->outputs[1]) reduce_into<T>(grad, kit::View(args->outputs[1]), scale);
+}
+
+template <template <class> class Run>
+dlfuse_status_t run(const dlfuse_kernel_args_t* args, int32_t num_inputs, int32_t num_outputs, bool first_out) {
+  return kit::guarded(kName, args, [&] {
+    kit::check_call(args, num_inputs, num_outputs, first_out, kDLCPU);
+    const double scale = kit::attr_float(args, kAttrScale, 1.0);
+    if (args->inputs[0]->dtype.bits == 64) Run<double>{}(args, scale);
+    else Run<float>{}(args, scale);
+  });
+}
+
+template <class T> struct Fwd {
+  void operator()(const dlfuse_kernel_args_t* a, double s) { forward<T>(a, s); }
+};
+template <class T> struct Bwd {
+  void operator()(const dlfuse_kernel_args_t* a, double s) { backward<T>(a, s); }
+};
+
+}  // namespace
+
+const dlfuse_op_schema_t kScaleAddSchema = {sizeof(dlfuse_op_schema_t), "testref_scale_add", 2, 2, kFwdIn, 1, kFwdOut,
+                                            1, kAttrs, nullptr, -1};
+const dlfuse_op_schema_t kScaleAddBackwardSchema = {
+    sizeof(dlfuse_op_schema_t), "testref_scale_add_backward", 2, 1, kBwdIn, 2, kBwdOut, 1, kAttrs, nullptr, -1};
+
+dlfuse_status_t scale_add(void*, void*, const dlfuse_kernel_args_t* args) { return run<Fwd>(args, 2, 1, true); }
+dlfuse_status_t scale_add_backward(void*, void*, const dlfuse_kernel_args_t* args) {
+  return run<Bwd>(args, 1, 2, false);
+}
+
+}  // namespace testref
