@@ -30,7 +30,6 @@ import importlib.util
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -43,23 +42,10 @@ import numpy as np  # noqa: E402
 import dlfuse  # noqa: E402
 from dlfuse import _ext  # noqa: E402
 
+sys.path.insert(0, HERE)
+from python_overhead import timeit  # noqa: E402  (the one timing loop of the Python benches)
+
 OP = "add_mul_activation"
-
-
-def timeit(fn, calls, reps, warm, sync=None):
-    for _ in range(warm):
-        fn()
-    if sync:
-        sync()
-    per = []
-    for _ in range(reps):
-        t0 = time.perf_counter_ns()
-        for _ in range(calls):
-            fn()
-        if sync:
-            sync()
-        per.append((time.perf_counter_ns() - t0) / calls / 1000.0)
-    return statistics.median(per)
 
 
 def build(build_dir):
@@ -177,7 +163,7 @@ def main():
 
     res = {}
     for name, fn in fns.items():
-        res[name] = timeit(fn, args.calls, args.reps, args.warm, sync)
+        res[name] = timeit(fn, args.calls, args.reps, sync=sync, warm=args.warm) / 1000.0  # ns -> us
     where = f"{args.framework} {args.device}" + (" (no-op plugin)" if args.noop else "")
     meta = {"framework": args.framework, "device": args.device, "noop": bool(args.noop),
             "python": platform.python_version(), "machine": platform.machine(),
