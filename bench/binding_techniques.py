@@ -29,10 +29,8 @@ import glob
 import importlib.util
 import json
 import os
-import platform
 import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -43,7 +41,7 @@ import dlfuse  # noqa: E402
 from dlfuse import _ext  # noqa: E402
 
 sys.path.insert(0, HERE)
-from python_overhead import timeit  # noqa: E402  (the one timing loop of the Python benches)
+from python_overhead import run_meta, timeit  # noqa: E402  (shared by the Python benches)
 
 OP = "add_mul_activation"
 
@@ -165,10 +163,8 @@ def main():
     for name, fn in fns.items():
         res[name] = timeit(fn, args.calls, args.reps, sync=sync, warm=args.warm) / 1000.0  # ns -> us
     where = f"{args.framework} {args.device}" + (" (no-op plugin)" if args.noop else "")
-    meta = {"framework": args.framework, "device": args.device, "noop": bool(args.noop),
-            "python": platform.python_version(), "machine": platform.machine(),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "calls": args.calls,
-            "reps": args.reps, "skipped": skipped}
+    meta = run_meta(args)
+    meta.update({"noop": bool(args.noop), "skipped": skipped})
     try:
         import nanobind
         meta["nanobind"] = nanobind.__version__
@@ -179,11 +175,6 @@ def main():
         meta["tvm_ffi"] = tvm_ffi.__version__
     except ImportError:
         pass
-    if args.framework == "torch":
-        import torch
-        meta["torch"] = torch.__version__
-        if args.device.startswith("cuda"):
-            meta["gpu"] = torch.cuda.get_device_name()
     print(json.dumps(meta))
     print(f"{OP} 64x64, {where}: us/call (median of {args.reps} x {args.calls})")
     for name, us in res.items():

@@ -56,6 +56,21 @@ def timeit(fn, calls, reps, sync=None, warm=200):
     return statistics.median(per)
 
 
+def run_meta(args):
+    """What a result was measured with: framework, device, versions, machine, date, counts."""
+    meta = {"framework": args.framework, "device": args.device,
+            "python": platform.python_version(), "numpy": np.__version__,
+            "machine": platform.processor() or platform.machine(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "calls": args.calls, "reps": args.reps}
+    if args.framework == "torch":
+        import torch
+        meta["torch"] = torch.__version__
+        if args.device.startswith("cuda"):
+            meta["gpu"] = torch.cuda.get_device_name()
+    return meta
+
+
 def make(framework, device):
     rng = np.random.default_rng(0)
     host = {"x": rng.standard_normal((64, 64), np.float32),
@@ -189,16 +204,8 @@ def main():
     if args.noop:
         noop_rows(args, row)
 
-    meta = {"framework": args.framework, "device": args.device, "plugin": plug,
-            "python": platform.python_version(), "numpy": np.__version__,
-            "machine": platform.processor() or platform.machine(),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "calls": args.calls, "reps": args.reps}
-    if args.framework == "torch":
-        import torch
-        meta["torch"] = torch.__version__
-        if args.device.startswith("cuda"):
-            meta["gpu"] = torch.cuda.get_device_name()
+    meta = run_meta(args)
+    meta["plugin"] = plug
     print(json.dumps(meta))
     print(f"{'path':28s} {'op':18s} {'us/call':>9s}")
     for r in rows:
