@@ -37,10 +37,14 @@ void check_form(const DLTensor* x, const DLTensor* y, const DLTensor* b, const D
 
 // vec4s per invocation of the vec4 forward (kernels/pointwise4.wgsl): 2 was the fastest
 // on an H200 (docs/webgpu.md); DLFUSE_WEBGPU_PW_VEC4=1..8 overrides it, for tuning.
+// Read once per process, like the GEMM tile: not an environment lookup per call.
 int forward4_items() {
-  const char* e = std::getenv("DLFUSE_WEBGPU_PW_VEC4");
-  const int v = e ? std::atoi(e) : 0;
-  return v >= 1 && v <= 8 ? v : 2;
+  static const int items = [] {
+    const char* e = std::getenv("DLFUSE_WEBGPU_PW_VEC4");
+    const int v = e ? std::atoi(e) : 0;
+    return v >= 1 && v <= 8 ? v : 2;
+  }();
+  return items;
 }
 
 // The forward as vec4s (kernels/pointwise4.wgsl) where the block allows it: n2 a multiple
