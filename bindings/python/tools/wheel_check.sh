@@ -10,7 +10,9 @@
 #     finds cuBLASLt first in site-packages' nvidia/cu13/lib or nvidia/cublas/lib (PyTorch's
 #     nvidia-* wheels), else in the toolkit it was built with.
 #  3. the sdist (`python -m build --sdist`), unpacked in a fresh folder, builds the same wheel
-#     (same files, name and version); `auditwheel show` on it names a manylinux tag.
+#     (same files, name and version); `auditwheel show` on it names a manylinux tag. Its CUDA
+#     device code is for one architecture: the files are the same, and step 1 already built
+#     every architecture (minutes each).
 #  4. one version: the wheel's, dlfuse.__version__, the package metadata's and the CMake
 #     package's are the project's (the argument, project(VERSION) of CMakeLists.txt).
 # Each step's time is printed.
@@ -88,7 +90,9 @@ lap "ops from the installed package"
 "$PY" -m build --sdist --outdir "$WORK/sdist" "$SRC" >"$WORK/sdist.log" 2>&1 || { tail -30 "$WORK/sdist.log"; exit 1; }
 mkdir "$WORK/fresh"
 tar -xzf "$WORK"/sdist/dlfuse-*.tar.gz -C "$WORK/fresh"
-(cd "$WORK/fresh" && "$V" -m pip wheel -q --no-deps -w "$WORK/dist" ./dlfuse-* 2>&1 | no_root_note)
+one_arch=()
+((have_nvcc)) && one_arch=(-C cmake.define.CMAKE_CUDA_ARCHITECTURES=90)
+(cd "$WORK/fresh" && "$V" -m pip wheel -q --no-deps "${one_arch[@]}" -w "$WORK/dist" ./dlfuse-* 2>&1 | no_root_note)
 whl=$(ls "$WORK"/dist/dlfuse-*.whl)
 lap "sdist, and a wheel from it"
 "$V" - "$whl" "$SITE" "$VERSION" <<'PYEOF'
