@@ -118,7 +118,30 @@ std::string check_output(const dlfuse_op_schema_t& s, int32_t i) {
   }
 }
 
+// The op's own shape and form rules on its inputs with every output at its inferred shape:
+// inference refuses what a call would refuse for its shapes, optional inputs or attributes
+// (a bias that does not broadcast, both of `out` and `pre`), so that a caller that has only
+// shapes (a tracer, a fake kernel) reports it where the call is written.
+dlfuse_status_t check_inferred(const OpSpec& spec, const char* op, const DLTensor* const* in,
+                               const dlfuse_attr_t* canonical, const int32_t* ndims, int64_t* shapes,
+                               DLDataType dtype) {
+  const dlfuse_op_schema_t& s = *spec.schema;
+  TensorView iv[kMaxArgs] = {}, ov[kMaxArgs] = {};  // the checks read only .t
+  DLTensor outs[kMaxArgs] = {};
+  for (int32_t j = 0; j < s.num_inputs; ++j) iv[j].t = in[j];
+  for (int32_t i = 0; i < s.num_outputs; ++i) {
+    outs[i].ndim = ndims[i];
+    outs[i].shape = shapes + size_t(i) * kMaxNdim;
+    outs[i].dtype = dtype;
+    ov[i].t = &outs[i];
+  }
+  if (spec.check_shapes)
+    if (auto st = spec.check_shapes(op, iv, ov)) return st;
+  return spec.check_form ? spec.check_form(spec, op, iv, ov, canonical) : DLFUSE_STATUS_OK;
+}
+
 }  // namespace
+
 
 dlfuse_status_t rule_shape(const OpSpec& spec, const char* op, const DLTensor* const* inputs,
                            const dlfuse_attr_t* canonical, int32_t i, int64_t* shape, int32_t* ndim) {
@@ -217,7 +240,7 @@ dlfuse_status_t infer_outputs(const OpSpec& spec, const DLTensor* const* inputs,
     if (auto st = rule_shape(spec, op, in, canonical, i, shapes + size_t(i) * kMaxNdim, &ndims[i])) return st;
     dtypes[i] = dtype;
   }
-  return DLFUSE_STATUS_OK;
+  return check_inferred(spec, op, in, canonical, ndims, shapes, dtype);
 }
 
 std::string check_declared_schema(const dlfuse_op_schema_t& s) {

@@ -190,6 +190,33 @@ TEST(OpSchema, InfersBroadcastAndLikeShapes) {
   EXPECT_EQ(res.shapes[3], (Dims{3, 4}));
 }
 
+TEST(OpSchema, InferenceAppliesTheOpsOwnRules) {
+  Registry reg;
+  ASSERT_EQ(reg.load("unit_v11"), DLFUSE_STATUS_OK) << last_error();
+  // A bias that is no rule's source still has to broadcast to the output.
+  Shape a({4, 3}), b({3, 5}), bias({5}), bad_bias({7}), residual({2, 4, 5});
+  dlfuse_op_t mar = get_op(reg, DLFUSE_OP_MATMUL_ADD_RELU);
+  ASSERT_EQ(infer(mar, {&a.t, &b.t, &bias.t}, 1).status, DLFUSE_STATUS_OK) << last_error();
+  EXPECT_EQ(infer(mar, {&a.t, &b.t, &bad_bias.t}, 1).status, DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_MSG_HAS(last_error(), "argument 'bias': shape is [7]; expected a shape that broadcasts to [4, 5]");
+  EXPECT_EQ(infer(get_op(reg, DLFUSE_OP_MATMUL_ADD_RESIDUAL), {&a.t, &b.t, &bias.t, &residual.t}, 1).status,
+            DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_MSG_HAS(last_error(), "argument 'residual': shape is [2, 4, 5]");
+  // Which optional inputs go together, and with which attributes.
+  dlfuse_op_t maa_bwd = get_op(reg, DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD);
+  Shape g({4, 5}), out({4, 5});
+  const std::vector<dlfuse_attr_t> relu = {attr_i64(DLFUSE_ATTR_ACTIVATION, DLFUSE_ACT_RELU)};
+  const std::vector<dlfuse_attr_t> gelu = {attr_i64(DLFUSE_ATTR_ACTIVATION, DLFUSE_ACT_GELU_ERF)};
+  ASSERT_EQ(infer(maa_bwd, {&g.t, &a.t, &b.t, &out.t, nullptr}, 3, relu).status, DLFUSE_STATUS_OK) << last_error();
+  EXPECT_EQ(infer(maa_bwd, {&g.t, &a.t, &b.t, nullptr, nullptr}, 3, relu).status, DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_MSG_HAS(last_error(), "arguments 'out' and 'pre' are both NULL");
+  EXPECT_EQ(infer(maa_bwd, {&g.t, &a.t, &b.t, &out.t, nullptr}, 3, gelu).status, DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_MSG_HAS(last_error(), "argument 'out' is given with ACTIVATION GELU_ERF");
+  Shape bad_g({4, 6});
+  EXPECT_EQ(infer(maa_bwd, {&bad_g.t, &a.t, &b.t, &out.t, nullptr}, 3, relu).status, DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_MSG_HAS(last_error(), "argument 'grad_out': shape is [4, 6]");
+}
+
 TEST(OpSchema, AnOpWithoutSchemaHasNone) {
   Registry reg;
   ASSERT_EQ(reg.load("unit_echo"), DLFUSE_STATUS_OK) << last_error();

@@ -173,9 +173,11 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_op_schema(dlfuse_op_t op, dlfuse_op_schema_
  * Every output is inferred, optional ones included. An output flagged DLFUSE_ARG_REDUCIBLE
  * gets the widest shape its op accepts there (a gradient not yet summed to a broadcast
  * input's shape); pass a narrower one to dlfuse_op_call where the op allows it. The dtype is
- * the inputs' dtype. Inference applies the shape rules only: dlfuse_op_call still checks the
- * call in full. Inputs whose shapes do not fit the rules are INVALID_ARGUMENT, with the
- * message naming them. */
+ * the inputs' dtype. Inference also applies the op's own rules on shapes, optional inputs
+ * and attributes, with every output at its inferred shape: inputs a call would refuse for
+ * those (a bias that does not broadcast to the output, both of `out` and `pre`) are
+ * INVALID_ARGUMENT, with the message naming the argument. It reads no data: dlfuse_op_call
+ * still checks the call in full (devices, strides, overlaps). */
 DLFUSE_EXPORT dlfuse_status_t dlfuse_op_infer_outputs(dlfuse_op_t op, const DLTensor* const* inputs,
                                                       int32_t num_inputs, const dlfuse_attr_t* attrs,
                                                       int32_t num_attrs, int32_t num_outputs,

@@ -1399,8 +1399,9 @@ done:
 }
 
 /* schema(op, registry) -> (inputs, outputs, attrs) of an op, for layers that derive their own
- * signatures from it (dlfuse.torch): inputs [(name, flags, since_minor)], outputs
- * [(name, flags, alias_input)], attrs [(lower-case name, is_float, required, default)]. */
+ * signatures from it (dlfuse.torch, dlfuse.jax): inputs [(name, flags, since_minor)], outputs
+ * [(name, flags, alias_input, shape_rule, shape_inputs)], attrs [(lower-case name, is_float,
+ * required, default, key)]. */
 static PyObject* py_schema(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
   if (nargs != 2 || !PyUnicode_Check(args[0])) {
@@ -1423,7 +1424,8 @@ static PyObject* py_schema(PyObject* self, PyObject* const* args, Py_ssize_t nar
     Py_XDECREF(t);
   }
   for (int i = 0; ok && i < sc.num_outputs; ++i) {
-    PyObject* t = Py_BuildValue("(sIi)", sc.outputs[i].name, sc.outputs[i].flags, sc.outputs[i].alias_input);
+    const dlfuse_arg_schema_t* o = &sc.outputs[i];
+    PyObject* t = Py_BuildValue("(sIiiI)", o->name, o->flags, o->alias_input, o->shape_rule, o->shape_inputs);
     ok = t && PyList_Append(outs, t) == 0;
     Py_XDECREF(t);
   }
@@ -1432,7 +1434,9 @@ static PyObject* py_schema(PyObject* self, PyObject* const* args, Py_ssize_t nar
     const int is_float = a->default_value.type == DLFUSE_ATTR_FLOAT64;
     PyObject* n = lower_name(a->name);
     PyObject* d = is_float ? PyFloat_FromDouble(a->default_value.value.f64) : PyLong_FromLongLong(a->default_value.value.i64);
-    PyObject* t = n && d ? Py_BuildValue("(OiiO)", n, is_float, (a->flags & DLFUSE_ATTR_REQUIRED) != 0, d) : NULL;
+    PyObject* t = n && d ? Py_BuildValue("(OiiOi)", n, is_float, (a->flags & DLFUSE_ATTR_REQUIRED) != 0, d,
+                                         (int)a->default_value.key)
+                         : NULL;
     Py_XDECREF(n);
     Py_XDECREF(d);
     ok = t && PyList_Append(ats, t) == 0;

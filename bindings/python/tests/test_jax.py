@@ -363,19 +363,19 @@ def test_handlers_beside_command_buffers(device):
 
 def test_trace_time_errors_name_the_argument():
     a, b, bias = jnp.ones((4, 3)), jnp.ones((3, 5)), jnp.ones((5,))
-    with pytest.raises(dlfuse.InvalidArgumentError, match=r"matmul_add_relu: b: expected K = 3"):
+    with pytest.raises(dlfuse.InvalidArgumentError, match=r"matmul_add_relu: argument 'b': shape\[-2\] \(K\) is 4; expected 3"):
         jax.jit(djx.matmul_add_relu)(a, jnp.ones((4, 5)), bias)
-    with pytest.raises(dlfuse.InvalidArgumentError, match=r"bias: expected a shape that broadcasts"):
+    with pytest.raises(dlfuse.InvalidArgumentError, match=r"argument 'bias': shape is \[7\]; expected a shape that broadcasts"):
         djx.matmul_add_relu(a, b, jnp.ones((7,)))
-    with pytest.raises(dlfuse.InvalidArgumentError, match=r"residual: expected a shape"):
+    with pytest.raises(dlfuse.InvalidArgumentError, match=r"argument 'residual': shape is \[2, 4, 5\]; expected a shape"):
         djx.matmul_add_residual(a, b, bias, jnp.ones((2, 4, 5)))
-    with pytest.raises(dlfuse.InvalidArgumentError, match=r"a: expected at least 2 dims"):
+    with pytest.raises(dlfuse.InvalidArgumentError, match=r"argument 'a': ndim is 1; expected >= 2"):
         djx.matmul_add_activation(jnp.ones((3,)), b, bias, "relu")
     with pytest.raises(dlfuse.InvalidArgumentError, match=r"bias: expected dtype float32"):
         djx.matmul_add_relu(a, b, bias.astype(jnp.float16))
     with pytest.raises(dlfuse.InvalidArgumentError, match=r"x: expected a dtype of float32"):
         djx.add_mul_activation(jnp.ones(3, jnp.int32), jnp.ones(3, jnp.int32), jnp.ones(3, jnp.int32))
-    with pytest.raises(dlfuse.InvalidArgumentError, match=r"y: expected a shape that broadcasts"):
+    with pytest.raises(dlfuse.InvalidArgumentError, match=r"argument 'y' \[2, 3\] does not broadcast with x's shape \[4, 3\]"):
         jax.jit(djx.add_mul_activation)(jnp.ones((4, 3)), jnp.ones((2, 3)), bias[:3])
     with pytest.raises(ValueError, match="activation must be one of"):
         djx.add_mul_activation(a, a, a, 1.0, "swish")
@@ -383,22 +383,44 @@ def test_trace_time_errors_name_the_argument():
         djx.matmul_add_activation(a, b, bias, 9)
 
 
-def test_run_time_refusal_is_a_jax_error_with_dlfuse_message(device):
-    """What only the kernel can refuse (here gelu's gradient from `out`, which needs `pre`)
-    comes back as JAX's error carrying dlfuse's status and message; the process lives on."""
+def test_trace_time_checks_are_the_ops_own_rules():
+    """Shapes come from libdlfuse's inference, which applies the op's own rules: gelu's
+    gradient from `out` (it needs `pre`) is refused when traced, naming the argument."""
     from dlfuse import _jax_ffi
-    a, b = jnp.ones((4, 3)), jnp.ones((3, 5))
-    a, b = jax.device_put(a, device), jax.device_put(b, device)
-    out = jax.device_put(jnp.ones((4, 5)), device)
+    a, b, out = jnp.ones((4, 3)), jnp.ones((3, 5)), jnp.ones((4, 5))
     f = jax.jit(lambda g, a, b, o: _jax_ffi.call(
         "matmul_add_activation_backward", dict(grad_out=g, a=a, b=b, out=o), ("grad_a",),
         {dlfuse._ext.ATTR_ACTIVATION: 4}, {"bias": (5,)}))
+    with pytest.raises(dlfuse.InvalidArgumentError, match=r"argument 'out' is given with ACTIVATION GELU_ERF"):
+        f(out, a, b, out)
+    with pytest.raises(dlfuse.InvalidArgumentError, match=r"bias: expected a shape that broadcasts to \(4, 5\)"):
+        _jax_ffi.call("matmul_add_relu_backward", dict(grad_out=out, a=a, b=b, out=out), ("grad_bias",),
+                      {}, {"bias": (3,)})
+
+
+def _raw_call(op, args, result, inputs, outputs, i64_attrs=(0,)):
+    """The FFI call without dlfuse.jax's trace-time checks: what reaches the handler."""
+    from dlfuse import _jax_ffi
+    return jax.ffi.ffi_call(_jax_ffi.TARGET, result)(
+        *args, op=op, inputs=np.array(inputs, np.int64), outputs=np.array(outputs, np.int64),
+        i64_attrs=np.array(i64_attrs, np.int64), f64_keys=np.array([0]), f64_values=np.array([0.0]))
+
+
+def test_run_time_refusal_is_a_jax_error_with_dlfuse_message(device):
+    """What the handler's dlfuse_op_call refuses (here gelu's gradient from `out`, past the
+    trace-time checks) comes back as JAX's error carrying dlfuse's status and message; the
+    process lives on."""
+    a, b = jnp.ones((4, 3)), jnp.ones((3, 5))
+    a, b = jax.device_put(a, device), jax.device_put(b, device)
+    out = jax.device_put(jnp.ones((4, 5)), device)
+    # inputs grad_out, a, b, out, pre -> positions 0..3, pre absent; grad_a only; ACTIVATION 4
+    f = jax.jit(lambda g, a, b, o: _raw_call(
+        "matmul_add_activation_backward", (g, a, b, o), jax.ShapeDtypeStruct(a.shape, a.dtype),
+        [0, 0, 1, 2, 3, -1], [0, 0, -1, -1], (0, dlfuse._ext.ATTR_ACTIVATION, 4)))
     with pytest.raises(Exception, match=r"dlfuse matmul_add_activation_backward: "
-                                        r"\[INVALID_ARGUMENT\] .*"):
+                                        r"\[INVALID_ARGUMENT\] .*GELU_ERF"):
         jax.block_until_ready(f(out, a, b, out))
-    unknown = jax.jit(lambda x: jax.ffi.ffi_call(_jax_ffi.TARGET, jax.ShapeDtypeStruct(x.shape, x.dtype))(
-        x, op="no_such_op", inputs=np.array([0, 0]), outputs=np.array([0, 0]),
-        i64_attrs=np.array([0]), f64_keys=np.array([0]), f64_values=np.array([0.0])))
+    unknown = jax.jit(lambda x: _raw_call("no_such_op", (x,), jax.ShapeDtypeStruct(x.shape, x.dtype), [0, 0], [0, 0]))
     with pytest.raises(Exception, match=r"dlfuse no_such_op: \[NOT_FOUND\]"):
         jax.block_until_ready(unknown(a))
     np.testing.assert_allclose(np.asarray(djx.matmul_add_relu(a, b, b[0])), 4.0)  # still fine

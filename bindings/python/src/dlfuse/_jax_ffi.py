@@ -1,8 +1,10 @@
 """dlfuse.jax's way into XLA: loads libdlfuse_jax.so (csrc/jax_ffi.cpp), binds it to the
 libdlfuse this package loaded, registers its handlers as the FFI target ``dlfuse_call`` on
-CPU and CUDA, and builds the ``jax.ffi.ffi_call`` of any op from the op table
-(_jax_shapes.OPS)."""
+CPU and CUDA, and builds the ``jax.ffi.ffi_call`` of any op from its schema: input and output
+names from libdlfuse's op table, output shapes (and the op's shape rules, checked at trace
+time) from dlfuse_op_infer_outputs."""
 import ctypes
+import functools
 import os
 
 import jax
@@ -10,11 +12,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _core, _ext
-from ._jax_shapes import MATMUL, OPS, output_shapes
 
 LIBRARY = "libdlfuse_jax.so"
 TARGET = "dlfuse_call"
 DTYPES = ("float32", "float16", "bfloat16", "float64")
+_DL_DTYPE = {"float32": (2, 32), "float16": (2, 16), "bfloat16": (4, 16), "float64": (2, 64)}
+_REDUCIBLE = 2  # DLFUSE_ARG_REDUCIBLE
+_SHAPE_MATMUL = 1  # DLFUSE_SHAPE_MATMUL
 
 _lib = None
 
@@ -75,25 +79,68 @@ def _attr_arrays(attrs):
     return (np.array(i64, np.int64), np.array(fk, np.int64), np.array(fv, np.float64))
 
 
-def output_shapes_of(op, given, wanted, shapes=None):
+class _Schema:
+    """What dlfuse.jax reads of an op's schema (dlfuse._ext.schema)."""
+
+    def __init__(self, op):
+        ins, outs, attrs = _ext.schema(op, None)
+        self.inputs = tuple(n for n, *_ in ins)
+        self.outputs = tuple(n for n, *_ in outs)
+        self.reducible = frozenset(n for n, flags, *_ in outs if flags & _REDUCIBLE)
+        self.attr_names = {key: name for name, _f, _r, _d, key in attrs}
+        # The two inputs of a MATMUL rule (a matmul's batch comes from them), else None.
+        _n, _f, _a, rule, bits = outs[0]
+        self.matmul = (tuple(n for j, n in enumerate(self.inputs) if bits >> j & 1)
+                       if rule == _SHAPE_MATMUL else None)
+
+
+@functools.lru_cache(maxsize=None)
+def schema(op):
+    return _Schema(op)
+
+
+def _fits(op, arg, shape, target):
+    """Checks that the forward's `shape` of `arg` broadcasts to its gradient's widest shape."""
+    if len(shape) > len(target) or any(s not in (1, t) for s, t in zip(reversed(shape), reversed(target))):
+        raise _core.InvalidArgumentError(
+            1, f"{op}: {arg}: expected a shape that broadcasts to {tuple(target)}, got {tuple(shape)}")
+
+
+def output_shapes(op, shapes, dtype, attrs, wanted, forward=None):
+    """The shapes of `op`'s outputs named in `wanted` for inputs of `shapes` (name -> shape of
+    every input given) and `dtype`, attributes by key: libdlfuse's inference, which also
+    applies the op's own rules. A reducible gradient grad_<x> takes the shape of the forward's
+    <x> where `forward` has it. Raises InvalidArgumentError naming the argument."""
+    sc = schema(op)
+    code, bits = _DL_DTYPE[np.dtype(dtype).name]
+    named = {sc.attr_names[k]: v for k, v in attrs.items()}
+    inferred = dict(zip(sc.outputs, _ext.infer(op, [shapes.get(n) for n in sc.inputs], code, bits, named, None)))
+    res = []
+    for name in wanted:
+        shape, source = tuple(inferred[name]), name[5:] if name.startswith("grad_") else None
+        if name in sc.reducible and forward and source in forward:
+            _fits(op, source, forward[source], shape)
+            shape = tuple(forward[source])
+        res.append(shape)
+    return tuple(res)
+
+
+def output_shapes_of(op, given, wanted, attrs, shapes=None):
     """The shapes of the outputs named in `wanted` of `op` on the arrays `given` (name ->
-    array), `shapes` adding the forward's tensors that LIKE rules name; raises
-    InvalidArgumentError naming the argument when a dtype or shape does not fit."""
-    dtype_of(op, given)
-    all_shapes = {n: tuple(x.shape) for n, x in given.items()}
-    all_shapes.update(shapes or {})
-    return output_shapes(op, all_shapes, wanted)
+    array), `shapes` giving the forward's tensors that reducible gradients take their shapes
+    from; raises InvalidArgumentError naming the argument when a dtype or shape does not fit."""
+    dt = dtype_of(op, given)
+    return output_shapes(op, {n: tuple(x.shape) for n, x in given.items()}, dt, attrs, wanted, shapes)
 
 
 def _ffi_call(op, given, wanted, attrs, shapes):
     """The custom call itself: checks dtypes and shapes, declares the outputs."""
-    names, outs = OPS[op]
+    sc = schema(op)
     dt = dtype_of(op, given)
-    all_shapes = {n: tuple(x.shape) for n, x in given.items()}
-    out_shapes = output_shapes(op, {**all_shapes, **shapes}, wanted)
-    present = [n for n in names if n in given]
-    in_map = [0] + [present.index(n) if n in given else -1 for n in names]
-    out_map = [0] + [wanted.index(n) if n in wanted else -1 for n, _, _ in outs]
+    out_shapes = output_shapes(op, {n: tuple(x.shape) for n, x in given.items()}, dt, attrs, wanted, shapes)
+    present = [n for n in sc.inputs if n in given]
+    in_map = [0] + [present.index(n) if n in given else -1 for n in sc.inputs]
+    out_map = [0] + [wanted.index(n) if n in wanted else -1 for n in sc.outputs]
     i64, fk, fv = _attr_arrays(attrs)
     result = [jax.ShapeDtypeStruct(s, dt) for s in out_shapes]
     return jax.ffi.ffi_call(TARGET, result)(
@@ -122,8 +169,9 @@ def _batchable(op, names, wanted, attrs, shapes, backward):
             like = {n: (axis_size, *s) for n, s in shapes.items()}
         else:
             args = [x if bt else x[None] for x, bt in zip(args, in_batched)]
-            if OPS[op][1][0][1] == MATMUL and not (batched.get("a") or batched.get("b")):
-                i = names.index("a")
+            mm = schema(op).matmul
+            if mm and not any(batched.get(n) for n in mm):
+                i = names.index(mm[0])
                 args[i] = jnp.broadcast_to(args[i], (axis_size, *args[i].shape[1:]))
         res = _batchable(op, names, wanted, attrs, like, backward)(*args)
         return res, [True] * len(res)
@@ -138,6 +186,6 @@ def call(op, inputs, wanted, attrs=None, shapes=None, backward=False):
     checked here, at trace time; what only the kernel can refuse comes back as JAX's error.
     `backward` picks the batching rule (_batchable)."""
     given = {n: x for n, x in inputs.items() if x is not None}
-    names = tuple(n for n in OPS[op][0] if n in given)
+    names = tuple(n for n in schema(op).inputs if n in given)
     fn = _batchable(op, names, tuple(wanted), attrs or {}, shapes or {}, backward)
     return fn(*(given[n] for n in names))

@@ -62,7 +62,7 @@ def _pad_shape(shape, rank):
 def _run(op, inputs, wanted, rank, attrs, shapes=None, backward=False):
     """call() on operands padded to `rank`; results reshaped back to their own shapes."""
     given = {n: x for n, x in inputs.items() if x is not None}
-    real = _ffi.output_shapes_of(op, given, wanted, shapes)  # checks the caller's shapes
+    real = _ffi.output_shapes_of(op, given, wanted, attrs, shapes)  # checks the caller's shapes
     padded = {n: _pad(x, rank) for n, x in given.items()}
     pshapes = {n: _pad_shape(s, rank) for n, s in (shapes or {}).items()}
     res = _ffi.call(op, padded, wanted, attrs, pshapes, backward)

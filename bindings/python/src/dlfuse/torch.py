@@ -740,15 +740,15 @@ class _Derived:
         self.name = name
         self.inputs, self.outputs, self.attrs = _core._ext.schema(name, None)
         self.in_names = [n for n, _f, _s in self.inputs]
-        self.out_names = [n for n, _f, _a in self.outputs]
+        self.out_names = [n for n, *_ in self.outputs]
         self.attr_names = [n for n, *_ in self.attrs]
-        self.all_optional = all(f & _OPTIONAL for _n, f, _a in self.outputs)
+        self.all_optional = all(f & _OPTIONAL for _n, f, *_ in self.outputs)
         self.shape_params = [(i, (n[5:] if n.startswith("grad_") else n) + "_shape")
-                             for i, (n, f, _a) in enumerate(self.outputs) if f & _REDUCIBLE]
+                             for i, (n, f, *_) in enumerate(self.outputs) if f & _REDUCIBLE]
 
     def torch_schema(self):
         args = [f"Tensor{'?' if f & _OPTIONAL else ''} {n}" for n, f, _s in self.inputs]
-        for n, is_float, required, default in self.attrs:
+        for n, is_float, required, default, _key in self.attrs:
             t = "float" if is_float else "int"
             args.append(f"{t} {n}" if required else f"{t} {n}={default!r}")
         if self.all_optional:
