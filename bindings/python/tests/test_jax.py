@@ -340,6 +340,21 @@ def test_mlp_4_layers_trained_under_jit(device):
     assert ok, msg
 
 
+def test_ops_known_only_by_their_schema():
+    """A plugin's own ops in the default registry are dlfuse.jax functions derived from their
+    schemas, differentiable through their backward (tests/jax_derived_ops.py, in a process
+    of its own: the default registry is made once per process)."""
+    plugins = [os.path.join(os.environ.get("DLFUSE_TEST_PLUGIN_DIR", ""), "libdlfuse_testref_ops.so"),
+               os.environ.get("DLFUSE_EXAMPLE_PLUGIN", "")]
+    if not all(os.path.isfile(p) for p in plugins):
+        pytest.skip("testref_ops or the cxx_plugin example not built (DLFUSE_TEST_PLUGIN_DIR, DLFUSE_EXAMPLE_PLUGIN)")
+    env = dict(os.environ, DLFUSE_PLUGIN_PATH=":".join(plugins), PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(dlfuse.__file__)))] + sys.path))
+    p = subprocess.run([sys.executable, os.path.join(HERE, "jax_derived_ops.py")],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stdout + p.stderr
+
+
 def test_handlers_beside_command_buffers(device):
     """On CUDA the handler is not command-buffer compatible (csrc/jax_ffi.cpp says why): with
     XLA's command buffers on for custom calls, every dlfuse call of a jitted training step stays

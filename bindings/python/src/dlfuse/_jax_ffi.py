@@ -88,6 +88,7 @@ class _Schema:
         self.outputs = tuple(n for n, *_ in outs)
         self.reducible = frozenset(n for n, flags, *_ in outs if flags & _REDUCIBLE)
         self.attr_names = {key: name for name, _f, _r, _d, key in attrs}
+        self.attrs = tuple(attrs)  # (lower-case name, is_float, required, default, key)
         # The two inputs of a MATMUL rule (a matmul's batch comes from them), else None.
         _n, _f, _a, rule, bits = outs[0]
         self.matmul = (tuple(n for j, n in enumerate(self.inputs) if bits >> j & 1)
@@ -133,7 +134,7 @@ def output_shapes_of(op, given, wanted, attrs, shapes=None):
     return output_shapes(op, {n: tuple(x.shape) for n, x in given.items()}, dt, attrs, wanted, shapes)
 
 
-def _ffi_call(op, given, wanted, attrs, shapes):
+def _ffi_call(op, given, wanted, attrs, shapes, vmap_method=None):
     """The custom call itself: checks dtypes and shapes, declares the outputs."""
     sc = schema(op)
     dt = dtype_of(op, given)
@@ -143,7 +144,7 @@ def _ffi_call(op, given, wanted, attrs, shapes):
     out_map = [0] + [wanted.index(n) if n in wanted else -1 for n in sc.outputs]
     i64, fk, fv = _attr_arrays(attrs)
     result = [jax.ShapeDtypeStruct(s, dt) for s in out_shapes]
-    return jax.ffi.ffi_call(TARGET, result)(
+    return jax.ffi.ffi_call(TARGET, result, vmap_method=vmap_method)(
         *(given[n] for n in present), op=op, inputs=np.array(in_map, np.int64),
         outputs=np.array(out_map, np.int64), i64_attrs=i64, f64_keys=fk, f64_values=fv)
 
@@ -179,13 +180,17 @@ def _batchable(op, names, wanted, attrs, shapes, backward):
     return run
 
 
-def call(op, inputs, wanted, attrs=None, shapes=None, backward=False):
+def call(op, inputs, wanted, attrs=None, shapes=None, backward=False, broadcasts=True):
     """Runs `op` on `inputs` (name -> array, None or missing for a NULL input) and returns
     its outputs named in `wanted` (the others are NULL). `shapes` gives the shapes of the
-    forward's tensors that LIKE rules name and the call does not take. Shapes and dtypes are
+    forward's tensors that reducible gradients take their shapes from. Shapes and dtypes are
     checked here, at trace time; what only the kernel can refuse comes back as JAX's error.
-    `backward` picks the batching rule (_batchable)."""
+    `backward` picks the batching rule (_batchable); an op whose batch dims are not NumPy
+    broadcasting (`broadcasts` False: an op dlfuse.jax knows only by its schema) is vmapped
+    one example at a time."""
     given = {n: x for n, x in inputs.items() if x is not None}
+    if not broadcasts:
+        return _ffi_call(op, given, tuple(wanted), attrs or {}, shapes or {}, vmap_method="sequential")
     names = tuple(n for n in schema(op).inputs if n in given)
     fn = _batchable(op, names, tuple(wanted), attrs or {}, shapes or {}, backward)
     return fn(*(given[n] for n in names))

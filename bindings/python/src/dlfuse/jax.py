@@ -11,6 +11,9 @@ Each call is one XLA custom call (the FFI target ``dlfuse_call``, csrc/jax_ffi.c
 the libdlfuse op on XLA's buffers: on CPU through the preferred CPU plugin, on CUDA on XLA's
 stream. Gradients come from the ops' backward kernels (jax.custom_vjp), computing only the
 gradients JAX asks for; vmap maps to the ops' own batch broadcasting.
+
+Every other op of the default registry (a plugin's own, a backward) is ``dlfuse.jax.<op>``
+(or ``op_function(name)``), derived from its schema: see ``op_function``.
 """
 import functools
 
@@ -22,7 +25,7 @@ from . import _core, _ext
 from . import _jax_ffi as _ffi
 
 __all__ = ["matmul_add_relu", "add_mul_activation", "matmul_add_activation",
-           "matmul_add_residual"]
+           "matmul_add_residual", "op_function"]
 
 _ffi.load()
 
@@ -214,3 +217,115 @@ def matmul_add_residual(a, b, bias, residual, allow_tf32=False):
     """a @ b + bias + residual; bias and residual broadcast to the output. Differentiable in
     all four; the backward reads a and b only."""
     return _mres(a, b, bias, residual, int(bool(allow_tf32)))
+
+
+# ---- every other op, from its schema --------------------------------------------------------
+
+_derived = {}
+
+
+def op_function(name):
+    """dlfuse.jax's function of op `name`: the function above for the four forward ops, else
+    one derived from the op's schema in the default registry (a plugin's own op, a backward):
+
+        f(*inputs, **attrs) -> output, or a tuple of every output
+
+    inputs positional in schema order (None for an absent optional one), attributes by name
+    (case-insensitive) with the schema's defaults; every output is computed, shaped by
+    libdlfuse's inference. Usable under jit; vmap runs it one example at a time. Where the
+    registry also has `<name>_backward` it is differentiable: the forward's inputs and
+    outputs that the backward takes by name are saved, the backward's grad_out is the
+    cotangent of the first output, its output grad_<x> is the gradient of input x (shaped
+    like x), its attributes are the forward's of the same name."""
+    if name in __all__ and name != "op_function":
+        return globals()[name]
+    f = _derived.get(name)
+    if f is None:
+        if name not in _core.op_names():
+            raise AttributeError(f"dlfuse.jax: no op named {name!r} in the default registry "
+                                 f"(dlfuse.op_names() lists them)")
+        f = _derived[name] = _derive(name)
+    return f
+
+
+def __getattr__(name):
+    if name.startswith("_"):
+        raise AttributeError(name)
+    try:
+        return op_function(name)
+    except AttributeError:
+        raise AttributeError(f"module 'dlfuse.jax' has no attribute {name!r}") from None
+
+
+def _bind(name, sc, args, kwargs):
+    """(inputs tuple in schema order, ((attr key, value), ...)) from a derived call's arguments."""
+    if len(args) > len(sc.inputs):
+        raise TypeError(f"{name}() takes {len(sc.inputs)} inputs, got {len(args)} positional arguments")
+    by_name = {a[0]: a for a in sc.attrs}
+    ins = dict(zip(sc.inputs, args))
+    attrs = {}
+    for k, v in kwargs.items():
+        key = k.lower()
+        if key in sc.inputs and key not in ins:
+            ins[key] = v
+        elif key in by_name:
+            attr = by_name[key]
+            attrs[attr[4]] = float(v) if attr[1] else int(v)
+        else:
+            raise TypeError(f"{name}() got an unexpected argument {k!r}; inputs {list(sc.inputs)}, "
+                            f"attributes {list(by_name)}")
+    for n, _is_float, required, _default, key in sc.attrs:
+        if required and key not in attrs:
+            raise TypeError(f"{name}() missing required attribute {n!r}")
+    return tuple(ins.get(n) for n in sc.inputs), tuple(sorted(attrs.items()))
+
+
+def _derive(name):
+    sc = _ffi.schema(name)
+    one = len(sc.outputs) == 1
+
+    def run(inputs, attrs):
+        return _ffi.call(name, dict(zip(sc.inputs, inputs)), sc.outputs, dict(attrs), broadcasts=False)
+
+    backward = name + "_backward"
+    if backward not in _core.op_names():
+        def plain(*args, **kwargs):
+            res = run(*_bind(name, sc, args, kwargs))
+            return res[0] if one else tuple(res)
+        plain.__name__ = plain.__qualname__ = name
+        return plain
+
+    bsc = _ffi.schema(backward)
+    keys = {n: k for n, *_r, k in bsc.attrs}
+    names = {k: n for n, *_r, k in sc.attrs}
+    grads = tuple(("grad_" + n) if "grad_" + n in bsc.outputs else None for n in sc.inputs)
+
+    # attrs and `like` (each input's shape and dtype, None where absent) are static.
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+    def diff(attrs, like, *inputs):
+        res = run(inputs, attrs)
+        return res[0] if one else tuple(res)
+
+    def diff_fwd(attrs, like, *inputs):
+        res = run(inputs, attrs)
+        env = {**dict(zip(sc.outputs, res)), **dict(zip(sc.inputs, inputs))}
+        saved = {n: env[n] for n in bsc.inputs if n != "grad_out" and env.get(n) is not None}
+        return (res[0] if one else tuple(res)), saved
+
+    def diff_bwd(attrs, like, saved, ct):
+        battrs = {keys[names[k]]: v for k, v in attrs if names[k] in keys}
+        wanted = tuple(g for g, lk in zip(grads, like) if g and lk is not None)
+        shapes = {n: lk[0] for n, lk in zip(sc.inputs, like) if lk is not None}
+        got = dict(zip(wanted, _ffi.call(backward, {"grad_out": ct if one else ct[0], **saved}, wanted,
+                                         battrs, shapes, broadcasts=False)))
+        return tuple(None if lk is None else got[g] if g in got else jnp.zeros(lk[0], lk[1])
+                     for g, lk in zip(grads, like))
+
+    diff.defvjp(diff_fwd, diff_bwd)
+
+    def differentiable(*args, **kwargs):
+        inputs, attrs = _bind(name, sc, args, kwargs)
+        like = tuple(None if x is None else (tuple(x.shape), jnp.dtype(x.dtype).name) for x in inputs)
+        return diff(attrs, like, *inputs)
+    differentiable.__name__ = differentiable.__qualname__ = name
+    return differentiable

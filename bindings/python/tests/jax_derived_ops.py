@@ -1,0 +1,55 @@
+"""Run by test_jax.py in a process whose default registry has the test plugin testref_ops
+(testref_scale_add and its backward) and examples/cxx_plugin (cxx_example_outer, a shape
+callback, no backward) on DLFUSE_PLUGIN_PATH: dlfuse.jax's functions derived from their
+schemas, under jit, grad and vmap, against float64 NumPy. Prints "ok" last."""
+import jax
+
+jax.config.update("jax_platforms", "cpu")  # both plugins are CPU plugins
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import dlfuse  # noqa: E402
+import dlfuse.jax as djx  # noqa: E402
+
+rng = np.random.default_rng()
+for dtype, tol in (("float64", 1e-12), ("float32", 2e-5)):
+    x64, y64 = rng.standard_normal((3, 4)), rng.standard_normal(4)
+    x, y = jnp.asarray(x64, dtype), jnp.asarray(y64, dtype)
+    xr, yr = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    f = djx.testref_scale_add
+    assert djx.op_function("testref_scale_add") is f
+    np.testing.assert_allclose(jax.jit(lambda x, y: f(x, y, scale=2.5))(x, y), xr + 2.5 * yr, rtol=tol, atol=tol)
+    np.testing.assert_allclose(f(x, y), xr + yr, rtol=tol, atol=tol)  # SCALE's default, 1
+    # grad through testref_scale_add_backward: grad_y summed to y's shape (REDUCIBLE)
+    loss = lambda x, y: jnp.sum(f(x, y, SCALE=-1.5) * x)  # noqa: E731
+    gx, gy = jax.jit(jax.grad(loss, argnums=(0, 1)))(x, y)
+    assert gy.shape == (4,) and gx.dtype == x.dtype
+    np.testing.assert_allclose(gx, 2 * xr - 1.5 * yr, rtol=tol, atol=10 * tol)
+    np.testing.assert_allclose(gy, -1.5 * xr.sum(axis=0), rtol=tol, atol=10 * tol)
+    # vmap, one example at a time; per-example gradients
+    xs = jnp.stack([x, 2 * x])
+    np.testing.assert_allclose(jax.vmap(lambda x: f(x, y, scale=3.0))(xs), np.stack([xr, 2 * xr]) + 3 * yr,
+                               rtol=tol, atol=tol)
+    gys = jax.vmap(jax.grad(lambda x, y: jnp.sum(f(x, y)), argnums=1), in_axes=(0, None))(xs, y)
+    np.testing.assert_allclose(gys, np.full((2, 4), 3.0), rtol=0)
+    # a shape callback and no backward: forward only
+    a, b = jnp.asarray(rng.standard_normal(3), dtype), jnp.asarray(rng.standard_normal(5), dtype)
+    outer = djx.cxx_example_outer
+    got = jax.jit(lambda a, b: outer(a, b, scale=2.0))(a, b)
+    assert got.shape == (3, 5), got.shape
+    np.testing.assert_allclose(got, 2.0 * np.outer(np.asarray(a, np.float64), np.asarray(b, np.float64)),
+                               rtol=tol, atol=tol)
+
+x = jnp.ones((3, 4))
+for bad, kind, text in ((lambda: djx.testref_scale_add(x, jnp.ones(5)), dlfuse.InvalidArgumentError, "'y'"),
+                        (lambda: djx.testref_scale_add(x, x, alpha=1.0), TypeError, "unexpected argument 'alpha'"),
+                        (lambda: djx.testref_scale_add(x, x, x), TypeError, "takes 2 inputs"),
+                        (lambda: djx.no_such_op, AttributeError, "no attribute 'no_such_op'")):
+    try:
+        bad()
+    except kind as e:
+        assert text in str(e), (text, str(e))
+    else:
+        raise AssertionError(f"no {kind.__name__} ({text})")
+print("ok")
