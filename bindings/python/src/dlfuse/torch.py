@@ -817,7 +817,7 @@ def _derive(name):
             by_name.update(zip(d.out_names, outs))
             ctx.save_for_backward(*(by_name.get(n) for n in b.in_names[1:]))
             attrs = dict(zip(d.attr_names, inputs[len(d.in_names):len(d.in_names) + len(d.attrs)]))
-            ctx.attrs = [attrs.get(n, default) for n, _f, _r, default in b.attrs]
+            ctx.attrs = [attrs.get(n, default) for n, _f, _r, default, _key in b.attrs]
             ctx.shapes = [None if by_name.get(p[:-6]) is None else list(by_name[p[:-6]].shape)
                           for _i, p in b.shape_params]
 
