@@ -35,7 +35,10 @@ dtype (bfloat16, float32) and batch (4096, 32768):
     weight gradients) less the bottom input's gradient, which no one computes.
 
 Float32 GEMMs run without TF32 on both sides (dlfuse's default). Prints a markdown table;
---json writes every figure.
+--json writes every figure. --profile N adds, per configuration and run, where the GPU time
+of a step goes: N more steps under torch.profiler (CUDA kernels, also inside graph replays),
+kernel time per step by kind (GEMM, dlfuse's own kernels, PyTorch's, copies and fills) and
+the kernels that take most of it.
 
     python3 bench/mlp_step.py [--dtypes bfloat16,float32] [--batches 4096,32768]
         [--modes eager,graphed,default,max-autotune | --no-compile] [--optimizer adam]
@@ -274,6 +277,53 @@ def time_steps(run, steps, cuda):
             run.times.append(time.perf_counter() - t0)
 
 
+# Kernel kinds by name: cuBLAS(Lt)/CUTLASS GEMMs (nvjet, sm90_xmma, cutlass, gemm), the
+# CUDA plugin's own kernels (namespace dlfuse_cuda), PyTorch's (at::native), copies/fills.
+KINDS = (("GEMM", ("nvjet", "xmma", "cutlass", "gemm", "Kernel2")), ("dlfuse", ("dlfuse",)),
+         ("PyTorch", ("at::native", "at_cuda_detail")), ("copy/fill", ("Memcpy", "Memset", "memcpy", "memset")))
+
+
+def kind_of(name):
+    return next((k for k, keys in KINDS if any(key in name for key in keys)), "other")
+
+
+def profile_run(run, steps):
+    """{kernel name: (calls, seconds)} per step over `steps` steps of `run`, GPU time only."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            run.step()
+        torch.cuda.synchronize()
+    per = {}
+    for e in prof.key_averages():
+        t = getattr(e, "self_device_time_total", None)
+        t = e.self_cuda_time_total if t is None else t
+        if t > 0:
+            per[e.key] = (e.count / steps, t * 1e-6 / steps)
+    return per
+
+
+def profile_lines(title, runs, steps):
+    lines = [f"\n### Where a step's GPU time goes: {title} ({steps} steps under torch.profiler)\n",
+             "| run | step (events) ms | kernels ms | " + " | ".join(f"{k} ms" for k, _ in KINDS) + " | other ms |",
+             "|---|---:|---:|" + "---:|" * (len(KINDS) + 1)]
+    tops = []
+    for run in runs:
+        per = profile_run(run, steps)
+        by_kind = {}
+        for name, (_n, t) in per.items():
+            by_kind[kind_of(name)] = by_kind.get(kind_of(name), 0.0) + t
+        step = statistics.median(run.times) if run.times else float("nan")
+        lines.append(f"| {run.name} | {step * 1e3:.3f} | {sum(by_kind.values()) * 1e3:.3f} | " +
+                     " | ".join(f"{by_kind.get(k, 0.0) * 1e3:.3f}" for k, _ in KINDS) +
+                     f" | {by_kind.get('other', 0.0) * 1e3:.3f} |")
+        top = sorted(per.items(), key=lambda kv: -kv[1][1])[:10]
+        tops.append(f"\n{run.name}, the 10 largest kernels (calls per step, ms per step, kind):\n" +
+                    "\n".join(f"- {t * 1e3:.3f} ms, {n:g} calls, {kind_of(k)}: {k[:110]}" for k, (n, t) in top))
+    return lines + tops
+
+
 def bench_config(dtype, batch, args):
     device, cuda = args.device, args.device.startswith("cuda")
     torch.manual_seed(args.seed)
@@ -300,6 +350,8 @@ def bench_config(dtype, batch, args):
         for run in (runs if r % 2 == 0 else reversed(runs)):
             time_steps(run, args.steps, cuda)
     med = {run.name: statistics.median(run.times) for run in runs}
+    if args.profile and cuda:
+        lines = lines + profile_lines(f"{str(dtype)[6:]}, batch {batch}", runs[1:], args.profile)
     peak = runs[0].flops / med["gemm peak"]
     rows = []
     for mode in args.modes:
@@ -326,6 +378,8 @@ def main():
     ap.add_argument("--peak-size", type=int, default=8192, help="n of the n x n x n peak GEMM")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="profile N more steps of every run (CUDA): GPU time per step by kernel kind")
     args = ap.parse_args()
     args.modes = [m for m in args.modes.split(",") if m]
     bad = [m for m in args.modes if m not in MODES]

@@ -27,23 +27,20 @@ from ._core import (AbiMismatchError, DeviceError, Error, InternalError, Invalid
                     LibraryNotFound, library_path,
                     LoadFailedError, NotFoundError, OutOfMemoryError, PluginInfo, Registry,
                     Tensor, UnavailableError, UnsupportedError, abi_version, call,
-                    add_mul_activation, add_mul_activation_backward, last_error, load_plugin,
-                    matmul_add_activation, matmul_add_activation_backward, matmul_add_relu,
-                    matmul_add_relu_backward, matmul_add_residual, matmul_add_residual_backward,
-                    plugins, registry, to_device)
-
-from ._core import op_function, op_names
+                    last_error, load_plugin, op_function, op_names, plugins, registry, to_device)
 
 from ._version import __version__  # written beside _ext by the build, from the project's version
+
+# The core ops (dlfuse/ops.def, as compiled into _ext): dlfuse.<op> for each.
+for _name in _ext.core_ops():
+    globals()[_name] = op_function(_name)
 
 __all__ = ["AbiMismatchError", "DeviceError", "Error", "InternalError", "InvalidArgumentError",
            "LibraryNotFound", "LoadFailedError", "NotFoundError", "OutOfMemoryError",
            "PluginInfo", "Registry", "Tensor", "UnavailableError", "UnsupportedError",
-           "abi_version", "add_mul_activation", "call", "add_mul_activation_backward", "last_error",
-           "library_path", "load_plugin", "matmul_add_activation",
-           "matmul_add_activation_backward", "matmul_add_relu", "matmul_add_relu_backward",
-           "matmul_add_residual", "matmul_add_residual_backward", "op_function", "op_names", "plugins",
-           "registry", "to_device"]
+           "abi_version", "call", "last_error", "library_path", "load_plugin", "op_function",
+           "op_names", "plugins", "registry", "to_device", *_ext.core_ops()]
+del _name
 
 
 def __getattr__(name):
