@@ -1,16 +1,32 @@
 """Run by test_jax.py in a process whose default registry has the test plugin testref_ops
 (testref_scale_add and its backward) and examples/cxx_plugin (cxx_example_outer, a shape
 callback, no backward) on DLFUSE_PLUGIN_PATH: dlfuse.jax's functions derived from their
-schemas, under jit, grad and vmap, against float64 NumPy. Prints "ok" last."""
+schemas, under jit, grad and vmap, against float64 NumPy. With the argument "cuda": only that
+the same call on CUDA arrays, where no plugin serves the op, is JAX's error with dlfuse's
+[UNSUPPORTED]. Prints "ok" last."""
+import sys
+
 import jax
 
-jax.config.update("jax_platforms", "cpu")  # both plugins are CPU plugins
+if sys.argv[1:] != ["cuda"]:
+    jax.config.update("jax_platforms", "cpu")  # both plugins are CPU plugins
 jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import dlfuse  # noqa: E402
 import dlfuse.jax as djx  # noqa: E402
+
+if sys.argv[1:] == ["cuda"]:
+    x = jax.device_put(jnp.ones((3, 4), jnp.float32), jax.devices("cuda")[0])
+    try:
+        jax.block_until_ready(djx.testref_scale_add(x, x))
+    except Exception as e:  # XlaRuntimeError
+        assert "[UNSUPPORTED]" in str(e) and "testref_scale_add" in str(e), str(e)
+    else:
+        raise AssertionError("testref_scale_add ran on CUDA arrays")
+    print("ok")
+    sys.exit(0)
 
 rng = np.random.default_rng()
 for dtype, tol in (("float64", 1e-12), ("float32", 2e-5)):

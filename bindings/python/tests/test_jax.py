@@ -350,9 +350,11 @@ def test_ops_known_only_by_their_schema():
         pytest.skip("testref_ops or the cxx_plugin example not built (DLFUSE_TEST_PLUGIN_DIR, DLFUSE_EXAMPLE_PLUGIN)")
     env = dict(os.environ, DLFUSE_PLUGIN_PATH=":".join(plugins), PYTHONPATH=os.pathsep.join(
         [os.path.dirname(os.path.dirname(os.path.abspath(dlfuse.__file__)))] + sys.path))
-    p = subprocess.run([sys.executable, os.path.join(HERE, "jax_derived_ops.py")],
-                       capture_output=True, text=True, timeout=300, env=env)
-    assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stdout + p.stderr
+    modes = [[]] + ([["cuda"]] if _jax_cuda() and cuda_plugin_available() else [])
+    for mode in modes:
+        p = subprocess.run([sys.executable, os.path.join(HERE, "jax_derived_ops.py"), *mode],
+                           capture_output=True, text=True, timeout=300, env=env)
+        assert p.returncode == 0 and p.stdout.strip().endswith("ok"), (mode, p.stdout + p.stderr)
 
 
 def test_handlers_beside_command_buffers(device):
