@@ -57,10 +57,22 @@ for dtype, tol in (("float64", 1e-12), ("float32", 2e-5)):
     np.testing.assert_allclose(got, 2.0 * np.outer(np.asarray(a, np.float64), np.asarray(b, np.float64)),
                                rtol=tol, atol=tol)
 
+# a core op with no function of its own in dlfuse.jax: the backward, forward-only
+g, a, b = (jnp.asarray(rng.standard_normal(s)) for s in ((4, 5), (4, 3), (3, 5)))
+out = np.maximum(np.asarray(a) @ np.asarray(b), 0)
+ga, gb, gbias = djx.op_function("matmul_add_activation_backward")(g, a, b, jnp.asarray(out), None,
+                                                                 activation="relu")
+dz = np.asarray(g) * (out > 0)
+np.testing.assert_allclose(ga, dz @ np.asarray(b).T, rtol=1e-12, atol=1e-12)
+np.testing.assert_allclose(gb, np.asarray(a).T @ dz, rtol=1e-12, atol=1e-12)
+assert gbias.shape == (4, 5)  # REDUCIBLE: its widest shape, nothing to sum it to
+np.testing.assert_allclose(gbias, dz, rtol=1e-12, atol=1e-12)
+
 x = jnp.ones((3, 4))
 for bad, kind, text in ((lambda: djx.testref_scale_add(x, jnp.ones(5)), dlfuse.InvalidArgumentError, "'y'"),
                         (lambda: djx.testref_scale_add(x, x, alpha=1.0), TypeError, "unexpected argument 'alpha'"),
                         (lambda: djx.testref_scale_add(x, x, x), TypeError, "takes 2 inputs"),
+                        (lambda: djx.testref_scale_add(x, x, y=x), TypeError, "multiple values for input 'y'"),
                         (lambda: djx.no_such_op, AttributeError, "no attribute 'no_such_op'")):
     try:
         bad()

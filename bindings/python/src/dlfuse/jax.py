@@ -231,7 +231,8 @@ def op_function(name):
         f(*inputs, **attrs) -> output, or a tuple of every output
 
     inputs positional in schema order (None for an absent optional one), attributes by name
-    (case-insensitive) with the schema's defaults; every output is computed, shaped by
+    (case-insensitive; `activation` also by its name) with the schema's defaults; every
+    output is computed, shaped by
     libdlfuse's inference. Usable under jit; vmap runs it one example at a time. Where the
     registry also has `<name>_backward` it is differentiable: the forward's inputs and
     outputs that the backward takes by name are saved, the backward's grad_out is the
@@ -266,10 +267,14 @@ def _bind(name, sc, args, kwargs):
     attrs = {}
     for k, v in kwargs.items():
         key = k.lower()
-        if key in sc.inputs and key not in ins:
+        if key in ins:
+            raise TypeError(f"{name}() got multiple values for input {k!r}")
+        if key in sc.inputs:
             ins[key] = v
         elif key in by_name:
             attr = by_name[key]
+            if key == "activation":
+                v = _act(v)  # a name or dlfuse_activation_t integer
             attrs[attr[4]] = float(v) if attr[1] else int(v)
         else:
             raise TypeError(f"{name}() got an unexpected argument {k!r}; inputs {list(sc.inputs)}, "
