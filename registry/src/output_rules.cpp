@@ -142,7 +142,6 @@ dlfuse_status_t check_inferred(const OpSpec& spec, const char* op, const DLTenso
 
 }  // namespace
 
-
 dlfuse_status_t rule_shape(const OpSpec& spec, const char* op, const DLTensor* const* inputs,
                            const dlfuse_attr_t* canonical, int32_t i, int64_t* shape, int32_t* ndim) {
   const dlfuse_op_schema_t& s = *spec.schema;
