@@ -24,8 +24,12 @@
 // other valid layouts replaced them), then again at once (a repeat of its own layout), then
 // with its tensors moved (same layouts, other data and byte_offset) both as a repeat and
 // after forgetting; all must agree, status and message, and now and then with a new
-// thread's first call. Paths of the plugins come from the environment
-// (FUZZ_ORACLE_PLUGIN, FUZZ_TESTREF_PLUGIN) or from the build (compile definitions).
+// thread's first call. Each dlfuse_op_call is also given to dlfuse_op_infer_outputs with the
+// same inputs and attributes: a refusal is a status with a message, and a call that passed
+// validation must pass inference, each output it was given having the inferred shape (a
+// REDUCIBLE one: a shape that broadcasts to it). Paths of the plugins come from the
+// environment (FUZZ_ORACLE_PLUGIN, FUZZ_TESTREF_PLUGIN) or from the build (compile
+// definitions).
 #include <dlfcn.h>
 
 #include <cstdio>
@@ -460,6 +464,52 @@ void pick_form(FuzzedDataProvider& p, Call* c) {
   else if (alias < 80) c->in[i] = c->out[o];
 }
 
+std::string dims(const int64_t* d, int32_t n) {
+  std::string r = "[";
+  for (int32_t i = 0; i < n; ++i) r += (i ? ", " : "") + std::to_string(d[i]);
+  return r + "]";
+}
+
+bool broadcasts_to(const DLTensor* t, const int64_t* target, int32_t n) {
+  if (t->ndim > n) return false;
+  for (int32_t i = 1; i <= t->ndim; ++i)
+    if (t->shape[t->ndim - i] != 1 && t->shape[t->ndim - i] != target[n - i]) return false;
+  return true;
+}
+
+// Inference on a generic call's inputs and attributes (see the header): statuses, and its
+// agreement with the validation outcome `call_status` of the same call.
+void check_inference(const Call& c, dlfuse_status_t call_status) {
+  dlfuse_op_t op = g_oracle_ops[c.op];
+  dlfuse_op_schema_t s{};
+  s.struct_size = sizeof s;
+  if (!op || dlfuse_op_schema(op, &s) != DLFUSE_STATUS_OK) return;  // no schema: no inference
+  int32_t ndims[DLFUSE_MAX_ARGS];
+  int64_t shapes[DLFUSE_MAX_ARGS * DLFUSE_MAX_NDIM];
+  DLDataType dtypes[DLFUSE_MAX_ARGS];
+  const dlfuse_status_t st =
+      dlfuse_op_infer_outputs(op, c.in_null ? nullptr : c.in.data(), c.n_in, c.attrs_null ? nullptr : c.attrs.data(),
+                              c.n_attrs, s.num_outputs, ndims, shapes, dtypes);
+  expect_status(st, "dlfuse_op_infer_outputs");
+  if (call_status != DLFUSE_STATUS_OK || c.n_out != s.num_outputs || c.out_null) return;
+  if (st != DLFUSE_STATUS_OK) {
+    std::fprintf(stderr, "fuzz_validation: %s passed validation, but inference refused its inputs: %s\n", s.name,
+                 dlfuse_last_error());
+    std::abort();
+  }
+  for (int32_t i = 0; i < s.num_outputs; ++i) {
+    const DLTensor* o = c.out[size_t(i)];
+    const int64_t* want = shapes + size_t(i) * DLFUSE_MAX_NDIM;
+    if (!o) continue;
+    const bool reducible = s.outputs[i].flags & DLFUSE_ARG_REDUCIBLE;
+    const bool same = o->ndim == ndims[i] && std::memcmp(o->shape, want, sizeof(int64_t) * size_t(ndims[i])) == 0;
+    if (same || (reducible && broadcasts_to(o, want, ndims[i]))) continue;
+    std::fprintf(stderr, "fuzz_validation: %s passed validation with output '%s' of shape %s; inference gives %s\n",
+                 s.name, s.outputs[i].name, dims(o->shape, o->ndim).c_str(), dims(want, ndims[i]).c_str());
+    std::abort();
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -533,6 +583,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   expect_status(first_status, kOpNames[c.op]);
   if (first_status == DLFUSE_STATUS_OK) ++g_valid[c.op];
   expect_same(first, outcome_of(run(g_oracle_reg, c)), "the same call again");
+  if (c.kind == kGeneric) check_inference(c, first_status);
   if (p.ConsumeIntegral<uint8_t>() < 4) {
     Outcome fresh{};
     std::thread([&] { fresh = outcome_of(run(g_oracle_reg, c)); }).join();
