@@ -168,7 +168,7 @@ dlfuse_status_t rule_shape(const OpSpec& spec, const char* op, const DLTensor* c
         const DLTensor* t = inputs[j];
         if (n < 0) {
           n = t->ndim;
-          std::memcpy(shape, t->shape, sizeof(int64_t) * size_t(n));
+          for (int32_t d = 0; d < n; ++d) shape[d] = t->shape[d];  // a 0-d tensor's shape may be NULL
           if (o.shape_rule == DLFUSE_SHAPE_LIKE) break;
         } else {
           int64_t wider[kMaxNdim];

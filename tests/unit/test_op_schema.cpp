@@ -217,6 +217,17 @@ TEST(OpSchema, InferenceAppliesTheOpsOwnRules) {
   EXPECT_MSG_HAS(last_error(), "argument 'grad_out': shape is [4, 6]");
 }
 
+TEST(OpSchema, InfersFromZeroDimInputsWithoutAShapeArray) {
+  Registry reg;
+  ASSERT_EQ(reg.load("unit_v11"), DLFUSE_STATUS_OK) << last_error();
+  Shape x({}), y({}), bias({});
+  x.t.shape = y.t.shape = bias.t.shape = nullptr;  // DLPack allows NULL for ndim 0
+  const auto r = infer(get_op(reg, DLFUSE_OP_ADD_MUL_ACTIVATION), {&x.t, &y.t, &bias.t}, 1,
+                       {attr_i64(DLFUSE_ATTR_ACTIVATION, DLFUSE_ACT_RELU)});
+  ASSERT_EQ(r.status, DLFUSE_STATUS_OK) << last_error();
+  EXPECT_EQ(r.shapes[0], Dims{});
+}
+
 TEST(OpSchema, AnOpWithoutSchemaHasNone) {
   Registry reg;
   ASSERT_EQ(reg.load("unit_echo"), DLFUSE_STATUS_OK) << last_error();
