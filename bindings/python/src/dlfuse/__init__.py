@@ -31,9 +31,11 @@ from ._core import (AbiMismatchError, DeviceError, Error, InternalError, Invalid
 
 from ._version import __version__  # written beside _ext by the build, from the project's version
 
-# The core ops (dlfuse/ops.def, as compiled into _ext): dlfuse.<op> for each.
+from . import _core
+
+# The core ops (dlfuse/ops.def, as compiled into _ext): dlfuse.<op>, the functions _core made.
 for _name in _ext.core_ops():
-    globals()[_name] = op_function(_name)
+    globals()[_name] = getattr(_core, _name)
 
 __all__ = ["AbiMismatchError", "DeviceError", "Error", "InternalError", "InvalidArgumentError",
            "LibraryNotFound", "LoadFailedError", "NotFoundError", "OutOfMemoryError",

@@ -301,8 +301,7 @@ def _derive(name):
         return plain
 
     bsc = _ffi.schema(backward)
-    keys = {n: k for n, *_r, k in bsc.attrs}
-    names = {k: n for n, *_r, k in sc.attrs}
+    keys = {n: k for k, n in bsc.attr_names.items()}
     grads = tuple(("grad_" + n) if "grad_" + n in bsc.outputs else None for n in sc.inputs)
 
     # attrs and `like` (each input's shape and dtype, None where absent) are static.
@@ -318,7 +317,7 @@ def _derive(name):
         return (res[0] if one else tuple(res)), saved
 
     def diff_bwd(attrs, like, saved, ct):
-        battrs = {keys[names[k]]: v for k, v in attrs if names[k] in keys}
+        battrs = {keys[sc.attr_names[k]]: v for k, v in attrs if sc.attr_names[k] in keys}
         wanted = tuple(g for g, lk in zip(grads, like) if g and lk is not None)
         shapes = {n: lk[0] for n, lk in zip(sc.inputs, like) if lk is not None}
         got = dict(zip(wanted, _ffi.call(backward, {"grad_out": ct if one else ct[0], **saved}, wanted,
