@@ -100,6 +100,15 @@ std::vector<CaseSpec> matmul_cases(OpKind op) {
   for (const std::string& g : grads)
     c.push_back(with(mm("absent_" + g, op, 5, 4, 6, {6}), [&](CaseSpec& s) { s.absent = {g}; }));
   c.push_back(with(mm("absent_all", op, 5, 4, 6, {6}), [&](CaseSpec& s) { s.absent.insert(grads.begin(), grads.end()); }));
+  // Saved tensors and incoming gradients that are column slices (16-byte rows: a GPU plugin
+  // may copy them compact with vectors), and a bias gradient summed over many rows.
+  c.push_back(with(mm("column_slice_grad_out", op, 9, 6, 16, {16}),
+                   [](CaseSpec& s) { s.layout["grad_out"] = Layout::kColumnSlice; }));
+  c.push_back(with(mm("column_slice_saved", op, 9, 6, 16, {16}), [](CaseSpec& s) {
+    s.layout["out"] = Layout::kColumnSlice;
+    s.layout["pre"] = Layout::kColumnSlice;
+  }));
+  c.push_back(mm("many_rows_row_bias", op, 16384, 3, 8, {8}));
   c.push_back(with(mm("only_grad_bias_batched", op, 4, 3, 5, {5}), [&](CaseSpec& s) {
     s.a_batch = {2};
     s.b_batch = {2};

@@ -14,6 +14,7 @@ const char* layout_name(Layout l) {
     case Layout::kPadded: return "padded";
     case Layout::kTransposed: return "transposed";
     case Layout::kZeroStride: return "zero-stride";
+    case Layout::kColumnSlice: return "column-slice";
   }
   return "?";
 }
@@ -48,6 +49,7 @@ HostTensor::HostTensor(DLDataType dtype, std::vector<int64_t> shape, Layout layo
       break;
     case Layout::kCompactExplicit: strides_ = row_major(shape_, 0); break;
     case Layout::kPadded: strides_ = row_major(shape_, r >= 2 ? 3 : 0); break;
+    case Layout::kColumnSlice: strides_ = row_major(shape_, r >= 2 ? shape_[r - 1] : 0); break;
     case Layout::kTransposed: {
       if (r < 2) { strides_ = row_major(shape_, 0); break; }
       std::vector<int64_t> mem = shape_;

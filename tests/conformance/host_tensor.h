@@ -17,6 +17,8 @@ enum class Layout {
   kPadded,           // rows padded: row stride > last dim
   kTransposed,       // last two dims swapped in memory (a K x M buffer viewed as M x K)
   kZeroStride,       // stride 0 on the first dim of size > 1 (a broadcast view; inputs only)
+  kColumnSlice,      // rows twice the last dim apart: the first half of [..., 2N] (the gradient
+                    // of one input of a concatenation)
 };
 
 const char* layout_name(Layout l);

@@ -31,6 +31,8 @@ View compact_view(const int64_t* shape, int rank);
 // 0 for broadcast). op: 0 copy, 1 relu (NaN kept). Same dtype on both sides.
 void copy_view(DType dt, const void* src, const View& sv, void* dst, const View& dv, int op,
                cudaStream_t s);
+// dst, compact [rows, C], = rows of C elements `ld` elements apart at src.
+void copy_rows(DType dt, const void* src, int64_t ld, void* dst, int64_t rows, int64_t C, cudaStream_t s);
 // dst = 0 through dst's view.
 void zero_view(DType dt, void* dst, const View& dv, cudaStream_t s);
 // relu in place over n compact elements (NaN kept), 16-byte vectors where aligned.

@@ -39,6 +39,16 @@ __global__ void copy_view_k(const T* src, View sv, T* dst, View dv, int op, int6
   }
 }
 
+// Rows `ld` units apart into a compact [rows, cu] array, in units U (16-byte vectors where
+// every row is aligned, else elements).
+template <class U> __global__ void copy_rows_k(const U* src, int64_t ld, U* dst, int64_t rows, int64_t cu) {
+  const int64_t n = rows * cu;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cu;
+    dst[i] = src[r * ld + (i - r * cu)];
+  }
+}
+
 template <class T> __global__ void zero_view_k(T* dst, View dv, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     dst[offset_of(i, dv)] = Cv<T>::st(0.f);
@@ -99,6 +109,24 @@ void copy_view(DType dt, const void* src, const View& sv, void* dst, const View&
     copy_view_k<T><<<grid_for(n), kThreads, 0, s>>>(static_cast<const T*>(src), sv, static_cast<T*>(dst), dv, op, n);
   });
   DLF_LAUNCHED("copy_view kernel");
+}
+
+void copy_rows(DType dt, const void* src, int64_t ld, void* dst, int64_t rows, int64_t C, cudaStream_t s) {
+  const int64_t es = dsize(dt);
+  if (rows * C == 0) return;
+  auto launch = [&](auto unit) {
+    using U = decltype(unit);
+    const int64_t k = int64_t(sizeof(U)) / es, cu = C / k;
+    copy_rows_k<U><<<grid_for(rows * cu), kThreads, 0, s>>>(static_cast<const U*>(src), ld / k, static_cast<U*>(dst),
+                                                            rows, cu);
+  };
+  if ((C * es) % 16 == 0 && (ld * es) % 16 == 0 && aligned16(src) && aligned16(dst))
+    launch(uint4{});
+  else if (es == 4)
+    launch(uint32_t{});
+  else
+    launch(uint16_t{});
+  DLF_LAUNCHED("copy_rows kernel");
 }
 
 void zero_view(DType dt, void* dst, const View& dv, cudaStream_t s) {

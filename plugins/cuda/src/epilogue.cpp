@@ -69,6 +69,44 @@ bool forward_fused(CallContext& cx, const dlfuse_kernel_args_t* args, int act, c
   return true;
 }
 
+// True when v is [rows, C] with rows `*ld` elements apart: unit stride along the last dim,
+// the others collapsing into one (a column slice, as the gradient of one input of a
+// concatenation is).
+bool pitched_rows(const View& v, int64_t* ld) {
+  const int r = v.rank;
+  const int64_t C = v.shape[r - 1];
+  if (r < 2 || (C != 1 && v.stride[r - 1] != 1)) return false;
+  int64_t expect = -1;  // the stride the next dim outwards must have
+  for (int d = r - 2; d >= 0; --d) {
+    if (v.shape[d] == 1) continue;
+    if (expect < 0) {
+      *ld = v.stride[d];
+      if (*ld < C) return false;
+    } else if (v.stride[d] != expect) {
+      return false;
+    }
+    expect = v.stride[d] * v.shape[d];
+  }
+  if (expect < 0) *ld = C;  // one row
+  return true;
+}
+
+// base itself when v is compact, else a compact copy of the pitched view v in buf.
+const void* compacted(CallContext& cx, const void* base, const View& v, Temp& buf) {
+  if (is_compact(v)) return base;
+  int64_t ld = 0;
+  pitched_rows(v, &ld);
+  const int64_t C = v.shape[v.rank - 1], rows = v.numel() / C;
+  buf.reset(*cx.ds, size_t(v.numel()) * size_t(dsize(cx.dt)));
+  copy_rows(cx.dt, base, ld, buf.get(), rows, C, cx.stream);
+  return buf.get();
+}
+
+bool compact_or_pitched(const View& v) {
+  int64_t ld;
+  return is_compact(v) || pitched_rows(v, &ld);
+}
+
 // dZ = grad_out * act'(src) compact over `shape`, src the forward's pre or (from_out) out.
 // Returns true when grad_bias was written in the same pass (a row vector or a scalar).
 bool activation_grad(CallContext& cx, int act, bool from_out, const DLTensor* gout, const DLTensor* src,
@@ -84,12 +122,15 @@ bool activation_grad(CallContext& cx, int act, bool from_out, const DLTensor* go
     gbm = numel(gbias) == 1 ? int(kScalar) : row ? int(kRow) : -1;
   }
   if (gbm < 0) gbm = kAbsent;  // another broadcast: reduced from dZ afterwards
-  if (is_compact(gv) && is_compact(sv)) {
+  // A strided operand with pitched rows is compacted first: a 2-D copy and the fast pass
+  // take a fraction of the generic strided pass (which also leaves the bias to another pass).
+  if (n > 0 && compact_or_pitched(gv) && compact_or_pitched(sv)) {
+    Temp gbuf(*cx.ds, 0, cx.stream), sbuf(*cx.ds, 0, cx.stream);
     AmFast p;
-    p.x = base_of(src);
+    p.x = compacted(cx, base_of(src), sv, sbuf);
     p.y = p.b = nullptr;
     p.ym = p.bm = kAbsent;
-    p.g = base_of(gout);
+    p.g = compacted(cx, base_of(gout), gv, gbuf);
     p.gx = dz;
     p.gxm = kFull;
     p.gx_cached = true;
