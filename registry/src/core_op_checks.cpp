@@ -3,9 +3,11 @@
 // dlfuse/ops.def.
 #include <cstring>
 
+#include "activations.hpp"
 #include "core_ops.hpp"
 #include "error.hpp"
 #include "format.hpp"
+#include "mlp_rules.hpp"
 #include "op_spec.hpp"
 #include "shape_checks.hpp"
 
@@ -120,20 +122,12 @@ dlfuse_status_t check_matmul_add_activation_backward(const char* op, const Tenso
   return expect_reductions(op, out + 2, names, 1, shape, n);
 }
 
-// The derivative of these activations is a function of their output (docs/ops.md).
-bool invertible_from_out(int64_t act) {
-  return act == DLFUSE_ACT_IDENTITY || act == DLFUSE_ACT_RELU || act == DLFUSE_ACT_SIGMOID || act == DLFUSE_ACT_TANH;
-}
-
-const char* const kActivationNames[DLFUSE_ACT_COUNT] = {"IDENTITY", "RELU", "SIGMOID", "TANH",
-                                                        "GELU_ERF", "GELU_TANH", "SILU"};
-
 dlfuse_status_t out_form_needs_invertible(const char* op, int64_t act, const char* instead) {
-  if (invertible_from_out(act)) return DLFUSE_STATUS_OK;
+  if (derivative_from_out(act)) return DLFUSE_STATUS_OK;
   return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
               "%s: argument 'out' is given with ACTIVATION %s; expected IDENTITY, RELU, SIGMOID or TANH with 'out' "
               "(the derivative of %s is not a function of its output: pass %s)",
-              op, kActivationNames[act], kActivationNames[act], instead);
+              op, activation_name(act), activation_name(act), instead);
 }
 
 dlfuse_status_t form_matmul_add_activation_backward(const OpSpec&, const char* op, const TensorView* in,
@@ -153,7 +147,8 @@ dlfuse_status_t form_add_mul_activation_backward(const OpSpec&, const char* op, 
 // The ops without such rules.
 constexpr FormCheck form_matmul_add_relu = nullptr, form_matmul_add_relu_backward = nullptr,
                     form_add_mul_activation = nullptr, form_matmul_add_activation = nullptr,
-                    form_matmul_add_residual = nullptr, form_matmul_add_residual_backward = nullptr;
+                    form_matmul_add_residual = nullptr, form_matmul_add_residual_backward = nullptr,
+                    form_mlp = nullptr;
 
 // matmul_add_residual: a, b, bias, residual.
 dlfuse_status_t check_matmul_add_residual(const char* op, const TensorView* in, const TensorView* out) {
@@ -190,6 +185,16 @@ OpSpec make_core_spec(int32_t index, ShapeCheck check, FormCheck form) {
 }
 
 }  // namespace
+
+bool derivative_from_out(int64_t act) {
+  return act == DLFUSE_ACT_IDENTITY || act == DLFUSE_ACT_RELU || act == DLFUSE_ACT_SIGMOID || act == DLFUSE_ACT_TANH;
+}
+
+const char* activation_name(int64_t act) {
+  static const char* const kNames[DLFUSE_ACT_COUNT] = {"IDENTITY", "RELU", "SIGMOID", "TANH",
+                                                       "GELU_ERF", "GELU_TANH", "SILU"};
+  return act >= 0 && act < DLFUSE_ACT_COUNT ? kNames[act] : "?";
+}
 
 const OpSpec* core_op(int32_t i) {
 #define DLFUSE_OP(op, since) make_core_spec(DLFUSE_OP_INDEX(op), check_##op, form_##op),

@@ -3,6 +3,7 @@
 #include "core_ops.hpp"
 
 #include "attrs.hpp"
+#include "mlp_rules.hpp"
 
 namespace dlfuse {
 namespace {
@@ -15,6 +16,13 @@ dlfuse_attr_t default_of(int32_t key, int32_t type, double v) {
 }
 
 #define DLFUSE_BIT(op, s) input_bit(dlfuse_##op##_in_##s)
+
+// The shape callback of an op with CALLBACK outputs; NULL for the others.
+dlfuse_shape_fn_t core_shape_fn(int32_t index) {
+  if (index == DLFUSE_OP_INDEX(mlp)) return mlp_output_shape;
+  if (index == DLFUSE_OP_INDEX(mlp_backward)) return mlp_backward_output_shape;
+  return nullptr;
+}
 
 // Function-local statics: the attribute defaults are built at run time, on first use, so
 // no other file's static initializer can read them unset.
@@ -62,7 +70,7 @@ const dlfuse_op_schema_t* core_table() {
 
 #define DLFUSE_OP(op, since)                                                                          \
   {sizeof(dlfuse_op_schema_t), #op, since, dlfuse_##op##_num_inputs, op##_inputs, dlfuse_##op##_num_outputs, \
-   op##_outputs, dlfuse_##op##_num_attrs, op##_attrs, nullptr, -1},
+   op##_outputs, dlfuse_##op##_num_attrs, op##_attrs, core_shape_fn(DLFUSE_OP_INDEX(op)), -1},
 #define DLFUSE_IN(op, name, flags, since)
 #define DLFUSE_OUT(op, name, flags, rule, s0, s1, s2, alias)
 #define DLFUSE_ATTR(op, key, type, flags, def, lo, hi)

@@ -21,9 +21,11 @@
 
 #include <dlfuse/plugin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -91,6 +93,7 @@ inline const char* attr_name(int32_t key) {
     case DLFUSE_ATTR_ACTIVATION: return "ACTIVATION";
     case DLFUSE_ATTR_MULTIPLIER: return "MULTIPLIER";
     case DLFUSE_ATTR_ALLOW_TF32: return "ALLOW_TF32";
+    case DLFUSE_ATTR_OUTPUT_ACTIVATION: return "OUTPUT_ACTIVATION";
     default: return "attribute";
   }
 }
@@ -313,6 +316,146 @@ class KernelTable {
   int32_t priority_;
   std::vector<std::vector<int32_t>> priorities_;
   std::vector<dlfuse_kernel_t> entries_;
+};
+
+/* ---- mlp by composition (ABI 1.2) --------------------------------------------------------
+ * mlp and mlp_backward from a plugin's own matmul_add_activation and
+ * matmul_add_activation_backward kernels, one call of each per layer, for a plugin where a
+ * fused form does not pay. The registry has validated the call (dlfuse/ops.def, docs/ops.md).
+ * `scratch(bytes)` gives device memory (what alloc() gives) for the gradients passed from
+ * layer to layer; it must stay valid until the kernels enqueued by the call have run (a
+ * stream-ordered free, or a free after the call on a synchronous device). */
+struct LayerKernels {
+  dlfuse_kernel_fn_t forward;   /* the plugin's matmul_add_activation */
+  dlfuse_kernel_fn_t backward;  /* its matmul_add_activation_backward */
+};
+
+namespace mlp_detail {
+constexpr int kMaxLayers = 7;
+
+inline int layers(const DLTensor* const* w) {
+  int n = 0;
+  while (n < kMaxLayers && w[n]) ++n;
+  return n;
+}
+
+/* One layer's kernel call with the outer call's stream and error buffer; a failure's
+ * message gets the layer's index appended. */
+inline dlfuse_status_t call_layer(void* state, dlfuse_kernel_fn_t fn, const dlfuse_kernel_args_t* outer, const char* op,
+                       const DLTensor* const* in, int32_t ni, DLTensor* const* out, int32_t no, int64_t act,
+                       int64_t tf32, int layer) {
+  const dlfuse_attr_t attrs[2] = {{DLFUSE_ATTR_ACTIVATION, DLFUSE_ATTR_INT64, {act}},
+                                  {DLFUSE_ATTR_ALLOW_TF32, DLFUSE_ATTR_INT64, {tf32}}};
+  dlfuse_kernel_args_t a = *outer;
+  a.op = op;
+  a.inputs = in;
+  a.num_inputs = ni;
+  a.outputs = out;
+  a.num_outputs = no;
+  a.attrs = attrs;
+  a.num_attrs = 2;
+  const dlfuse_status_t s = fn(state, nullptr, &a);
+  if (s != DLFUSE_STATUS_OK && outer->err && outer->err_size) {
+    const std::string msg = std::string(outer->err) + " (mlp layer " + std::to_string(layer) + ")";
+    std::snprintf(outer->err, outer->err_size, "%s", msg.c_str());
+  }
+  return s;
+}
+}  // namespace mlp_detail
+
+/* mlp: inputs x, w0..w6, b0..b6; outputs out, h0..h5. A layer's failure returns its status
+ * and message. */
+inline dlfuse_status_t mlp_forward(void* state, const LayerKernels& k, const dlfuse_kernel_args_t* args) {
+  check_call(args, DLFUSE_ARITY(mlp), true, args->inputs[0]->device.device_type, DLFUSE_OPTIONAL_INPUTS(mlp));
+  const DLTensor* const* in = args->inputs;
+  const int n = mlp_detail::layers(in + DLFUSE_INPUT(mlp, w0));
+  const int64_t act = attr_int(args, DLFUSE_ATTR_ACTIVATION, -1);
+  const int64_t last = attr_int(args, DLFUSE_ATTR_OUTPUT_ACTIVATION, DLFUSE_ACT_IDENTITY);
+  const int64_t tf32 = attr_int(args, DLFUSE_ATTR_ALLOW_TF32, 0);
+  for (int i = 0; i < n; ++i) {
+    DLTensor* h = i == n - 1 ? args->outputs[DLFUSE_OUTPUT(mlp, out)] : args->outputs[DLFUSE_OUTPUT(mlp, h0) + i];
+    if (!h) invalid("h" + std::to_string(i), "a tensor (the output of a hidden layer)", "NULL");
+    const DLTensor* layer_in[3] = {i ? args->outputs[DLFUSE_OUTPUT(mlp, h0) + i - 1] : in[DLFUSE_INPUT(mlp, x)],
+                                   in[DLFUSE_INPUT(mlp, w0) + i], in[DLFUSE_INPUT(mlp, b0) + i]};
+    DLTensor* layer_out[2] = {h, nullptr};
+    if (auto s = mlp_detail::call_layer(state, k.forward, args, DLFUSE_OP_MATMUL_ADD_ACTIVATION, layer_in, 3,
+                                        layer_out, 2, i == n - 1 ? last : act, tf32, i))
+      return s;
+  }
+  return DLFUSE_STATUS_OK;
+}
+
+/* mlp_backward: inputs grad_out, x, w0..w6, h0..h5, out; outputs grad_x, grad_w0..6,
+ * grad_b0..6. From the last layer down; a layer's input gradient goes to scratch (grad_x
+ * for layer 0), and layers below every gradient asked for are skipped. */
+template <class Scratch>
+dlfuse_status_t mlp_backward(void* state, const LayerKernels& k, const dlfuse_kernel_args_t* args, Scratch&& scratch) {
+  check_call(args, DLFUSE_ARITY(mlp_backward), false, args->inputs[0]->device.device_type,
+             DLFUSE_OPTIONAL_INPUTS(mlp_backward));
+  const DLTensor* const* in = args->inputs;
+  DLTensor* const* out = args->outputs;
+  const DLTensor* x = in[DLFUSE_INPUT(mlp_backward, x)];
+  const DLTensor* const* w = in + DLFUSE_INPUT(mlp_backward, w0);
+  const int n = mlp_detail::layers(w);
+  const int64_t act = attr_int(args, DLFUSE_ATTR_ACTIVATION, -1);
+  const int64_t last = attr_int(args, DLFUSE_ATTR_OUTPUT_ACTIVATION, DLFUSE_ACT_IDENTITY);
+  const int64_t tf32 = attr_int(args, DLFUSE_ATTR_ALLOW_TF32, 0);
+  auto wanted = [&](int i) {  // a gradient of layer i (or grad_x, for i = -1) is asked for
+    if (i < 0) return out[DLFUSE_OUTPUT(mlp_backward, grad_x)] != nullptr;
+    return out[DLFUSE_OUTPUT(mlp_backward, grad_w0) + i] || out[DLFUSE_OUTPUT(mlp_backward, grad_b0) + i];
+  };
+  int lowest = n;  // the lowest layer whose backward runs
+  for (int i = n - 1; i >= -1; --i)
+    if (wanted(i)) lowest = i < 0 ? 0 : i;
+  const int64_t M = x->shape[0];
+  int64_t widest = 0;
+  for (int i = 0; i + 1 < n; ++i) widest = std::max<int64_t>(widest, w[i]->shape[1]);
+  const size_t bytes = size_t(M) * size_t(widest) * ((x->dtype.bits * x->dtype.lanes + 7) / 8);
+  void* buf[2] = {nullptr, nullptr};
+  int64_t shapes[2][2];
+  DLTensor grads[2];  // the gradient with respect to a layer's output, ping-pong
+  const DLTensor* g = in[DLFUSE_INPUT(mlp_backward, grad_out)];
+  for (int i = n - 1; i >= lowest; --i) {
+    const DLTensor* saved = i == n - 1 ? in[DLFUSE_INPUT(mlp_backward, out)] : in[DLFUSE_INPUT(mlp_backward, h0) + i];
+    const int64_t a_act = i == n - 1 ? last : act;
+    // IDENTITY's derivative reads no value: any tensor of the shape stands in for an absent out.
+    if (!saved && a_act == DLFUSE_ACT_IDENTITY) saved = g;
+    DLTensor* ga = out[DLFUSE_OUTPUT(mlp_backward, grad_x)];
+    if (i > lowest) {
+      const int slot = i % 2;
+      if (!buf[slot] && bytes) buf[slot] = scratch(bytes);
+      shapes[slot][0] = M;
+      shapes[slot][1] = w[i]->shape[0];
+      grads[slot] = DLTensor{buf[slot], x->device, 2, x->dtype, shapes[slot], nullptr, 0};
+      ga = &grads[slot];
+    } else if (i > 0) {
+      ga = nullptr;  // nothing below this layer is asked for
+    }
+    const DLTensor* layer_in[5] = {g, i ? in[DLFUSE_INPUT(mlp_backward, h0) + i - 1] : x, w[i], saved, nullptr};
+    DLTensor* layer_out[3] = {ga, out[DLFUSE_OUTPUT(mlp_backward, grad_w0) + i],
+                              out[DLFUSE_OUTPUT(mlp_backward, grad_b0) + i]};
+    if (auto s = mlp_detail::call_layer(state, k.backward, args, DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD, layer_in,
+                                        5, layer_out, 3, a_act, tf32, i))
+      return s;
+    g = ga;
+  }
+  return DLFUSE_STATUS_OK;
+}
+
+/* mlp_backward's scratch on a CPU plugin (kernels complete before they return): host
+ * memory aligned to 64 bytes, freed with this object. */
+class HostScratch {
+ public:
+  void* operator()(size_t bytes) {
+    blocks_.emplace_back(static_cast<char*>(::operator new(bytes ? bytes : 1, std::align_val_t(64))));
+    return blocks_.back().get();
+  }
+
+ private:
+  struct Free {
+    void operator()(char* p) const { ::operator delete(p, std::align_val_t(64)); }
+  };
+  std::vector<std::unique_ptr<char, Free>> blocks_;
 };
 
 }  // namespace kit

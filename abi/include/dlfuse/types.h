@@ -71,7 +71,8 @@ typedef enum dlfuse_activation_t {
 typedef enum dlfuse_attr_key_t {
   DLFUSE_ATTR_ACTIVATION = 1, /* int64: a dlfuse_activation_t */
   DLFUSE_ATTR_MULTIPLIER = 2, /* float64: the scalar multiplier */
-  DLFUSE_ATTR_ALLOW_TF32 = 3  /* int64: 0 = exact fp32 (default), 1 = TF32 allowed */
+  DLFUSE_ATTR_ALLOW_TF32 = 3, /* int64: 0 = exact fp32 (default), 1 = TF32 allowed */
+  DLFUSE_ATTR_OUTPUT_ACTIVATION = 4 /* int64 (ABI 1.2): a dlfuse_activation_t, mlp's last layer */
 } dlfuse_attr_key_t;
 
 typedef enum dlfuse_attr_type_t {
@@ -102,6 +103,9 @@ typedef struct dlfuse_attr_t {
 #define DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD "matmul_add_activation_backward"
 #define DLFUSE_OP_MATMUL_ADD_RESIDUAL "matmul_add_residual"
 #define DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD "matmul_add_residual_backward"
+/* Added in ABI 1.2. */
+#define DLFUSE_OP_MLP "mlp"
+#define DLFUSE_OP_MLP_BACKWARD "mlp_backward"
 
 /* Direction of a device-service copy. */
 typedef enum dlfuse_copy_kind_t {

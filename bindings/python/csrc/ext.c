@@ -808,7 +808,7 @@ static int attr_value(const char* fn, const dlfuse_attr_schema_t* as, PyObject* 
     a->value.f64 = PyFloat_AsDouble(value);
     return (a->value.f64 == -1.0 && PyErr_Occurred()) ? -1 : 0;
   }
-  if (as->default_value.key == DLFUSE_ATTR_ACTIVATION) {
+  if (as->default_value.key == DLFUSE_ATTR_ACTIVATION || as->default_value.key == DLFUSE_ATTR_OUTPUT_ACTIVATION) {
     int act;
     if (parse_activation(value, &act) < 0) return -1;
     a->value.i64 = act;
@@ -2210,6 +2210,7 @@ PyMODINIT_FUNC PyInit__ext(void) {
       PyModule_AddIntConstant(m, "ATTR_ACTIVATION", DLFUSE_ATTR_ACTIVATION) < 0 ||
       PyModule_AddIntConstant(m, "ATTR_MULTIPLIER", DLFUSE_ATTR_MULTIPLIER) < 0 ||
       PyModule_AddIntConstant(m, "ATTR_ALLOW_TF32", DLFUSE_ATTR_ALLOW_TF32) < 0 ||
+      PyModule_AddIntConstant(m, "ATTR_OUTPUT_ACTIVATION", DLFUSE_ATTR_OUTPUT_ACTIVATION) < 0 ||
       PyModule_AddIntConstant(m, "KERNEL_TAKES_V1_1_INPUTS", DLFUSE_KERNEL_TAKES_V1_1_INPUTS) < 0 ||
       PyModule_AddIntConstant(m, "COPY_HOST_TO_DEVICE", DLFUSE_COPY_HOST_TO_DEVICE) < 0 ||
       PyModule_AddIntConstant(m, "COPY_DEVICE_TO_HOST", DLFUSE_COPY_DEVICE_TO_HOST) < 0 ||

@@ -20,7 +20,9 @@ std::unique_ptr<dlfuse::kit::KernelTable> fused_kernel_table(int32_t device_type
           {DLFUSE_OP_MATMUL_ADD_ACTIVATION, ops.matmul_add_activation},
           {DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD, ops.matmul_add_activation_backward},
           {DLFUSE_OP_MATMUL_ADD_RESIDUAL, ops.matmul_add_residual},
-          {DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD, ops.matmul_add_residual_backward}});
+          {DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD, ops.matmul_add_residual_backward},
+          {DLFUSE_OP_MLP, mlp_composed, const_cast<Composition*>(ops.composition)},
+          {DLFUSE_OP_MLP_BACKWARD, mlp_backward_composed, const_cast<Composition*>(ops.composition)}});
 }
 
 }  // namespace dlfuse_plugin

@@ -1,4 +1,4 @@
-// The kernel table both GPU plugins (OpenCL, WebGPU) register: the same eight fused ops.
+// The kernel table both GPU plugins (OpenCL, WebGPU) register: the same ten fused ops.
 #ifndef DLFUSE_PLUGIN_COMMON_KERNEL_TABLE_H_
 #define DLFUSE_PLUGIN_COMMON_KERNEL_TABLE_H_
 
@@ -6,12 +6,16 @@
 
 #include <memory>
 
+#include "mlp_composed.h"
+
 namespace dlfuse_plugin {
 
-// One entry point per op, as the plugin's ops.h declares them.
+// One entry point per op, as the plugin's ops.h declares them, and what mlp and
+// mlp_backward are composed of (a constant of the plugin).
 struct FusedOps {
   dlfuse_kernel_fn_t matmul_add_relu, matmul_add_relu_backward, add_mul_activation, add_mul_activation_backward,
       matmul_add_activation, matmul_add_activation_backward, matmul_add_residual, matmul_add_residual_backward;
+  const Composition* composition;
 };
 
 // The table on `device_type`, priority 100: float32, and float16 when `fp16` (declared only

@@ -39,6 +39,8 @@ dlfuse_status_t matmul_add_activation(void* state, void*, const dlfuse_kernel_ar
 dlfuse_status_t matmul_add_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args);
 dlfuse_status_t matmul_add_residual(void* state, void*, const dlfuse_kernel_args_t* args);
 dlfuse_status_t matmul_add_residual_backward(void* state, void*, const dlfuse_kernel_args_t* args);
+dlfuse_status_t mlp(void* state, void*, const dlfuse_kernel_args_t* args);
+dlfuse_status_t mlp_backward(void* state, void*, const dlfuse_kernel_args_t* args);
 
 }  // namespace dlfuse_cuda
 

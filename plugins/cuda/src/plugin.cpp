@@ -19,7 +19,9 @@ const kit::KernelTable& kernel_table() {
        {DLFUSE_OP_MATMUL_ADD_ACTIVATION, matmul_add_activation},
        {DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD, matmul_add_activation_backward},
        {DLFUSE_OP_MATMUL_ADD_RESIDUAL, matmul_add_residual},
-       {DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD, matmul_add_residual_backward}});
+       {DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD, matmul_add_residual_backward},
+       {DLFUSE_OP_MLP, mlp},
+       {DLFUSE_OP_MLP_BACKWARD, mlp_backward}});
   return table;
 }
 

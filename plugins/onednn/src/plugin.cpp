@@ -32,6 +32,20 @@ namespace {
 
 constexpr size_t kAlign = 64;
 
+// mlp and mlp_backward: one call of the layer kernels per layer (oneDNN has no fused stack).
+constexpr kit::LayerKernels kLayers = {matmul_add_activation, matmul_add_activation_backward};
+
+dlfuse_status_t mlp(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
+  return kit::guarded("onednn", args, [&] { return kit::mlp_forward(state, kLayers, args); });
+}
+
+dlfuse_status_t mlp_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
+  return kit::guarded("onednn", args, [&] {
+    kit::HostScratch scratch;
+    return kit::mlp_backward(state, kLayers, args, scratch);
+  });
+}
+
 const kit::KernelTable& kernel_table() {
   static const kit::KernelTable table(kDLCPU, {{kDLFloat, 32, 1}, {kDLBfloat, 16, 1}, {kDLFloat, 16, 1}}, 100,
                                       {{DLFUSE_OP_MATMUL_ADD_RELU, matmul_add_relu},
@@ -43,7 +57,9 @@ const kit::KernelTable& kernel_table() {
                                        {DLFUSE_OP_MATMUL_ADD_ACTIVATION, matmul_add_activation},
                                        {DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD, matmul_add_activation_backward},
                                        {DLFUSE_OP_MATMUL_ADD_RESIDUAL, matmul_add_residual},
-                                       {DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD, matmul_add_residual_backward}});
+                                       {DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD, matmul_add_residual_backward},
+                                       {DLFUSE_OP_MLP, mlp},
+                                       {DLFUSE_OP_MLP_BACKWARD, mlp_backward}});
   return table;
 }
 

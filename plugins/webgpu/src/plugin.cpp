@@ -11,6 +11,13 @@
 namespace dlfuse_webgpu {
 namespace {
 
+dlfuse_status_t alloc(void* state, int32_t device_id, size_t nbytes, void** ptr, char* err, size_t err_size) noexcept;
+dlfuse_status_t release(void* state, int32_t device_id, void* ptr, char* err, size_t err_size) noexcept;
+
+// mlp and mlp_backward: a call of the layer kernels per layer, the backward's scratch from alloc().
+const dlfuse_plugin::Composition kComposition = {
+    {matmul_add_activation, matmul_add_activation_backward}, alloc, release, "webgpu"};
+
 dlfuse_status_t open_plugin(const dlfuse_host_info_t*, void** state, char* err, size_t err_size) noexcept {
   return guarded(err, err_size, [&] {
     if (!state) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "state: expected an out-pointer, got NULL");
@@ -24,7 +31,8 @@ dlfuse_status_t open_plugin(const dlfuse_host_info_t*, void** state, char* err, 
     s->kernels = dlfuse_plugin::fused_kernel_table(
         kDLWebGPU, fp16,
         {matmul_add_relu, matmul_add_relu_backward, add_mul_activation, add_mul_activation_backward,
-         matmul_add_activation, matmul_add_activation_backward, matmul_add_residual, matmul_add_residual_backward});
+         matmul_add_activation, matmul_add_activation_backward, matmul_add_residual, matmul_add_residual_backward,
+         &kComposition});
     *state = s.release();
     return DLFUSE_STATUS_OK;
   });

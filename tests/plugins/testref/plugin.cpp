@@ -22,6 +22,20 @@ const DLDataType kDtypes[] = {
     {kDLFloat, 32, 1}, {kDLFloat, 64, 1}, {kDLFloat, 16, 1}, {kDLBfloat, 16, 1}};
 constexpr int32_t kPriority = -100;  // loses to every real CPU plugin
 
+// mlp and mlp_backward: one call of the layer kernels per layer.
+constexpr dlfuse::kit::LayerKernels kLayers = {matmul_add_activation, matmul_add_activation_backward};
+
+dlfuse_status_t mlp(void* state, void*, const dlfuse_kernel_args_t* args) {
+  return dlfuse::kit::guarded(kName, args, [&] { return dlfuse::kit::mlp_forward(state, kLayers, args); });
+}
+
+dlfuse_status_t mlp_backward(void* state, void*, const dlfuse_kernel_args_t* args) {
+  return dlfuse::kit::guarded(kName, args, [&] {
+    dlfuse::kit::HostScratch scratch;
+    return dlfuse::kit::mlp_backward(state, kLayers, args, scratch);
+  });
+}
+
 dlfuse_kernel_t kernel(const char* op, dlfuse_kernel_fn_t fn, uint32_t flags = 0) {
   return dlfuse_kernel_t{sizeof(dlfuse_kernel_t), op, kDLCPU, 4, kDtypes, kPriority, fn, nullptr, flags, nullptr, nullptr};
 }
@@ -36,6 +50,8 @@ const dlfuse_kernel_t kKernels[] = {
     kernel(DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD, matmul_add_activation_backward),
     kernel(DLFUSE_OP_MATMUL_ADD_RESIDUAL, matmul_add_residual),
     kernel(DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD, matmul_add_residual_backward),
+    kernel(DLFUSE_OP_MLP, mlp),
+    kernel(DLFUSE_OP_MLP_BACKWARD, mlp_backward),
 #ifdef DLFUSE_TESTREF_EXTRA_OP
     // ops of its own, each with its schema (extra_op.cpp; the testref_ops build)
     dlfuse_kernel_t{sizeof(dlfuse_kernel_t), "testref_scale_add", kDLCPU, 2, kDtypes, kPriority, scale_add, nullptr, 0,

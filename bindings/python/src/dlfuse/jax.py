@@ -273,7 +273,7 @@ def _bind(name, sc, args, kwargs):
             ins[key] = v
         elif key in by_name:
             attr = by_name[key]
-            if key == "activation":
+            if attr[4] in (_ACT, _ext.ATTR_OUTPUT_ACTIVATION):
                 v = _act(v)  # a name or dlfuse_activation_t integer
             attrs[attr[4]] = float(v) if attr[1] else int(v)
         else:

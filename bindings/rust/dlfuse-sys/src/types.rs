@@ -31,6 +31,7 @@ pub type dlfuse_attr_key_t = i32;
 pub const DLFUSE_ATTR_ACTIVATION: dlfuse_attr_key_t = 1;
 pub const DLFUSE_ATTR_MULTIPLIER: dlfuse_attr_key_t = 2;
 pub const DLFUSE_ATTR_ALLOW_TF32: dlfuse_attr_key_t = 3;
+pub const DLFUSE_ATTR_OUTPUT_ACTIVATION: dlfuse_attr_key_t = 4;
 
 pub type dlfuse_attr_type_t = i32;
 pub const DLFUSE_ATTR_INT64: dlfuse_attr_type_t = 1;
@@ -62,6 +63,8 @@ pub const DLFUSE_OP_MATMUL_ADD_ACTIVATION: &[u8] = b"matmul_add_activation\0";
 pub const DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD: &[u8] = b"matmul_add_activation_backward\0";
 pub const DLFUSE_OP_MATMUL_ADD_RESIDUAL: &[u8] = b"matmul_add_residual\0";
 pub const DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD: &[u8] = b"matmul_add_residual_backward\0";
+pub const DLFUSE_OP_MLP: &[u8] = b"mlp\0";
+pub const DLFUSE_OP_MLP_BACKWARD: &[u8] = b"mlp_backward\0";
 pub const DLFUSE_KERNEL_TAKES_V1_1_INPUTS: u32 = 1;
 
 pub type dlfuse_copy_kind_t = i32;

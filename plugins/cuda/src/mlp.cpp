@@ -1,0 +1,34 @@
+// mlp and mlp_backward: one call of the layer kernels per layer (dlfuse::kit::mlp_forward,
+// mlp_backward), the backward's layer-to-layer gradients in stream-ordered temporaries.
+// Nothing is fused across a layer's edge: cuBLASLt's fusions for it (DRELU_BGRAD in the
+// input-gradient GEMM, BGRADA in the weight-gradient GEMM) measured slower on the H200 than
+// the passes they would replace (docs/performance.md, "A model").
+#include <memory>
+#include <vector>
+
+#include "matmul_parts.h"
+
+namespace dlfuse_cuda {
+namespace {
+
+constexpr kit::LayerKernels kLayers = {matmul_add_activation, matmul_add_activation_backward};
+
+}  // namespace
+
+dlfuse_status_t mlp(void* state, void*, const dlfuse_kernel_args_t* args) {
+  return guarded(args ? args->err : nullptr, args ? args->err_size : 0,
+                 [&] { return kit::mlp_forward(state, kLayers, args); });
+}
+
+dlfuse_status_t mlp_backward(void* state, void*, const dlfuse_kernel_args_t* args) {
+  return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&]() -> dlfuse_status_t {
+    CallContext cx(state, args, DLFUSE_ARITY(mlp_backward), DLFUSE_OPTIONAL_INPUTS(mlp_backward));
+    std::vector<std::unique_ptr<Temp>> scratch;
+    return kit::mlp_backward(state, kLayers, args, [&](size_t bytes) {
+      scratch.emplace_back(new Temp(*cx.ds, bytes, cx.stream));
+      return scratch.back()->get();
+    });
+  });
+}
+
+}  // namespace dlfuse_cuda
