@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "dtypes.h"
+#include "mlp_cases.h"
 #include "op_case.h"
 #include "runner.h"
 
@@ -34,7 +35,8 @@ int cmd_conform(const Args& args) {
     throw UsageError("unknown dtype '" + opts.dtype + "'");
   opts.op = args.get("--op", "");
   dc::OpKind op;
-  if (!opts.op.empty() && !dc::parse_op(opts.op, &op)) throw UsageError("unknown op '" + opts.op + "'");
+  if (!opts.op.empty() && !dc::parse_op(opts.op, &op) && !dc::is_mlp_op(opts.op))
+    throw UsageError("unknown op '" + opts.op + "'");
   opts.case_filter = args.get("--case", "");
   opts.device_id = int(args.get_int("--device-id", -1));
   // "random": a fresh seed, printed in the table's header so that a failure can be rerun.
@@ -48,7 +50,7 @@ int cmd_conform(const Args& args) {
   opts.stale = !args.has("--no-stale-memory");
   std::stringstream ops(args.get("--nondeterministic", ""));
   for (std::string item; std::getline(ops, item, ',');) {
-    if (item != "all" && !dc::parse_op(item, &op)) throw UsageError("--nondeterministic: unknown op '" + item + "'");
+    if (item != "all" && !dc::parse_op(item, &op) && !dc::is_mlp_op(item)) throw UsageError("--nondeterministic: unknown op '" + item + "'");
     opts.nondeterministic.insert(item);
   }
   opts.verbose = args.has("--verbose");

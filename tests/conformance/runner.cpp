@@ -11,6 +11,7 @@
 #include "dtypes.h"
 #include "op_case.h"
 #include "stages.h"
+#include "mlp_cases.h"
 #include "stale.h"
 #include "sweep.h"
 
@@ -196,6 +197,26 @@ void run_cases(dlfuse_registry_t reg, int32_t plugin, OpKind op, DLDataType dt, 
     table.add(b.pass, kname, dname, devname, b.name, "-", "-", b.detail);
 }
 
+// mlp and mlp_backward: their own cases (mlp_cases.h) on every declared dtype and device.
+void check_mlp_kernel(dlfuse_registry_t reg, const dlfuse_kernel_info_t& ki, const DLDataType* only_dtype,
+                      const ConformOptions& opts, Table& table) {
+  int32_t count = 0;
+  if (dlfuse_device_count(reg, ki.device_type, &count) != DLFUSE_STATUS_OK || count <= 0) {
+    table.add(false, ki.op, "-", "-", "device_count", "-", "-", "no devices");
+    return;
+  }
+  for (int32_t d = 0; d < ki.num_dtypes; ++d) {
+    const DLDataType dt = ki.dtypes[d];
+    if ((only_dtype && !same_dtype(dt, *only_dtype)) || !dtype_supported(dt)) continue;
+    for (int32_t id = 0; id < count; ++id) {
+      if (opts.device_id >= 0 && opts.device_id != id) continue;
+      const DLDevice dev{DLDeviceType(ki.device_type), id};
+      for (const MlpOutcome& o : run_mlp_cases(reg, dev, dt, ki.op, opts.seed, opts.case_filter))
+        table.add(o.pass, ki.op, dtype_name(dt), device_name(dev), o.name, num(o.max_abs), num(o.max_ratio), o.detail);
+    }
+  }
+}
+
 void check_plugin(dlfuse_registry_t reg, int32_t idx, const ConformOptions& opts, Table& table,
                   std::ostream& out) {
   dlfuse_plugin_info_t info{};
@@ -222,6 +243,11 @@ void check_plugin(dlfuse_registry_t reg, int32_t idx, const ConformOptions& opts
     st = dlfuse_registry_kernel_info(reg, idx, k, &ki);
     if (st != DLFUSE_STATUS_OK) {
       table.add(false, "-", "-", "-", "kernel_info", "-", "-", describe_failure(st));
+      continue;
+    }
+    const std::string name = ki.op;
+    if (is_mlp_op(name)) {
+      if (opts.op.empty() || opts.op == name) check_mlp_kernel(reg, ki, dtype_filter ? &wanted : nullptr, opts, table);
       continue;
     }
     OpKind op;

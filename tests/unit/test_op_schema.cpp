@@ -228,6 +228,127 @@ TEST(OpSchema, InfersFromZeroDimInputsWithoutAShapeArray) {
   EXPECT_EQ(r.shapes[0], Dims{});
 }
 
+// mlp's inputs: x, w0..w6, b0..b6 (NULL past the last layer).
+std::vector<const DLTensor*> mlp_inputs(const Shape& x, const std::vector<const Shape*>& w,
+                                        const std::vector<const Shape*>& b) {
+  std::vector<const DLTensor*> in(15, nullptr);
+  in[0] = &x.t;
+  for (size_t i = 0; i < w.size(); ++i) in[1 + i] = w[i] ? &w[i]->t : nullptr;
+  for (size_t i = 0; i < b.size(); ++i) in[8 + i] = b[i] ? &b[i]->t : nullptr;
+  return in;
+}
+
+const std::vector<dlfuse_attr_t> kReluMlp = {attr_i64(DLFUSE_ATTR_ACTIVATION, DLFUSE_ACT_RELU)};
+
+// A registry with the test plugin, which offers mlp (dlfuse_op_get finds only offered ops).
+struct MlpRegistry : Registry {
+  MlpRegistry() {
+    const std::string testref = std::string(DLFUSE_UNIT_LIB_DIR) + "/dlfuse/plugins/libdlfuse_testref.so";
+    EXPECT_EQ(dlfuse_registry_load(get(), testref.c_str(), nullptr), DLFUSE_STATUS_OK) << last_error();
+  }
+};
+
+TEST(MlpRules, InfersEachLayersOutputAndEmptyOnesPastTheLast) {
+  MlpRegistry reg;
+  Shape x({5, 3}), w0({3, 4}), w1({4, 6}), w2({6, 2}), b0({4}), b1({6}), b2({2});
+  const auto r = infer(get_op(reg, DLFUSE_OP_MLP), mlp_inputs(x, {&w0, &w1, &w2}, {&b0, &b1, &b2}), 7, kReluMlp);
+  ASSERT_EQ(r.status, DLFUSE_STATUS_OK) << last_error();
+  EXPECT_EQ(r.shapes[0], (Dims{5, 2}));  // out
+  EXPECT_EQ(r.shapes[1], (Dims{5, 4}));  // h0
+  EXPECT_EQ(r.shapes[2], (Dims{5, 6}));  // h1
+  for (int i = 3; i < 7; ++i) EXPECT_EQ(r.shapes[size_t(i)], Dims{0}) << "h" << i - 1;
+}
+
+TEST(MlpRules, BackwardInfersTheGradientsOfTheGivenLayers) {
+  MlpRegistry reg;
+  Shape g({5, 2}), x({5, 3}), w0({3, 4}), w1({4, 2}), h0({5, 4}), out({5, 2});
+  std::vector<const DLTensor*> in(16, nullptr);
+  in[0] = &g.t, in[1] = &x.t, in[2] = &w0.t, in[3] = &w1.t, in[9] = &h0.t, in[15] = &out.t;
+  const auto r = infer(get_op(reg, DLFUSE_OP_MLP_BACKWARD), in, 15, kReluMlp);
+  ASSERT_EQ(r.status, DLFUSE_STATUS_OK) << last_error();
+  EXPECT_EQ(r.shapes[0], (Dims{5, 3}));  // grad_x
+  EXPECT_EQ(r.shapes[1], (Dims{3, 4}));  // grad_w0
+  EXPECT_EQ(r.shapes[2], (Dims{4, 2}));
+  EXPECT_EQ(r.shapes[3], Dims{0});
+  EXPECT_EQ(r.shapes[8], Dims{4});  // grad_b0
+  EXPECT_EQ(r.shapes[9], Dims{2});
+  EXPECT_EQ(r.shapes[10], Dims{0});
+}
+
+TEST(MlpRules, RefusesAGapBetweenLayers) {
+  MlpRegistry reg;
+  Shape x({5, 3}), w0({3, 4}), w2({4, 2}), b0({4}), b2({2});
+  EXPECT_EQ(infer(get_op(reg, DLFUSE_OP_MLP), mlp_inputs(x, {&w0, nullptr, &w2}, {&b0, nullptr, &b2}), 7, kReluMlp)
+                .status,
+            DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_MSG_HAS(last_error(), "argument 'w2' is given but 'w1' is NULL");
+}
+
+TEST(MlpRules, RefusesAWeightThatDoesNotTakeThePreviousLayersOutput) {
+  MlpRegistry reg;
+  Shape x({5, 3}), w0({3, 4}), w1({5, 2}), b0({4}), b1({2});
+  EXPECT_EQ(infer(get_op(reg, DLFUSE_OP_MLP), mlp_inputs(x, {&w0, &w1}, {&b0, &b1}), 7, kReluMlp).status,
+            DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_MSG_HAS(last_error(), "argument 'w1': shape[0] (K) is 5; expected 4, w0's shape[1]");
+}
+
+TEST(MlpRules, EachLayerHasItsBiasAndNoOther) {
+  MlpRegistry reg;
+  dlfuse_op_t mlp = get_op(reg, DLFUSE_OP_MLP);
+  Shape x({5, 3}), w0({3, 4}), w1({4, 2}), b0({4}), b1({2}), wrong({3});
+  EXPECT_EQ(infer(mlp, mlp_inputs(x, {&w0, &w1}, {&b0, nullptr}), 7, kReluMlp).status, DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_MSG_HAS(last_error(), "argument 'b1' is NULL");
+  EXPECT_EQ(infer(mlp, mlp_inputs(x, {&w0}, {&b0, &b1}), 7, kReluMlp).status, DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_MSG_HAS(last_error(), "argument 'b1' is given; expected NULL");
+  EXPECT_EQ(infer(mlp, mlp_inputs(x, {&w0, &w1}, {&b0, &wrong}), 7, kReluMlp).status, DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_MSG_HAS(last_error(), "argument 'b1': shape is [3]; expected [2]");
+}
+
+TEST(MlpRules, BackwardNeedsActivationsThatTheirOutputsDifferentiate) {
+  MlpRegistry reg;
+  dlfuse_op_t bwd = get_op(reg, DLFUSE_OP_MLP_BACKWARD);
+  Shape g({5, 2}), x({5, 3}), w0({3, 4}), w1({4, 2}), h0({5, 4}), out({5, 2});
+  std::vector<const DLTensor*> in(16, nullptr);
+  in[0] = &g.t, in[1] = &x.t, in[2] = &w0.t, in[3] = &w1.t, in[9] = &h0.t, in[15] = &out.t;
+  EXPECT_EQ(infer(bwd, in, 15, {attr_i64(DLFUSE_ATTR_ACTIVATION, DLFUSE_ACT_GELU_ERF)}).status,
+            DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_MSG_HAS(last_error(), "attribute ACTIVATION is GELU_ERF; expected IDENTITY, RELU, SIGMOID or TANH");
+  EXPECT_EQ(infer(bwd, in, 15,
+                  {attr_i64(DLFUSE_ATTR_ACTIVATION, DLFUSE_ACT_RELU),
+                   attr_i64(DLFUSE_ATTR_OUTPUT_ACTIVATION, DLFUSE_ACT_SILU)})
+                .status,
+            DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_MSG_HAS(last_error(), "attribute OUTPUT_ACTIVATION is SILU");
+  in[15] = nullptr;  // out: needed by every output activation but IDENTITY
+  EXPECT_EQ(infer(bwd, in, 15, kReluMlp).status, DLFUSE_STATUS_OK) << last_error();
+  EXPECT_EQ(infer(bwd, in, 15,
+                  {attr_i64(DLFUSE_ATTR_ACTIVATION, DLFUSE_ACT_RELU),
+                   attr_i64(DLFUSE_ATTR_OUTPUT_ACTIVATION, DLFUSE_ACT_SIGMOID)})
+                .status,
+            DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_MSG_HAS(last_error(), "argument 'out' is NULL; expected the forward's out (OUTPUT_ACTIVATION SIGMOID");
+}
+
+TEST(MlpRules, UnusedLayersTakeNullOrEmptyTensorsOnly) {
+  MlpRegistry reg;
+  dlfuse_op_t mlp = get_op(reg, DLFUSE_OP_MLP);
+  Shape x({5, 3}), w0({3, 2}), b0({2}), out({5, 2}), empty({0}), full({5, 2});
+  std::vector<float> xs(15, 1.f), ws(6, 1.f), bs(2, 0.f), outs_data(10, 0.f);
+  std::vector<float> spare(10);
+  x.t.data = xs.data(), w0.t.data = ws.data(), b0.t.data = bs.data(), out.t.data = outs_data.data();
+  full.t.data = spare.data();
+  const std::vector<const DLTensor*> in = mlp_inputs(x, {&w0}, {&b0});
+  std::vector<DLTensor*> outs(7, nullptr);
+  outs[0] = &out.t;
+  outs[3] = &empty.t;
+  const dlfuse_attr_t act = kReluMlp[0];
+  EXPECT_EQ(dlfuse_op_call(mlp, in.data(), 15, outs.data(), 7, &act, 1, nullptr), DLFUSE_STATUS_OK) << last_error();
+  EXPECT_EQ(outs_data[0], 3.f);
+  outs[3] = &full.t;
+  EXPECT_EQ(dlfuse_op_call(mlp, in.data(), 15, outs.data(), 7, &act, 1, nullptr), DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_MSG_HAS(last_error(), "argument 'h2': shape is [5, 2]; expected [0] (layer 3 does not exist");
+}
+
 TEST(OpSchema, AnOpWithoutSchemaHasNone) {
   Registry reg;
   ASSERT_EQ(reg.load("unit_echo"), DLFUSE_STATUS_OK) << last_error();
