@@ -75,10 +75,12 @@ dlfuse_status_t expect_unused(const char* op, const char* arg, const TensorView&
   return expect_shape(op, arg, v, empty, 1, why.c_str());
 }
 
-// Hidden layer i's output [M, width[i + 1]] (i < n - 1), else unused.
-dlfuse_status_t expect_hidden(const char* op, const Layers& L, int i, const TensorView& v) {
+// Hidden layer i's output [M, width[i + 1]] (i < n - 1; required by the backward), else
+// unused.
+dlfuse_status_t expect_hidden(const char* op, const Layers& L, int i, const TensorView& v, bool required) {
   if (i >= L.n - 1) return expect_unused(op, kH[i], v, i + 1);
-  if (auto s = expect_present(op, kH[i], v, "the output of a hidden layer")) return s;
+  if (!required && !present(v)) return DLFUSE_STATUS_OK;
+  if (auto s = expect_present(op, kH[i], v, "the forward's output of a hidden layer")) return s;
   const int64_t shape[2] = {L.M, L.width[i + 1]};
   return expect_shape(op, kH[i], v, shape, 2, "[M, N] of the layer: x's shape[0], its weight's shape[1]");
 }
@@ -117,7 +119,7 @@ dlfuse_status_t check_mlp(const char* op, const TensorView* in, const TensorView
   }
   if (auto s = expect_last(op, "out", L, out[DLFUSE_OUTPUT(mlp, out)])) return s;
   for (int i = 0; i < kMaxLayers - 1; ++i)
-    if (auto s = expect_hidden(op, L, i, out[DLFUSE_OUTPUT(mlp, h0) + i])) return s;
+    if (auto s = expect_hidden(op, L, i, out[DLFUSE_OUTPUT(mlp, h0) + i], false)) return s;
   return DLFUSE_STATUS_OK;
 }
 
@@ -127,7 +129,7 @@ dlfuse_status_t check_mlp_backward(const char* op, const TensorView* in, const T
   if (auto s = layers_or_fail(op, x, in + DLFUSE_INPUT(mlp_backward, w0), &L)) return s;
   if (auto s = expect_last(op, "grad_out", L, in[DLFUSE_INPUT(mlp_backward, grad_out)])) return s;
   for (int i = 0; i < kMaxLayers - 1; ++i)
-    if (auto s = expect_hidden(op, L, i, in[DLFUSE_INPUT(mlp_backward, h0) + i])) return s;
+    if (auto s = expect_hidden(op, L, i, in[DLFUSE_INPUT(mlp_backward, h0) + i], true)) return s;
   const TensorView& fwd_out = in[DLFUSE_INPUT(mlp_backward, out)];
   if (present(fwd_out))
     if (auto s = expect_last(op, "out", L, fwd_out)) return s;

@@ -26,6 +26,7 @@ struct MlpCase {
   bool empty_unused = false;    // the unused layers' tensors as [0] instead of NULL
   bool pass_out = true;         // backward: out given (it must be unless out_act is IDENTITY)
   std::vector<std::string> only;  // backward: the gradients asked for (empty: all)
+  bool hidden_not_kept = false;   // forward: h0..h5 NULL (the plugin keeps them itself)
   bool float32_only = false;    // data exact in float32 only
   int layers() const { return int(widths.size()) - 1; }
 };
@@ -57,6 +58,9 @@ std::vector<MlpCase> forward_cases() {
       with(mc("unused_as_empty", 5, {3, 4, 2}), [](MlpCase& c) { c.empty_unused = true; }),
       mc("zero_rows", 0, {3, 4, 2}),
       mc("many_rows", 4096, {16, 32, 8, 1}),
+      with(mc("hidden_not_kept", 6, {4, 5, 6, 3}, DLFUSE_ACT_RELU, DLFUSE_ACT_SIGMOID),
+           [](MlpCase& c) { c.hidden_not_kept = true; }),
+      with(mc("hidden_not_kept_many_rows", 4096, {16, 32, 8, 1}), [](MlpCase& c) { c.hidden_not_kept = true; }),
   };
 }
 
@@ -248,6 +252,68 @@ bool exact_in(DLDataType dt, const std::vector<double>& v) {
   return true;
 }
 
+// The forward with h0..h5 NULL: only `out` comes back, so the data are the backward's kind
+// (every hidden value exact in the dtype) and `out` is checked against the whole chain.
+MlpOutcome run_forward_unkept(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, const MlpCase& c, uint64_t seed) {
+  MlpOutcome o;
+  o.name = c.name;
+  std::mt19937_64 rng(seed ^ std::hash<std::string>()("mlp/" + c.name + "/" + dtype_name(dt)));
+  const int L = c.layers();
+  Call call(reg, dev, dt);
+  std::string err;
+  Arg* x = call.add("x", {c.M, c.widths[0]});
+  fill_from(x->host, saved_values(DLFUSE_ACT_IDENTITY), rng);
+  std::vector<Arg*> w, b;
+  std::vector<const DLTensor*> in(1 + 2 * kLayers, nullptr);
+  bool ok = call.place(x, &err);
+  in[0] = &x->dl;
+  for (int i = 0; i < L && ok; ++i) {
+    w.push_back(call.add("w" + std::to_string(i), {c.widths[size_t(i)], c.widths[size_t(i + 1)]}, weight_layout(c)));
+    b.push_back(call.add("b" + std::to_string(i), {c.widths[size_t(i + 1)]}));
+    fill_sparse_weight(w.back()->host, rng);
+    fill_from(b.back()->host, {-1, 0, 1}, rng);
+    ok = call.place(w.back(), &err) && call.place(b.back(), &err);
+    in[size_t(1 + i)] = &w.back()->dl;
+    in[size_t(1 + kLayers + i)] = &b.back()->dl;
+  }
+  Arg* out = call.add("out", {c.M, c.widths[size_t(L)]});
+  out->host.fill_buffer(kPoison);
+  ok = ok && call.place(out, &err);
+  if (!ok) {
+    o.detail = "setup: " + err;
+    return o;
+  }
+  std::vector<DLTensor*> outs(kLayers, nullptr);
+  outs[0] = &out->dl;
+  if (!invoke(reg, dev, DLFUSE_OP_MLP, in, outs, c, &o)) return o;
+  Dense h = dense(x->host);
+  RefOut ref;
+  for (int i = 0; i < L; ++i) {
+    ref = ref_matmul_activation(h, dense(w[size_t(i)]->host), dense(b[size_t(i)]->host),
+                                i == L - 1 ? c.out_act : c.act)[0];
+    h = Dense{ref.shape, ref.val};
+    if (i < L - 1 && !exact_in(dt, h.v)) {
+      o.detail = "the case's data are not exact in " + dtype_name(dt) + " at layer " + std::to_string(i) +
+                 " (a bug of the suite)";
+      return o;
+    }
+  }
+  HostTensor got;
+  if (!call.download(out, &got, &err)) {
+    o.detail = "readback: " + err;
+    return o;
+  }
+  CheckStats stats;
+  check_values("out", got, ref, tolerance_for(dt), &stats);
+  check_outside_view("out", got, out->host, &stats);
+  note(&o, stats);
+  o.pass = stats.bad == 0;
+  o.detail = o.pass ? std::to_string(stats.checked) + " elements, " + std::to_string(L) + " layers"
+                    : std::to_string(stats.bad) + " of " + std::to_string(stats.checked) + " elements bad; first: " +
+                          stats.first_bad;
+  return o;
+}
+
 MlpOutcome run_backward(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, const MlpCase& c, uint64_t seed) {
   MlpOutcome o;
   o.name = c.name;
@@ -374,7 +440,9 @@ std::vector<MlpOutcome> run_mlp_cases(dlfuse_registry_t reg, DLDevice dev, DLDat
   std::vector<MlpOutcome> outcomes;
   for (const MlpCase& c : backward ? backward_cases() : forward_cases()) {
     if ((c.float32_only && !f32) || (!filter.empty() && c.name.find(filter) == std::string::npos)) continue;
-    outcomes.push_back(backward ? run_backward(reg, dev, dt, c, seed) : run_forward(reg, dev, dt, c, seed));
+    outcomes.push_back(backward            ? run_backward(reg, dev, dt, c, seed)
+                       : c.hidden_not_kept ? run_forward_unkept(reg, dev, dt, c, seed)
+                                           : run_forward(reg, dev, dt, c, seed));
   }
   return outcomes;
 }

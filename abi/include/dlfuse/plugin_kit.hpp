@@ -322,8 +322,9 @@ class KernelTable {
  * mlp and mlp_backward from a plugin's own matmul_add_activation and
  * matmul_add_activation_backward kernels, one call of each per layer, for a plugin where a
  * fused form does not pay. The registry has validated the call (dlfuse/ops.def, docs/ops.md).
- * `scratch(bytes)` gives device memory (what alloc() gives) for the gradients passed from
- * layer to layer; it must stay valid until the kernels enqueued by the call have run (a
+ * `scratch(bytes)` gives device memory (what alloc() gives) for what passes from layer to
+ * layer where the caller keeps nothing (hidden outputs not asked for, the backward's
+ * gradients); it must stay valid until the kernels enqueued by the call have run (a
  * stream-ordered free, or a free after the call on a synchronous device). */
 struct LayerKernels {
   dlfuse_kernel_fn_t forward;   /* the plugin's matmul_add_activation */
@@ -361,26 +362,57 @@ inline dlfuse_status_t call_layer(void* state, dlfuse_kernel_fn_t fn, const dlfu
   }
   return s;
 }
+
+/* A [rows, cols] tensor of x's device and dtype in a scratch buffer. */
+struct ScratchMatrix {
+  int64_t shape[2];
+  DLTensor t;
+  ScratchMatrix(void* data, const DLTensor* like, int64_t rows, int64_t cols)
+      : shape{rows, cols}, t{data, like->device, 2, like->dtype, shape, nullptr, 0} {}
+  ScratchMatrix(const ScratchMatrix&) = delete;
+  ScratchMatrix& operator=(const ScratchMatrix&) = delete;
+};
+
+inline size_t element_bytes(const DLTensor* t) { return size_t((t->dtype.bits * t->dtype.lanes + 7) / 8); }
+
+/* The widest hidden layer of weights w[0, n). */
+inline int64_t widest_hidden(const DLTensor* const* w, int n) {
+  int64_t widest = 0;
+  for (int i = 0; i + 1 < n; ++i) widest = std::max<int64_t>(widest, w[i]->shape[1]);
+  return widest;
+}
 }  // namespace mlp_detail
 
-/* mlp: inputs x, w0..w6, b0..b6; outputs out, h0..h5. A layer's failure returns its status
- * and message. */
-inline dlfuse_status_t mlp_forward(void* state, const LayerKernels& k, const dlfuse_kernel_args_t* args) {
+/* mlp: inputs x, w0..w6, b0..b6; outputs out, h0..h5 (hidden outputs not given go to
+ * scratch). A layer's failure returns its status and message. */
+template <class Scratch>
+dlfuse_status_t mlp_forward(void* state, const LayerKernels& k, const dlfuse_kernel_args_t* args, Scratch&& scratch) {
   check_call(args, DLFUSE_ARITY(mlp), true, args->inputs[0]->device.device_type, DLFUSE_OPTIONAL_INPUTS(mlp));
   const DLTensor* const* in = args->inputs;
-  const int n = mlp_detail::layers(in + DLFUSE_INPUT(mlp, w0));
+  const DLTensor* x = in[DLFUSE_INPUT(mlp, x)];
+  const DLTensor* const* w = in + DLFUSE_INPUT(mlp, w0);
+  const int n = mlp_detail::layers(w);
   const int64_t act = attr_int(args, DLFUSE_ATTR_ACTIVATION, -1);
   const int64_t last = attr_int(args, DLFUSE_ATTR_OUTPUT_ACTIVATION, DLFUSE_ACT_IDENTITY);
   const int64_t tf32 = attr_int(args, DLFUSE_ATTR_ALLOW_TF32, 0);
+  const size_t bytes = size_t(x->shape[0]) * size_t(mlp_detail::widest_hidden(w, n)) * mlp_detail::element_bytes(x);
+  void* buf[2] = {nullptr, nullptr};
+  std::unique_ptr<mlp_detail::ScratchMatrix> kept[2];
+  const DLTensor* prev = x;
   for (int i = 0; i < n; ++i) {
     DLTensor* h = i == n - 1 ? args->outputs[DLFUSE_OUTPUT(mlp, out)] : args->outputs[DLFUSE_OUTPUT(mlp, h0) + i];
-    if (!h) invalid("h" + std::to_string(i), "a tensor (the output of a hidden layer)", "NULL");
-    const DLTensor* layer_in[3] = {i ? args->outputs[DLFUSE_OUTPUT(mlp, h0) + i - 1] : in[DLFUSE_INPUT(mlp, x)],
-                                   in[DLFUSE_INPUT(mlp, w0) + i], in[DLFUSE_INPUT(mlp, b0) + i]};
+    if (!h) {  // a hidden output the caller does not keep
+      const int slot = i % 2;
+      if (!buf[slot] && bytes) buf[slot] = scratch(bytes);
+      kept[slot].reset(new mlp_detail::ScratchMatrix(buf[slot], x, x->shape[0], w[i]->shape[1]));
+      h = &kept[slot]->t;
+    }
+    const DLTensor* layer_in[3] = {prev, w[i], in[DLFUSE_INPUT(mlp, b0) + i]};
     DLTensor* layer_out[2] = {h, nullptr};
     if (auto s = mlp_detail::call_layer(state, k.forward, args, DLFUSE_OP_MATMUL_ADD_ACTIVATION, layer_in, 3,
                                         layer_out, 2, i == n - 1 ? last : act, tf32, i))
       return s;
+    prev = h;
   }
   return DLFUSE_STATUS_OK;
 }
@@ -408,12 +440,9 @@ dlfuse_status_t mlp_backward(void* state, const LayerKernels& k, const dlfuse_ke
   for (int i = n - 1; i >= -1; --i)
     if (wanted(i)) lowest = i < 0 ? 0 : i;
   const int64_t M = x->shape[0];
-  int64_t widest = 0;
-  for (int i = 0; i + 1 < n; ++i) widest = std::max<int64_t>(widest, w[i]->shape[1]);
-  const size_t bytes = size_t(M) * size_t(widest) * ((x->dtype.bits * x->dtype.lanes + 7) / 8);
+  const size_t bytes = size_t(M) * size_t(mlp_detail::widest_hidden(w, n)) * mlp_detail::element_bytes(x);
   void* buf[2] = {nullptr, nullptr};
-  int64_t shapes[2][2];
-  DLTensor grads[2];  // the gradient with respect to a layer's output, ping-pong
+  std::unique_ptr<mlp_detail::ScratchMatrix> grads[2];  // gradients of layer outputs, ping-pong
   const DLTensor* g = in[DLFUSE_INPUT(mlp_backward, grad_out)];
   for (int i = n - 1; i >= lowest; --i) {
     const DLTensor* saved = i == n - 1 ? in[DLFUSE_INPUT(mlp_backward, out)] : in[DLFUSE_INPUT(mlp_backward, h0) + i];
@@ -424,10 +453,8 @@ dlfuse_status_t mlp_backward(void* state, const LayerKernels& k, const dlfuse_ke
     if (i > lowest) {
       const int slot = i % 2;
       if (!buf[slot] && bytes) buf[slot] = scratch(bytes);
-      shapes[slot][0] = M;
-      shapes[slot][1] = w[i]->shape[0];
-      grads[slot] = DLTensor{buf[slot], x->device, 2, x->dtype, shapes[slot], nullptr, 0};
-      ga = &grads[slot];
+      grads[slot].reset(new mlp_detail::ScratchMatrix(buf[slot], x, M, w[i]->shape[0]));
+      ga = &grads[slot]->t;
     } else if (i > 0) {
       ga = nullptr;  // nothing below this layer is asked for
     }

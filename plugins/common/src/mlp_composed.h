@@ -1,6 +1,7 @@
 // mlp and mlp_backward (ABI 1.2) by composition for the OpenCL and WebGPU plugins: one call
 // of the plugin's own matmul_add_activation(_backward) per layer (dlfuse::kit::mlp_forward,
-// mlp_backward), the backward's layer-to-layer gradients in buffers of its own alloc().
+// mlp_backward), what passes between layers that the caller does not keep in buffers of
+// the plugin's own alloc().
 #ifndef DLFUSE_PLUGIN_COMMON_MLP_COMPOSED_H_
 #define DLFUSE_PLUGIN_COMMON_MLP_COMPOSED_H_
 
@@ -18,8 +19,6 @@ struct Composition {
 };
 
 dlfuse_status_t mlp_composed(void* state, void* composition, const dlfuse_kernel_args_t* args) noexcept;
-// Releases its buffers once everything is enqueued: both devices keep a released buffer
-// alive until the queued work that uses it is done.
 dlfuse_status_t mlp_backward_composed(void* state, void* composition, const dlfuse_kernel_args_t* args) noexcept;
 
 }  // namespace dlfuse_plugin

@@ -36,7 +36,10 @@ constexpr size_t kAlign = 64;
 constexpr kit::LayerKernels kLayers = {matmul_add_activation, matmul_add_activation_backward};
 
 dlfuse_status_t mlp(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
-  return kit::guarded("onednn", args, [&] { return kit::mlp_forward(state, kLayers, args); });
+  return kit::guarded("onednn", args, [&] {
+    kit::HostScratch scratch;
+    return kit::mlp_forward(state, kLayers, args, scratch);
+  });
 }
 
 dlfuse_status_t mlp_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {

@@ -26,7 +26,10 @@ constexpr int32_t kPriority = -100;  // loses to every real CPU plugin
 constexpr dlfuse::kit::LayerKernels kLayers = {matmul_add_activation, matmul_add_activation_backward};
 
 dlfuse_status_t mlp(void* state, void*, const dlfuse_kernel_args_t* args) {
-  return dlfuse::kit::guarded(kName, args, [&] { return dlfuse::kit::mlp_forward(state, kLayers, args); });
+  return dlfuse::kit::guarded(kName, args, [&] {
+    dlfuse::kit::HostScratch scratch;
+    return dlfuse::kit::mlp_forward(state, kLayers, args, scratch);
+  });
 }
 
 dlfuse_status_t mlp_backward(void* state, void*, const dlfuse_kernel_args_t* args) {
