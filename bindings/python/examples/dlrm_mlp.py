@@ -28,11 +28,12 @@ PyTorch in float64 (the anchor). The script exits 1 unless
   (c) the loss falls (the last 10 steps' mean is below 0.9x the first 10 steps').
 
 Model (as in the cuda-mode DLRM lecture's MLP sizes):
-  dense [B, 13] -> bottom MLP 13-512-256-64-16 (Linear+ReLU each: dlfuse matmul_add_relu)
+  dense [B, 13] -> bottom MLP 13-512-256-64-16 (Linear+ReLU each: dlfuse.torch.FusedMLP, one
+  dlfuse mlp call forward and one mlp_backward call backward)
   26+5 = 31 categorical features -> embedding tables of width 16 -> [B, 31*16 = 496]
   h = concat(bottom, embeddings)                  [B, 512]
   z = silu(h + b_int + 0.5 * tile(bottom, 32))    [B, 512]  (dlfuse add_mul_activation)
-  top MLP 512-256-1: Linear+ReLU (dlfuse) then Linear (logit), BCE-with-logits loss.
+  top MLP 512-256-1: Linear+ReLU then Linear (logit), a FusedMLP too; BCE-with-logits loss.
 
     python3 examples/dlrm_mlp.py --device cuda --steps 300
 """
@@ -65,23 +66,31 @@ class DLRM(torch.nn.Module):
     def __init__(self, use_dlfuse):
         super().__init__()
         self.use_dlfuse = use_dlfuse
-        self.dlfuse_ops = ("matmul", "add_mul")
-        self.bottom = torch.nn.ModuleList(torch.nn.Linear(i, o)
-                                          for i, o in zip(BOTTOM[:-1], BOTTOM[1:]))
+        self.dlfuse_ops = ("mlp", "matmul", "add_mul")
+        self.bottom = dft.FusedMLP(BOTTOM, "relu", "relu")
         self.emb = torch.nn.Parameter(torch.randn(NUM_SPARSE, TABLE_ROWS, EMB_DIM) * 0.1)
         self.b_int = torch.nn.Parameter(torch.zeros(TOP[0]))
-        self.top_hidden = torch.nn.Linear(TOP[0], TOP[1])
-        self.top_out = torch.nn.Linear(TOP[1], TOP[2])
+        self.top = dft.FusedMLP(TOP, "relu", "identity")
 
     def linear_relu(self, x, lin):
         if self.use_dlfuse and "matmul" in self.dlfuse_ops:
             return dft.matmul_add_relu(x, lin.weight.t(), lin.bias)
         return F.relu(F.linear(x, lin.weight, lin.bias))
 
+    def mlp(self, m, x):
+        """m (a FusedMLP) as one dlfuse call, or layer by layer with its parameters."""
+        if self.use_dlfuse and "mlp" in self.dlfuse_ops:
+            return m(x)
+        for i, lin in enumerate(m.layers):
+            last = i == len(m.layers) - 1
+            if not last or m.output_activation == 1:  # relu
+                x = self.linear_relu(x, lin)
+            else:
+                x = F.linear(x, lin.weight, lin.bias)
+        return x
+
     def forward(self, dense, sparse):
-        x = dense
-        for lin in self.bottom:
-            x = self.linear_relu(x, lin)                       # [B, 16]
+        x = self.mlp(self.bottom, dense)                      # [B, 16]
         return self.interaction_and_top(x, sparse)
 
     def interaction_and_top(self, x, sparse):
@@ -93,8 +102,7 @@ class DLRM(torch.nn.Module):
             z = dft.add_mul_activation(h, y, self.b_int, 0.5, "silu")
         else:
             z = F.silu(h + self.b_int + 0.5 * y)
-        z = self.linear_relu(z, self.top_hidden)               # [B, 256]
-        return F.linear(z, self.top_out.weight, self.top_out.bias).squeeze(1)
+        return self.mlp(self.top, z).squeeze(1)                # [B]
 
 
 def make_data(steps, batch, device, seed):
@@ -242,8 +250,9 @@ def main(argv=None):
                     help="(b)'s number of row-permuted PyTorch float32 runs beside the plain one")
     ap.add_argument("--alpha", type=float, default=1e-4,
                     help="(b)'s chance that a correct run fails, the float32 runs' log-deviations taken as normal")
-    ap.add_argument("--ops", default="matmul,add_mul",
-                    help="which ops go through dlfuse (a bisection aid)")
+    ap.add_argument("--ops", default="mlp,matmul,add_mul",
+                    help="which ops go through dlfuse (a bisection aid): mlp (both MLPs as FusedMLP), "
+                         "matmul (their layers one by one, without mlp), add_mul")
     ap.add_argument("--contiguous", action="store_true",
                     help="hand dlfuse contiguous copies of its inputs (debugging aid)")
     args = ap.parse_args(argv)

@@ -567,3 +567,54 @@ def test_out_form_refused_by_a_preferred_plugin_falls_back():
     r = subprocess.run([sys.executable, "-c", _OUT_FORM_FALLBACK, os.path.abspath(v10)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "fallback OK" in r.stdout, r.stdout + r.stderr
+
+
+def _plain_mlp(fused, x):
+    """The same layers and parameters in plain PyTorch."""
+    acts = {0: lambda p: p, 1: torch.relu, 2: torch.sigmoid, 3: torch.tanh}
+    n = len(fused.layers)
+    for i, lin in enumerate(fused.layers):
+        x = acts[fused.activation if i < n - 1 else fused.output_activation](F.linear(x, lin.weight, lin.bias))
+    return x
+
+
+@pytest.mark.parametrize("sizes,act,out_act", [((8, 5), "relu", "identity"),
+                                               ((13, 16, 8, 1), "relu", "sigmoid"),
+                                               ((6, 7, 5, 4, 3, 4, 5, 2), "tanh", "identity")])
+def test_fused_mlp(dev, sizes, act, out_act):
+    _need("mlp", dev)
+    torch.manual_seed(2)
+    mlp = dft.FusedMLP(sizes, activation=act, output_activation=out_act, device=dev)
+    x = torch.randn(3, 4, sizes[0], device=dev, requires_grad=True)
+    out = mlp(x)
+    assert out.shape == (3, 4, sizes[-1])
+    x_ref = x.detach().clone().requires_grad_()
+    ref = _plain_mlp(mlp, x_ref)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+    got = torch.autograd.grad(out.square().sum(), [x, *mlp.parameters()])
+    want = torch.autograd.grad(ref.square().sum(), [x_ref, *mlp.parameters()])
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_fused_mlp_refuses_what_it_cannot_train(dev):
+    with pytest.raises(ValueError, match="activation is 4; expected identity, relu, sigmoid or tanh"):
+        dft.FusedMLP((4, 3), activation="gelu_erf")
+    with pytest.raises(ValueError, match="sizes has 9 entries; expected 2 to 8"):
+        dft.FusedMLP(range(1, 10))
+    mlp = dft.FusedMLP((4, 3), device=dev)
+    with pytest.raises(ValueError, match=r"x has shape \(2, 5\); expected \[\.\.\., 4\]"):
+        mlp(torch.randn(2, 5, device=dev))
+
+
+def test_fused_mlp_compiles(dev):
+    _need("mlp", dev)
+    torch.manual_seed(3)
+    mlp = dft.FusedMLP((6, 8, 3), device=dev)
+    x = torch.randn(5, 6, device=dev)
+    torch._dynamo.reset()
+    compiled = torch.compile(mlp, fullgraph=True, backend="aot_eager")
+    got = torch.autograd.grad(compiled(x).square().sum(), list(mlp.parameters()))
+    want = torch.autograd.grad(mlp(x).square().sum(), list(mlp.parameters()))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)

@@ -26,7 +26,7 @@ from . import _core, _ext, _torch_cpp
 
 __all__ = ["matmul_add_relu", "add_mul_activation", "matmul_add_activation", "op_function",
            "matmul_add_residual", "MatmulAddRelu", "AddMulActivation", "MatmulAddActivation",
-           "MatmulAddResidual", "FusedLinearReLU", "FusedLinear"]
+           "MatmulAddResidual", "FusedLinearReLU", "FusedLinear", "FusedMLP"]
 
 
 # True when dlfuse's C++ operators (csrc/torch_ops.cpp) serve torch.ops.dlfuse.*: then every
@@ -705,6 +705,58 @@ class FusedLinear(torch.nn.Linear):
 
     def extra_repr(self):
         return f"{super().extra_repr()}, activation={self.activation}"
+
+
+_MLP_OP = None  # torch.ops.dlfuse.mlp, derived once (outside torch.compile's tracing: it locks)
+
+
+def _mlp_op():
+    global _MLP_OP
+    if _MLP_OP is None:
+        _MLP_OP = op_function("mlp")
+    return _MLP_OP
+
+
+class FusedMLP(torch.nn.Module):
+    """Linear layers with activations, run as one dlfuse `mlp` call forward and one
+    `mlp_backward` call backward (ABI 1.2; docs/ops.md). `sizes` = (in_features, hidden...,
+    out_features): 2 to 8 entries, 1 to 7 layers. `activation` follows every layer but the
+    last, `output_activation` the last; both IDENTITY, RELU, SIGMOID or TANH (the backward
+    takes each derivative from the layer's output). The parameters are nn.Linear's
+    (`layers[i].weight` [out, in], `layers[i].bias`); the op reads each weight transposed, a
+    strided view. x is [..., in_features]."""
+
+    def __init__(self, sizes, activation="relu", output_activation="identity", allow_tf32=False, device=None,
+                 dtype=None):
+        super().__init__()
+        sizes = [int(s) for s in sizes]
+        if not 2 <= len(sizes) <= 8:
+            raise ValueError(f"FusedMLP: sizes has {len(sizes)} entries; expected 2 to 8 (1 to 7 layers)")
+        self.activation, self.output_activation = _act(activation), _act(output_activation)
+        for name, a in (("activation", self.activation), ("output_activation", self.output_activation)):
+            if a not in _OUT_FORM:
+                raise ValueError(f"FusedMLP: {name} is {a}; expected identity, relu, sigmoid or tanh (the "
+                                 f"backward takes each derivative from the layer's output)")
+        self.allow_tf32 = bool(allow_tf32)
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(i, o, device=device, dtype=dtype)
+                                          for i, o in zip(sizes[:-1], sizes[1:]))
+        _mlp_op()
+
+    def forward(self, x):
+        if x.dim() < 1 or x.shape[-1] != self.layers[0].in_features:
+            raise ValueError(f"FusedMLP: x has shape {tuple(x.shape)}; expected [..., "
+                             f"{self.layers[0].in_features}]")
+        rows = x.reshape(-1, x.shape[-1])
+        pad = [None] * (7 - len(self.layers))
+        op = _MLP_OP if _MLP_OP is not None else _mlp_op()
+        out = op(rows, *(l.weight.t() for l in self.layers), *pad,
+                                 *(l.bias for l in self.layers), *pad,
+                                 self.activation, self.output_activation, int(self.allow_tf32))[0]
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+    def extra_repr(self):
+        return (f"sizes={[self.layers[0].in_features] + [l.out_features for l in self.layers]}, "
+                f"activation={self.activation}, output_activation={self.output_activation}")
 
 
 # ---- every other op, from its schema ---------------------------------------------------------
