@@ -4,9 +4,10 @@
 Model: bottom MLP 13-512-256-128 over the dense features, its output concatenated with 896
 columns that stand for the embeddings' interaction (fixed data, no gradient) into the top
 MLP's 1024-wide input, top MLP 1024-1024-512-256-1; ReLU after every layer but the last
-(the logit), binary cross-entropy with logits (mean). PyTorch's model is nn.Linear +
-F.relu; dlfuse's is the same parameters through dlfuse.torch.matmul_add_relu (and
-matmul_add_activation "identity" for the logit). A step is zero_grad, forward, loss and
+(the logit), binary cross-entropy with logits (mean). Three models with the same parameters:
+PyTorch's (F.linear + F.relu), dlfuse's per-layer ops (dlfuse.torch.matmul_add_relu, and
+matmul_add_activation "identity" for the logit), and FusedMLP (each MLP as one
+dlfuse.torch.FusedMLP: one mlp call forward, one mlp_backward call backward). A step is zero_grad, forward, loss and
 backward (and an optimizer step with --optimizer).
 
 Modes, each for both models: eager; graphed (the whole step captured once with
@@ -14,7 +15,7 @@ torch.cuda.graph, then replayed); torch.compile "default" and "max-autotune" of 
 loss (the backward is compiled by AOTAutograd; the optimizer step stays eager). For every
 dtype (bfloat16, float32) and batch (4096, 32768):
 
- 1. Gradients first, in one step of dlfuse's model (eager; loss reduced by sum, so that the
+ 1. Gradients first, in one step of dlfuse's per-layer model (eager; loss reduced by sum, so that the
     gradients are O(1) and docs/ops.md's atol means what it means there): every layer's
     output and its weight, bias and input gradients against float64 on the very inputs its
     kernels saw (the layer's input, the incoming gradient, the ReLU mask from the output the
@@ -24,8 +25,9 @@ dtype (bfloat16, float32) and batch (4096, 32768):
     however deep the network. Beside it, printed and not enforced: each parameter's
     end-to-end relative RMS error against the float64 model, dlfuse's and PyTorch's in the
     same dtype. (A worst-case bound propagated end to end through |W| grows by Σ|W| per
-    layer, about 16 for these widths, and admits anything after eight layers.) The bench
-    stops at a failing check.
+    layer, about 16 for these widths, and admits anything after eight layers.) FusedMLP
+    composes the same kernels in the same order, so its gradients must equal the per-layer
+    model's within the dtype's rtol in norm (enforced). The bench stops at a failing check.
  2. Timing: every (model, mode) of the configuration plus torch.matmul of a square
     --peak-size problem in the dtype (the GEMM peak) are warmed up, then run in --rounds
     rounds of --steps steps each, the order of the runs reversed every other round, so that
@@ -76,13 +78,20 @@ def gemm_flops(batch):
     return 2 * batch * (3 * mults - BOTTOM[0] * BOTTOM[1])
 
 
+IMPLS = ("PyTorch", "dlfuse", "FusedMLP")
+
+
 class DenseMLPs(torch.nn.Module):
-    def __init__(self, use_dlfuse):
+    """The model; impl: "PyTorch" (nn.Linear's parameters through F.linear + F.relu),
+    "dlfuse" (the same through dlfuse.torch's per-layer ops) or "FusedMLP" (each MLP as one
+    dlfuse.torch.FusedMLP call). One state_dict fits all three."""
+
+    def __init__(self, impl):
         super().__init__()
-        self.use_dlfuse = use_dlfuse
+        self.impl = impl
         self.record = None
-        self.bottom = torch.nn.ModuleList(torch.nn.Linear(i, o) for i, o in zip(BOTTOM[:-1], BOTTOM[1:]))
-        self.top = torch.nn.ModuleList(torch.nn.Linear(i, o) for i, o in zip(TOP[:-1], TOP[1:]))
+        self.bottom = dft.FusedMLP(BOTTOM, "relu", "relu")
+        self.top = dft.FusedMLP(TOP, "relu", "identity")
 
     def layer(self, x, lin, relu):
         y = self.linear(x, lin, relu)
@@ -95,21 +104,24 @@ class DenseMLPs(torch.nn.Module):
         return y
 
     def linear(self, x, lin, relu):
-        if self.use_dlfuse:
+        if self.impl == "dlfuse":
             if relu:
                 return dft.matmul_add_relu(x, lin.weight.t(), lin.bias)
             return dft.matmul_add_activation(x, lin.weight.t(), lin.bias, "identity")
         y = F.linear(x, lin.weight, lin.bias)
         return F.relu(y) if relu else y
 
+    def mlp(self, x, m, last_relu):
+        if self.impl == "FusedMLP":
+            return m(x)
+        for i, lin in enumerate(m.layers):
+            x = self.layer(x, lin, i < len(m.layers) - 1 or last_relu)
+        return x
+
     def forward(self, dense, sparse):
-        x = dense
-        for lin in self.bottom:
-            x = self.layer(x, lin, True)
+        x = self.mlp(dense, self.bottom, True)
         x = torch.cat([x, sparse], dim=1)
-        for i, lin in enumerate(self.top):
-            x = self.layer(x, lin, i < len(self.top) - 1)
-        return x.squeeze(1)
+        return self.mlp(x, self.top, False).squeeze(1)
 
 
 def make_data(batch, dtype, device, seed):
@@ -139,8 +151,9 @@ def layer_errors(model, rec, dtype):
     kernels saw: (name, worst |got - ref| / (atol + rtol * scale)) with docs/ops.md's
     tolerance and sum scales, the ReLU's mask read from the out the backward was given."""
     rtol, atol = TOL[dtype]
-    names = [f"bottom.{i}" for i in range(len(model.bottom))] + [f"top.{i}" for i in range(len(model.top))]
-    lins = list(model.bottom) + list(model.top)
+    names = [f"bottom.{i}" for i in range(len(model.bottom.layers))] + \
+        [f"top.{i}" for i in range(len(model.top.layers))]
+    lins = list(model.bottom.layers) + list(model.top.layers)
     worst = []
     for name, lin, r in zip(names, lins, rec):
         x, y, relu = r["x"].double(), r["y"].double(), r["relu"]
@@ -166,29 +179,39 @@ def rel_rms(got, ref):
 
 
 def check_gradients(base, data, dtype, device):
-    """dlfuse's model, one step: every layer within docs/ops.md's tolerance of float64 on its
-    inputs (enforced); and each parameter's end-to-end relative RMS error against the float64
-    model, dlfuse's beside PyTorch's in the same dtype (printed). Returns (ok, lines)."""
-    m64 = DenseMLPs(False).to(device=device, dtype=torch.float64)
+    """dlfuse's per-layer model, one step: every layer within docs/ops.md's tolerance of
+    float64 on its inputs (enforced); FusedMLP's gradients equal to the per-layer model's,
+    each parameter's within rtol of the dtype in norm (enforced: the same kernels in the same
+    order, differing only where a plugin's fused path rounds otherwise); and each parameter's
+    end-to-end relative RMS error against the float64 model, dlfuse's beside PyTorch's in the
+    same dtype (printed). Returns (ok, lines)."""
+    m64 = DenseMLPs("PyTorch").to(device=device, dtype=torch.float64)
     m64.load_state_dict(base.state_dict())
     g64 = sum_loss_step(m64, tuple(t.double() for t in data))
     models = {}
-    for impl, use in (("dlfuse", True), ("PyTorch", False)):
-        models[impl] = DenseMLPs(use).to(device=device, dtype=dtype)
+    for impl in IMPLS:
+        models[impl] = DenseMLPs(impl).to(device=device, dtype=dtype)
         models[impl].load_state_dict(base.state_dict())
     rec = []
     grads = {"dlfuse": sum_loss_step(models["dlfuse"], data, rec),
-             "PyTorch": sum_loss_step(models["PyTorch"], data)}
+             "PyTorch": sum_loss_step(models["PyTorch"], data),
+             "FusedMLP": sum_loss_step(models["FusedMLP"], data)}
     layers = layer_errors(models["dlfuse"], rec, dtype)
     where, q = max(layers, key=lambda t: t[1])
-    ok = q <= 1
+    rtol = TOL[dtype][0]
+    fused = {k: rel_rms(grads["FusedMLP"][k], grads["dlfuse"][k].double()) for k in g64}
+    fk = max(fused, key=fused.get)
+    ok = q <= 1 and fused[fk] <= rtol
     tag = f"{str(dtype)[6:]} batch {data[0].shape[0]}"
     lines = [f"gradients {tag}: dlfuse's layers against float64 on their inputs ({len(layers)} outputs "
-             f"and gradients): worst |got - ref| / tolerance {q:.3e} (at {where}) {'pass' if ok else 'FAIL'}"]
+             f"and gradients): worst |got - ref| / tolerance {q:.3e} (at {where}) {'pass' if q <= 1 else 'FAIL'}",
+             f"gradients {tag}: FusedMLP against the per-layer ops, relative RMS difference, worst "
+             f"{fused[fk]:.3e} (at {fk}; bound {rtol:g}) {'pass' if fused[fk] <= rtol else 'FAIL'}"]
     e2e = {impl: {k: rel_rms(g[k], g64[k]) for k in g64} for impl, g in grads.items()}
     k = max(g64, key=lambda k: e2e["dlfuse"][k] / max(e2e["PyTorch"][k], 1e-300))
     lines.append(f"gradients {tag}: end to end against the float64 model, relative RMS error, worst over "
-                 f"parameters: dlfuse {max(e2e['dlfuse'].values()):.3e}, PyTorch {max(e2e['PyTorch'].values()):.3e}; "
+                 f"parameters: dlfuse {max(e2e['dlfuse'].values()):.3e}, FusedMLP "
+                 f"{max(e2e['FusedMLP'].values()):.3e}, PyTorch {max(e2e['PyTorch'].values()):.3e}; "
                  f"largest dlfuse / PyTorch at {k}: {e2e['dlfuse'][k]:.3e} / {e2e['PyTorch'][k]:.3e}")
     return ok, lines
 
@@ -198,10 +221,10 @@ def check_gradients(base, data, dtype, device):
 class Run:
     """One (model, mode) of a configuration: step() does one training step."""
 
-    def __init__(self, name, base, use_dlfuse, mode, data, optimizer, device):
+    def __init__(self, name, base, impl, mode, data, optimizer, device):
         self.name, self.times = name, []
         dtype = data[0].dtype
-        model = DenseMLPs(use_dlfuse).to(device=device, dtype=dtype)
+        model = DenseMLPs(impl).to(device=device, dtype=dtype)
         model.load_state_dict(base.state_dict())
         dense, sparse, target = data
         cuda = device.startswith("cuda")
@@ -327,7 +350,7 @@ def profile_lines(title, runs, steps):
 def bench_config(dtype, batch, args):
     device, cuda = args.device, args.device.startswith("cuda")
     torch.manual_seed(args.seed)
-    base = DenseMLPs(False).to(device=device, dtype=dtype)
+    base = DenseMLPs("PyTorch").to(device=device, dtype=dtype)
     data = make_data(batch, dtype, device, args.seed + 1)
     ok, lines = check_gradients(base, data, dtype, device)
     for line in lines:
@@ -337,9 +360,9 @@ def bench_config(dtype, batch, args):
     torch._dynamo.reset()  # the previous configuration's compiled code and graphs go
     runs = [PeakRun(args.peak_size, dtype, device)]
     for mode in args.modes:
-        for impl, use in (("PyTorch", False), ("dlfuse", True)):
+        for impl in IMPLS:
             t0 = time.perf_counter()
-            runs.append(Run(f"{impl} {mode}", base, use, mode, data, args.optimizer, device))
+            runs.append(Run(f"{impl} {mode}", base, impl, mode, data, args.optimizer, device))
             for _ in range(args.warmup):
                 runs[-1].step()
             if cuda:
@@ -355,11 +378,12 @@ def bench_config(dtype, batch, args):
     peak = runs[0].flops / med["gemm peak"]
     rows = []
     for mode in args.modes:
-        t_pt, t_dl = med[f"PyTorch {mode}"], med[f"dlfuse {mode}"]
+        t_pt, t_dl, t_fu = med[f"PyTorch {mode}"], med[f"dlfuse {mode}"], med[f"FusedMLP {mode}"]
         fl = gemm_flops(batch)
         rows.append({"dtype": str(dtype)[6:], "batch": batch, "mode": mode, "pytorch_s": t_pt, "dlfuse_s": t_dl,
-                     "ratio": t_dl / t_pt, "pytorch_tflops": fl / t_pt * 1e-12, "dlfuse_tflops": fl / t_dl * 1e-12,
-                     "peak_tflops": peak * 1e-12, "steps": len(runs[1].times)})
+                     "ratio": t_dl / t_pt, "fused_s": t_fu, "fused_ratio": t_fu / t_pt,
+                     "pytorch_tflops": fl / t_pt * 1e-12, "dlfuse_tflops": fl / t_dl * 1e-12,
+                     "fused_tflops": fl / t_fu * 1e-12, "peak_tflops": peak * 1e-12, "steps": len(runs[1].times)})
     return rows, lines
 
 
@@ -409,14 +433,15 @@ def main():
             ok = False
             break
         rows += r
-    print("| dtype | batch | mode | PyTorch ms | dlfuse ms | dlfuse / PyTorch | PyTorch TFLOP/s (% peak) "
-          "| dlfuse TFLOP/s (% peak) | GEMM peak TFLOP/s |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+    print("| dtype | batch | mode | PyTorch ms | dlfuse ms | dlfuse / PyTorch | FusedMLP ms | FusedMLP / PyTorch "
+          "| PyTorch TFLOP/s (% peak) | dlfuse TFLOP/s (% peak) | FusedMLP TFLOP/s (% peak) | GEMM peak TFLOP/s |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         p = r["peak_tflops"]
+        pct = " | ".join(f"{r[k]:.1f} ({100 * r[k] / p:.0f}%)" for k in ("pytorch_tflops", "dlfuse_tflops",
+                                                                           "fused_tflops"))
         print(f"| {r['dtype']} | {r['batch']} | {r['mode']} | {r['pytorch_s'] * 1e3:.3f} | {r['dlfuse_s'] * 1e3:.3f} "
-              f"| {r['ratio']:.3f} | {r['pytorch_tflops']:.1f} ({100 * r['pytorch_tflops'] / p:.0f}%) "
-              f"| {r['dlfuse_tflops']:.1f} ({100 * r['dlfuse_tflops'] / p:.0f}%) | {p:.1f} |")
+              f"| {r['ratio']:.3f} | {r['fused_s'] * 1e3:.3f} | {r['fused_ratio']:.3f} | {pct} | {p:.1f} |")
     print(f"\nGEMM peak: torch.matmul {args.peak_size}^3 in the dtype, timed in the same rounds. "
           f"TFLOP/s: {gemm_flops(1) / 1e6:.3f} MFLOP per row of the batch.")
     print("\n" + "\n".join(checks))
