@@ -864,6 +864,8 @@ def _derive(name):
         n_extra = len(d.attrs) + (1 if d.all_optional else 0) + len(d.shape_params)
 
         def setup_context(ctx, inputs, output):
+            # Only the first output's gradient is read: no zeros made for the others.
+            ctx.set_materialize_grads(False)
             outs = output if isinstance(output, tuple) else (output,)
             by_name = dict(zip(d.in_names, inputs[:len(d.in_names)]))
             by_name.update(zip(d.out_names, outs))
@@ -874,6 +876,8 @@ def _derive(name):
                           for _i, p in b.shape_params]
 
         def backward(ctx, *grads):
+            if grads[0] is None:  # the first output took no part in what is differentiated
+                return (None,) * (len(d.in_names) + n_extra)
             needs_in = dict(zip(d.in_names, ctx.needs_input_grad))
             needs = [bool(needs_in.get(n, False)) for n in grad_of]
             res = bwd_op(grads[0], *ctx.saved_tensors, *ctx.attrs,
