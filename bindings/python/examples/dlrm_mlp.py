@@ -28,8 +28,9 @@ PyTorch in float64 (the anchor). The script exits 1 unless
   (c) the loss falls (the last 10 steps' mean is below 0.9x the first 10 steps').
 
 Model (as in the cuda-mode DLRM lecture's MLP sizes):
-  dense [B, 13] -> bottom MLP 13-512-256-64-16 (Linear+ReLU each: dlfuse.torch.FusedMLP, one
-  dlfuse mlp call forward and one mlp_backward call backward)
+  dense [B, 13] -> bottom MLP 13-512-256-64-16 (Linear+ReLU each: a dlfuse.torch.FusedMLP's
+  parameters, run layer by layer through dlfuse matmul_add_relu, or with --ops mlp,add_mul as
+  one dlfuse mlp call forward and one mlp_backward call backward)
   26+5 = 31 categorical features -> embedding tables of width 16 -> [B, 31*16 = 496]
   h = concat(bottom, embeddings)                  [B, 512]
   z = silu(h + b_int + 0.5 * tile(bottom, 32))    [B, 512]  (dlfuse add_mul_activation)
@@ -66,7 +67,9 @@ class DLRM(torch.nn.Module):
     def __init__(self, use_dlfuse):
         super().__init__()
         self.use_dlfuse = use_dlfuse
-        self.dlfuse_ops = ("mlp", "matmul", "add_mul")
+        # FusedMLP's derived op costs more host time than the per-layer operators (docs/
+        # performance.md): the MLPs run layer by layer unless --ops names mlp.
+        self.dlfuse_ops = ("matmul", "add_mul")
         self.bottom = dft.FusedMLP(BOTTOM, "relu", "relu")
         self.emb = torch.nn.Parameter(torch.randn(NUM_SPARSE, TABLE_ROWS, EMB_DIM) * 0.1)
         self.b_int = torch.nn.Parameter(torch.zeros(TOP[0]))
@@ -250,9 +253,9 @@ def main(argv=None):
                     help="(b)'s number of row-permuted PyTorch float32 runs beside the plain one")
     ap.add_argument("--alpha", type=float, default=1e-4,
                     help="(b)'s chance that a correct run fails, the float32 runs' log-deviations taken as normal")
-    ap.add_argument("--ops", default="mlp,matmul,add_mul",
-                    help="which ops go through dlfuse (a bisection aid): mlp (both MLPs as FusedMLP), "
-                         "matmul (their layers one by one, without mlp), add_mul")
+    ap.add_argument("--ops", default="matmul,add_mul",
+                    help="which ops go through dlfuse: matmul (the MLPs' layers one by one), mlp (each MLP "
+                         "as one FusedMLP call instead), add_mul; fewer is a bisection aid")
     ap.add_argument("--contiguous", action="store_true",
                     help="hand dlfuse contiguous copies of its inputs (debugging aid)")
     args = ap.parse_args(argv)
