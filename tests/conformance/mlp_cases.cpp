@@ -57,10 +57,10 @@ std::vector<MlpCase> forward_cases() {
       with(mc("weights_transposed", 9, {6, 7, 5}), [](MlpCase& c) { c.w_transposed = true; }),
       with(mc("unused_as_empty", 5, {3, 4, 2}), [](MlpCase& c) { c.empty_unused = true; }),
       mc("zero_rows", 0, {3, 4, 2}),
-      mc("many_rows", 4096, {16, 32, 8, 1}),
+      mc("many_rows", 1024, {16, 32, 8, 1}),
       with(mc("hidden_not_kept", 6, {4, 5, 6, 3}, DLFUSE_ACT_RELU, DLFUSE_ACT_SIGMOID),
            [](MlpCase& c) { c.hidden_not_kept = true; }),
-      with(mc("hidden_not_kept_many_rows", 4096, {16, 32, 8, 1}), [](MlpCase& c) { c.hidden_not_kept = true; }),
+      with(mc("hidden_not_kept_many_rows", 1024, {16, 32, 8, 1}), [](MlpCase& c) { c.hidden_not_kept = true; }),
   };
 }
 
@@ -78,7 +78,7 @@ std::vector<MlpCase> backward_cases() {
       with(mc("only_grad_x", 6, {4, 5, 3}), [](MlpCase& c) { c.only = {"grad_x"}; }),
       with(mc("sigmoid_hidden", 5, {4, 6, 3}, DLFUSE_ACT_SIGMOID), [](MlpCase& c) { c.float32_only = true; }),
       mc("zero_rows", 0, {3, 4, 2}),
-      mc("many_rows", 4096, {16, 32, 8, 1}),
+      mc("many_rows", 1024, {16, 32, 8, 1}),
   };
 }
 
