@@ -124,9 +124,20 @@ class Call {
 
 Dense dense(const HostTensor& h) { return Dense{h.shape(), h.values()}; }
 
-void note(MlpOutcome* o, const CheckStats& s) {
-  o->max_abs = std::max(o->max_abs, s.max_abs);
-  o->max_ratio = std::max(o->max_ratio, s.max_ratio);
+// A case's outcome from its checks.
+MlpOutcome finish(MlpOutcome o, const CheckStats& s, int layers) {
+  o.max_abs = s.max_abs;
+  o.max_ratio = s.max_ratio;
+  o.pass = s.bad == 0;
+  o.detail = o.pass ? std::to_string(s.checked) + " elements, " + std::to_string(layers) + " layers"
+                    : std::to_string(s.bad) + " of " + std::to_string(s.checked) + " elements bad; first: " +
+                          s.first_bad;
+  return o;
+}
+
+// A case's data: seeded by the run's seed, the op, the case and the dtype.
+std::mt19937_64 case_rng(const char* op, const MlpCase& c, DLDataType dt, uint64_t seed) {
+  return std::mt19937_64(seed ^ std::hash<std::string>()(std::string(op) + "/" + c.name + "/" + dtype_name(dt)));
 }
 
 // Calls op by name; false with o->detail on a failed call or readback.
@@ -155,7 +166,7 @@ DLTensor* unused(Call& call, const MlpCase& c, const std::string& role, std::str
 MlpOutcome run_forward(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, const MlpCase& c, uint64_t seed) {
   MlpOutcome o;
   o.name = c.name;
-  std::mt19937_64 rng(seed ^ std::hash<std::string>()("mlp/" + c.name + "/" + dtype_name(dt)));
+  std::mt19937_64 rng = case_rng(DLFUSE_OP_MLP, c, dt, seed);
   const int L = c.layers();
   Call call(reg, dev, dt);
   std::string err;
@@ -206,12 +217,7 @@ MlpOutcome run_forward(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, const
     HostTensor got;
     if (call.download(a, &got, &err)) check_unchanged(a->role, got, a->host, &stats);
   }
-  note(&o, stats);
-  o.pass = stats.bad == 0;
-  o.detail = o.pass ? std::to_string(stats.checked) + " elements, " + std::to_string(L) + " layers"
-                    : std::to_string(stats.bad) + " of " + std::to_string(stats.checked) + " elements bad; first: " +
-                          stats.first_bad;
-  return o;
+  return finish(std::move(o), stats, L);
 }
 
 // Values a saved output of `act` takes in the backward's data: exact derivatives on a coarse grid.
@@ -257,7 +263,7 @@ bool exact_in(DLDataType dt, const std::vector<double>& v) {
 MlpOutcome run_forward_unkept(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, const MlpCase& c, uint64_t seed) {
   MlpOutcome o;
   o.name = c.name;
-  std::mt19937_64 rng(seed ^ std::hash<std::string>()("mlp/" + c.name + "/" + dtype_name(dt)));
+  std::mt19937_64 rng = case_rng(DLFUSE_OP_MLP, c, dt, seed);
   const int L = c.layers();
   Call call(reg, dev, dt);
   std::string err;
@@ -306,18 +312,13 @@ MlpOutcome run_forward_unkept(dlfuse_registry_t reg, DLDevice dev, DLDataType dt
   CheckStats stats;
   check_values("out", got, ref, tolerance_for(dt), &stats);
   check_outside_view("out", got, out->host, &stats);
-  note(&o, stats);
-  o.pass = stats.bad == 0;
-  o.detail = o.pass ? std::to_string(stats.checked) + " elements, " + std::to_string(L) + " layers"
-                    : std::to_string(stats.bad) + " of " + std::to_string(stats.checked) + " elements bad; first: " +
-                          stats.first_bad;
-  return o;
+  return finish(std::move(o), stats, L);
 }
 
 MlpOutcome run_backward(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, const MlpCase& c, uint64_t seed) {
   MlpOutcome o;
   o.name = c.name;
-  std::mt19937_64 rng(seed ^ std::hash<std::string>()("mlp_backward/" + c.name + "/" + dtype_name(dt)));
+  std::mt19937_64 rng = case_rng(DLFUSE_OP_MLP_BACKWARD, c, dt, seed);
   const int L = c.layers();
   const int64_t M = c.M;
   Call call(reg, dev, dt);
@@ -421,12 +422,7 @@ MlpOutcome run_backward(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, cons
     check_values(r->role, got, ref, tol, &stats);
     check_outside_view(r->role, got, r->host, &stats);
   }
-  note(&o, stats);
-  o.pass = stats.bad == 0;
-  o.detail = o.pass ? std::to_string(stats.checked) + " elements, " + std::to_string(L) + " layers"
-                    : std::to_string(stats.bad) + " of " + std::to_string(stats.checked) + " elements bad; first: " +
-                          stats.first_bad;
-  return o;
+  return finish(std::move(o), stats, L);
 }
 
 }  // namespace

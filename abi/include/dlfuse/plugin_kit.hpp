@@ -373,13 +373,26 @@ struct ScratchMatrix {
   ScratchMatrix& operator=(const ScratchMatrix&) = delete;
 };
 
-inline size_t element_bytes(const DLTensor* t) { return size_t((t->dtype.bits * t->dtype.lanes + 7) / 8); }
+/* What both directions read of a call: x, the weights, how many layers, the attributes, and
+ * the bytes of one scratch matrix (x's rows by the widest hidden layer). */
+struct Stack {
+  const DLTensor* x;
+  const DLTensor* const* w;
+  int n;
+  int64_t act, last, tf32;
+  size_t scratch_bytes;
+  int64_t act_of(int layer) const { return layer == n - 1 ? last : act; }
+};
 
-/* The widest hidden layer of weights w[0, n). */
-inline int64_t widest_hidden(const DLTensor* const* w, int n) {
+inline Stack stack_of(const dlfuse_kernel_args_t* args, int x_input, int w0_input) {
+  Stack s{args->inputs[x_input], args->inputs + w0_input, 0, attr_int(args, DLFUSE_ATTR_ACTIVATION, -1),
+          attr_int(args, DLFUSE_ATTR_OUTPUT_ACTIVATION, DLFUSE_ACT_IDENTITY),
+          attr_int(args, DLFUSE_ATTR_ALLOW_TF32, 0), 0};
+  s.n = layers(s.w);
   int64_t widest = 0;
-  for (int i = 0; i + 1 < n; ++i) widest = std::max<int64_t>(widest, w[i]->shape[1]);
-  return widest;
+  for (int i = 0; i + 1 < s.n; ++i) widest = std::max<int64_t>(widest, s.w[i]->shape[1]);
+  s.scratch_bytes = size_t(s.x->shape[0]) * size_t(widest) * size_t((s.x->dtype.bits * s.x->dtype.lanes + 7) / 8);
+  return s;
 }
 }  // namespace mlp_detail
 
@@ -388,30 +401,23 @@ inline int64_t widest_hidden(const DLTensor* const* w, int n) {
 template <class Scratch>
 dlfuse_status_t mlp_forward(void* state, const LayerKernels& k, const dlfuse_kernel_args_t* args, Scratch&& scratch) {
   check_call(args, DLFUSE_ARITY(mlp), true, args->inputs[0]->device.device_type, DLFUSE_OPTIONAL_INPUTS(mlp));
-  const DLTensor* const* in = args->inputs;
-  const DLTensor* x = in[DLFUSE_INPUT(mlp, x)];
-  const DLTensor* const* w = in + DLFUSE_INPUT(mlp, w0);
-  const int n = mlp_detail::layers(w);
-  const int64_t act = attr_int(args, DLFUSE_ATTR_ACTIVATION, -1);
-  const int64_t last = attr_int(args, DLFUSE_ATTR_OUTPUT_ACTIVATION, DLFUSE_ACT_IDENTITY);
-  const int64_t tf32 = attr_int(args, DLFUSE_ATTR_ALLOW_TF32, 0);
-  const size_t bytes = size_t(x->shape[0]) * size_t(mlp_detail::widest_hidden(w, n)) * mlp_detail::element_bytes(x);
+  const mlp_detail::Stack s = mlp_detail::stack_of(args, DLFUSE_INPUT(mlp, x), DLFUSE_INPUT(mlp, w0));
   void* buf[2] = {nullptr, nullptr};
   std::unique_ptr<mlp_detail::ScratchMatrix> kept[2];
-  const DLTensor* prev = x;
-  for (int i = 0; i < n; ++i) {
-    DLTensor* h = i == n - 1 ? args->outputs[DLFUSE_OUTPUT(mlp, out)] : args->outputs[DLFUSE_OUTPUT(mlp, h0) + i];
+  const DLTensor* prev = s.x;
+  for (int i = 0; i < s.n; ++i) {
+    DLTensor* h = i == s.n - 1 ? args->outputs[DLFUSE_OUTPUT(mlp, out)] : args->outputs[DLFUSE_OUTPUT(mlp, h0) + i];
     if (!h) {  // a hidden output the caller does not keep
       const int slot = i % 2;
-      if (!buf[slot] && bytes) buf[slot] = scratch(bytes);
-      kept[slot].reset(new mlp_detail::ScratchMatrix(buf[slot], x, x->shape[0], w[i]->shape[1]));
+      if (!buf[slot] && s.scratch_bytes) buf[slot] = scratch(s.scratch_bytes);
+      kept[slot].reset(new mlp_detail::ScratchMatrix(buf[slot], s.x, s.x->shape[0], s.w[i]->shape[1]));
       h = &kept[slot]->t;
     }
-    const DLTensor* layer_in[3] = {prev, w[i], in[DLFUSE_INPUT(mlp, b0) + i]};
+    const DLTensor* layer_in[3] = {prev, s.w[i], args->inputs[DLFUSE_INPUT(mlp, b0) + i]};
     DLTensor* layer_out[2] = {h, nullptr};
-    if (auto s = mlp_detail::call_layer(state, k.forward, args, DLFUSE_OP_MATMUL_ADD_ACTIVATION, layer_in, 3,
-                                        layer_out, 2, i == n - 1 ? last : act, tf32, i))
-      return s;
+    if (auto st = mlp_detail::call_layer(state, k.forward, args, DLFUSE_OP_MATMUL_ADD_ACTIVATION, layer_in, 3,
+                                         layer_out, 2, s.act_of(i), s.tf32, i))
+      return st;
     prev = h;
   }
   return DLFUSE_STATUS_OK;
@@ -426,12 +432,10 @@ dlfuse_status_t mlp_backward(void* state, const LayerKernels& k, const dlfuse_ke
              DLFUSE_OPTIONAL_INPUTS(mlp_backward));
   const DLTensor* const* in = args->inputs;
   DLTensor* const* out = args->outputs;
-  const DLTensor* x = in[DLFUSE_INPUT(mlp_backward, x)];
-  const DLTensor* const* w = in + DLFUSE_INPUT(mlp_backward, w0);
-  const int n = mlp_detail::layers(w);
-  const int64_t act = attr_int(args, DLFUSE_ATTR_ACTIVATION, -1);
-  const int64_t last = attr_int(args, DLFUSE_ATTR_OUTPUT_ACTIVATION, DLFUSE_ACT_IDENTITY);
-  const int64_t tf32 = attr_int(args, DLFUSE_ATTR_ALLOW_TF32, 0);
+  const mlp_detail::Stack s = mlp_detail::stack_of(args, DLFUSE_INPUT(mlp_backward, x), DLFUSE_INPUT(mlp_backward, w0));
+  const DLTensor* x = s.x;
+  const DLTensor* const* w = s.w;
+  const int n = s.n;
   auto wanted = [&](int i) {  // a gradient of layer i (or grad_x, for i = -1) is asked for
     if (i < 0) return out[DLFUSE_OUTPUT(mlp_backward, grad_x)] != nullptr;
     return out[DLFUSE_OUTPUT(mlp_backward, grad_w0) + i] || out[DLFUSE_OUTPUT(mlp_backward, grad_b0) + i];
@@ -440,19 +444,18 @@ dlfuse_status_t mlp_backward(void* state, const LayerKernels& k, const dlfuse_ke
   for (int i = n - 1; i >= -1; --i)
     if (wanted(i)) lowest = i < 0 ? 0 : i;
   const int64_t M = x->shape[0];
-  const size_t bytes = size_t(M) * size_t(mlp_detail::widest_hidden(w, n)) * mlp_detail::element_bytes(x);
   void* buf[2] = {nullptr, nullptr};
   std::unique_ptr<mlp_detail::ScratchMatrix> grads[2];  // gradients of layer outputs, ping-pong
   const DLTensor* g = in[DLFUSE_INPUT(mlp_backward, grad_out)];
   for (int i = n - 1; i >= lowest; --i) {
     const DLTensor* saved = i == n - 1 ? in[DLFUSE_INPUT(mlp_backward, out)] : in[DLFUSE_INPUT(mlp_backward, h0) + i];
-    const int64_t a_act = i == n - 1 ? last : act;
+    const int64_t a_act = s.act_of(i);
     // IDENTITY's derivative reads no value: any tensor of the shape stands in for an absent out.
     if (!saved && a_act == DLFUSE_ACT_IDENTITY) saved = g;
     DLTensor* ga = out[DLFUSE_OUTPUT(mlp_backward, grad_x)];
     if (i > lowest) {
       const int slot = i % 2;
-      if (!buf[slot] && bytes) buf[slot] = scratch(bytes);
+      if (!buf[slot] && s.scratch_bytes) buf[slot] = scratch(s.scratch_bytes);
       grads[slot].reset(new mlp_detail::ScratchMatrix(buf[slot], x, M, w[i]->shape[0]));
       ga = &grads[slot]->t;
     } else if (i > 0) {
@@ -461,9 +464,9 @@ dlfuse_status_t mlp_backward(void* state, const LayerKernels& k, const dlfuse_ke
     const DLTensor* layer_in[5] = {g, i ? in[DLFUSE_INPUT(mlp_backward, h0) + i - 1] : x, w[i], saved, nullptr};
     DLTensor* layer_out[3] = {ga, out[DLFUSE_OUTPUT(mlp_backward, grad_w0) + i],
                               out[DLFUSE_OUTPUT(mlp_backward, grad_b0) + i]};
-    if (auto s = mlp_detail::call_layer(state, k.backward, args, DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD, layer_in,
-                                        5, layer_out, 3, a_act, tf32, i))
-      return s;
+    if (auto st = mlp_detail::call_layer(state, k.backward, args, DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD, layer_in,
+                                         5, layer_out, 3, a_act, s.tf32, i))
+      return st;
     g = ga;
   }
   return DLFUSE_STATUS_OK;

@@ -39,7 +39,9 @@ cmake -S "$WORK/probe" -B "$WORK/probe/build" >/dev/null
 have_nvcc=0
 [ -n "$(cat "$WORK/probe/build/cuda")" ] && have_nvcc=1
 
-# 1. The README's commands.
+# 1. The README's commands, with nothing set (tools/test.sh narrows CUDAARCHS for its own
+#    builds on a machine without a GPU; a user's install builds every architecture).
+unset CUDAARCHS
 "$PY" -m venv "$WORK/venv"
 V=$WORK/venv/bin/python
 (cd "$ROOT" && "$WORK/venv/bin/pip" install -q ./bindings/python 2>&1 | no_root_note)
