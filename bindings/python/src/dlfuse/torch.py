@@ -707,7 +707,8 @@ class FusedLinear(torch.nn.Linear):
         return f"{super().extra_repr()}, activation={self.activation}"
 
 
-_MLP_OP = None  # torch.ops.dlfuse.mlp, derived once (outside torch.compile's tracing: it locks)
+_MLP_OP = None  # torch.ops.dlfuse.mlp, derived once, by the first FusedMLP made (deriving locks,
+                # which torch.compile cannot trace)
 
 
 def _mlp_op():
@@ -748,10 +749,9 @@ class FusedMLP(torch.nn.Module):
                              f"{self.layers[0].in_features}]")
         rows = x.reshape(-1, x.shape[-1])
         pad = [None] * (7 - len(self.layers))
-        op = _MLP_OP if _MLP_OP is not None else _mlp_op()
-        out = op(rows, *(l.weight.t() for l in self.layers), *pad,
-                                 *(l.bias for l in self.layers), *pad,
-                                 self.activation, self.output_activation, int(self.allow_tf32))[0]
+        op = _MLP_OP or _mlp_op()  # a module unpickled in a new process derives it here
+        out = op(rows, *(l.weight.t() for l in self.layers), *pad, *(l.bias for l in self.layers), *pad,
+                 self.activation, self.output_activation, int(self.allow_tf32))[0]
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
     def extra_repr(self):
