@@ -618,3 +618,22 @@ def test_fused_mlp_compiles(dev):
     want = torch.autograd.grad(mlp(x).square().sum(), list(mlp.parameters()))
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+def test_derived_mlp_op_differentiates_its_first_output_only(dev):
+    _need("mlp", dev)
+    torch.manual_seed(4)
+    mlp = dft.FusedMLP((4, 6, 3), device=dev)
+    x = torch.randn(5, 4, device=dev, requires_grad=True)
+    w, b, pad = [l.weight.t() for l in mlp.layers], [l.bias for l in mlp.layers], [None] * 5
+    out, h0, *unused = dft.mlp(x, *w, *pad, *b, *pad, 1)
+    assert out.requires_grad and not h0.requires_grad and h0.shape == (5, 6)
+    assert all(u.shape == (0,) for u in unused)
+    # the autograd node is C++ where the C++ operators are loaded (csrc/torch_derived.cpp)
+    assert ("CppNode" in out.grad_fn.name()) == dft.CPP_OPS, out.grad_fn.name()
+    (gx,) = torch.autograd.grad(out.sum(), [x])
+    x_ref = x.detach().clone().requires_grad_()
+    (want,) = torch.autograd.grad(_plain_mlp(mlp, x_ref).sum(), [x_ref])
+    torch.testing.assert_close(gx, want, rtol=1e-4, atol=1e-5)
+    with pytest.raises(dlfuse.InvalidArgumentError, match="w1"):
+        dft.mlp(x, w[0], torch.randn(7, 3, device=dev), *pad, *b, *pad, 1)

@@ -18,8 +18,8 @@ dlfuse.load_plugin(sys.argv[1])
 import dlfuse.torch as dft
 
 f = dft.testref_scale_add
-assert f is torch.ops.dlfuse.testref_scale_add and dft.op_function("testref_scale_add") is f
-assert "Tensor x, Tensor y, float scale=1" in str(f.default._schema), f.default._schema
+assert f.op is torch.ops.dlfuse.testref_scale_add and dft.op_function("testref_scale_add") is f
+assert "Tensor x, Tensor y, float scale=1" in str(f.op.default._schema), f.op.default._schema
 for dt in (torch.float32, torch.float64):
     x = torch.randn(3, 4, dtype=dt, requires_grad=True)
     y = torch.randn(4, dtype=dt, requires_grad=True)

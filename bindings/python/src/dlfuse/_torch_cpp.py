@@ -17,6 +17,7 @@ LIBRARY = "libdlfuse_torch.so"
 _STATUS = re.compile(r"dlfuse status (\d+): (.*)", re.S)
 
 why_not = None  # why the C++ operators are not in use (None when they are)
+_lib = None  # the loaded library, for derive()
 
 
 def _torch_version_of(path):
@@ -29,7 +30,7 @@ def _torch_version_of(path):
 
 def load():
     """True when the C++ operators are registered and initialized; else why_not says why."""
-    global why_not
+    global why_not, _lib
     if os.environ.get("DLFUSE_TORCH_OPS", "") == "python":
         why_not = "DLFUSE_TORCH_OPS=python"
         return False
@@ -47,6 +48,8 @@ def load():
         lib = ctypes.CDLL(path)
         lib.dlfuse_torch_ops_init.argtypes = [ctypes.c_char_p, ctypes.c_void_p,
                                               ctypes.POINTER(ctypes.c_char_p)]
+        lib.dlfuse_torch_ops_derive.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+                                                ctypes.POINTER(ctypes.c_char_p)]
         why = ctypes.c_char_p()
         # libdlfuse loaded (raises LibraryNotFound with what it tried)
         if lib.dlfuse_torch_ops_init(_core.library_path().encode(), _core.registry()._h,
@@ -57,7 +60,18 @@ def load():
         why_not = f"{LIBRARY}: {e}"
         return False
     why_not = None
+    _lib = lib
     return True
+
+
+def derive(name, torch_schema, backward):
+    """Defines torch.ops.dlfuse.<name> in C++ (csrc/torch_derived.cpp): its kernel and, with
+    `backward` (an op derived before), its autograd. `torch_schema` is the schema without the
+    name. Raises RuntimeError with the library's reason."""
+    why = ctypes.c_char_p()
+    if _lib.dlfuse_torch_ops_derive(name.encode(), torch_schema.encode(),
+                                    None if backward is None else backward.encode(), ctypes.byref(why)) != 0:
+        raise RuntimeError(f"dlfuse.torch: deriving {name} in C++: {(why.value or b'').decode()}")
 
 
 def reraise(e):

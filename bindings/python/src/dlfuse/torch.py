@@ -772,14 +772,17 @@ class FusedMLP(torch.nn.Module):
 #     which reads shapes only, so fake tensors do), outputs from torch.empty, the call through
 #     dlfuse._ext.call;
 #   - autograd, where the registry also has `<op>_backward`: the backward's inputs named like
-#     the forward's inputs or outputs are saved (grad_out is the gradient of the first output),
-#     its attributes taken from the forward's of the same name, `needs` from which inputs need a
-#     gradient and `<x>_shape` from the forward's input x; its output grad_<x> is the gradient
-#     of input x.
-# dlfuse.torch.<op> (or op_function(name)) is then torch.ops.dlfuse.<op>.
+#     the forward's inputs or outputs are saved (grad_out is the gradient of the first output,
+#     the only differentiable one), its attributes taken from the forward's of the same name,
+#     `needs` from which inputs need a gradient and `<x>_shape` from the forward's tensor x;
+#     its output grad_<x> is the gradient of input x.
+# With the C++ operators loaded (CPP_OPS), the kernel and autograd are C++ by the same rules
+# (csrc/torch_derived.cpp reads the arguments by their names in this torch schema); the fake
+# kernel stays here. dlfuse.torch.<op> (or op_function(name)) calls torch.ops.dlfuse.<op> and
+# raises dlfuse's exceptions (InvalidArgumentError, ...) for its errors.
 
 _DERIVED_LIB = None
-_derived = {}  # op name -> (_Derived, its torch op)
+_derived = {}  # op name -> (_Derived, its torch op, dlfuse.torch.<name>)
 _TORCH_DTYPE_DL = {torch.float32: (2, 32), torch.float64: (2, 64), torch.float16: (2, 16),
                    torch.bfloat16: (4, 16)}
 _OPTIONAL, _REDUCIBLE = 1, 2
@@ -852,44 +855,70 @@ def _derive(name):
     d = _Derived(name)
     if _DERIVED_LIB is None:
         _DERIVED_LIB = torch.library.Library("dlfuse", "FRAGMENT")
-    _DERIVED_LIB.define(name + d.torch_schema())
     qual = "dlfuse::" + name
-    torch.library.impl(qual, ("CPU", "CUDA"), lib=_DERIVED_LIB)(d.kernel)
-    torch.library.register_fake(qual, lib=_DERIVED_LIB)(d.fake)
     bwd_name = name + "_backward"
-    if bwd_name in _core.op_names():
-        bwd_op = op_function(bwd_name)
-        b = _derived[bwd_name][0]
-        grad_of = [n[5:] if n.startswith("grad_") else n for n in b.out_names]
-        n_extra = len(d.attrs) + (1 if d.all_optional else 0) + len(d.shape_params)
-
-        def setup_context(ctx, inputs, output):
-            # Only the first output's gradient is read: no zeros made for the others.
-            ctx.set_materialize_grads(False)
-            outs = output if isinstance(output, tuple) else (output,)
-            by_name = dict(zip(d.in_names, inputs[:len(d.in_names)]))
-            by_name.update(zip(d.out_names, outs))
-            ctx.save_for_backward(*(by_name.get(n) for n in b.in_names[1:]))
-            attrs = dict(zip(d.attr_names, inputs[len(d.in_names):len(d.in_names) + len(d.attrs)]))
-            ctx.attrs = [attrs.get(n, default) for n, _f, _r, default, _key in b.attrs]
-            ctx.shapes = [None if by_name.get(p[:-6]) is None else list(by_name[p[:-6]].shape)
-                          for _i, p in b.shape_params]
-
-        def backward(ctx, *grads):
-            if grads[0] is None:  # the first output took no part in what is differentiated
-                return (None,) * (len(d.in_names) + n_extra)
-            needs_in = dict(zip(d.in_names, ctx.needs_input_grad))
-            needs = [bool(needs_in.get(n, False)) for n in grad_of]
-            res = bwd_op(grads[0], *ctx.saved_tensors, *ctx.attrs,
-                         *([needs] if b.all_optional else []), *ctx.shapes)
-            res = res if isinstance(res, tuple) else (res,)
-            by_input = {n: (r if k else None) for n, r, k in zip(grad_of, res, needs)}
-            return tuple(by_input.get(n) for n in d.in_names) + (None,) * n_extra
-
-        torch.library.register_autograd(qual, backward, setup_context=setup_context, lib=_DERIVED_LIB)
+    backward = bwd_name if bwd_name in _core.op_names() else None
+    if backward is not None:
+        op_function(backward)
+    if CPP_OPS:  # kernel and autograd in C++ (csrc/torch_derived.cpp), by the same schema
+        _torch_cpp.derive(name, d.torch_schema(), backward)
+    else:
+        _DERIVED_LIB.define(name + d.torch_schema())
+        torch.library.impl(qual, ("CPU", "CUDA"), lib=_DERIVED_LIB)(d.kernel)
+        if backward is not None:
+            _register_derived_autograd(qual, d, _derived[backward][0], _derived[backward][1])
+    torch.library.register_fake(qual, lib=_DERIVED_LIB)(d.fake)
     op = getattr(torch.ops.dlfuse, name)
-    _derived[name] = (d, op)
-    return op
+    _derived[name] = (d, op, _with_dlfuse_errors(op))
+    return _derived[name][2]
+
+
+def _with_dlfuse_errors(op):
+    """op as dlfuse.torch.<name>: a C++ operator's error comes back as the dlfuse exception
+    the Python operators raise (InvalidArgumentError, ...)."""
+    def call(*args, **kwargs):
+        try:
+            return op(*args, **kwargs)
+        except _ERRS as e:
+            _reraise(e)
+    call.__name__ = call.__qualname__ = op._qualified_op_name.split("::")[-1]
+    call.__doc__ = f"dlfuse op {call.__name__}: torch.ops.{op._qualified_op_name.replace('::', '.')} " \
+                   f"with dlfuse's exceptions; schema {op.default._schema}"
+    call.op = op
+    return call
+
+
+def _register_derived_autograd(qual, d, b, bwd_op):
+    """The Python form of csrc/torch_derived.cpp's autograd (where the C++ operators are not
+    loaded): the rules above; only the first output is differentiable."""
+    grad_of = [n[5:] if n.startswith("grad_") else n for n in b.out_names]
+    n_extra = len(d.attrs) + (1 if d.all_optional else 0) + len(d.shape_params)
+
+    def setup_context(ctx, inputs, output):
+        # Only the first output's gradient is read: no zeros made for the others.
+        ctx.set_materialize_grads(False)
+        outs = output if isinstance(output, tuple) else (output,)
+        ctx.mark_non_differentiable(*outs[1:])
+        by_name = dict(zip(d.in_names, inputs[:len(d.in_names)]))
+        by_name.update(zip(d.out_names, outs))
+        ctx.save_for_backward(*(by_name.get(n) for n in b.in_names[1:]))
+        attrs = dict(zip(d.attr_names, inputs[len(d.in_names):len(d.in_names) + len(d.attrs)]))
+        ctx.attrs = [attrs.get(n, default) for n, _f, _r, default, _key in b.attrs]
+        ctx.shapes = [None if by_name.get(p[:-6]) is None else list(by_name[p[:-6]].shape)
+                      for _i, p in b.shape_params]
+
+    def backward(ctx, *grads):
+        if grads[0] is None:  # the first output took no part in what is differentiated
+            return (None,) * (len(d.in_names) + n_extra)
+        needs_in = dict(zip(d.in_names, ctx.needs_input_grad))
+        needs = [bool(needs_in.get(n, False)) for n in grad_of]
+        res = bwd_op(grads[0], *ctx.saved_tensors, *ctx.attrs,
+                     *([needs] if b.all_optional else []), *ctx.shapes)
+        res = res if isinstance(res, tuple) else (res,)
+        by_input = {n: (r if k else None) for n, r, k in zip(grad_of, res, needs)}
+        return tuple(by_input.get(n) for n in d.in_names) + (None,) * n_extra
+
+    torch.library.register_autograd(qual, backward, setup_context=setup_context, lib=_DERIVED_LIB)
 
 
 def op_function(name):
@@ -900,12 +929,12 @@ def op_function(name):
         return globals()[name]
     got = _derived.get(name)
     if got is not None:
-        return got[1]
+        return got[2]
     if name in _HAND_OPS:
         return getattr(torch.ops.dlfuse, name)  # defined above or by the C++ operators
     with _derive_lock:  # an op is defined once, whichever thread asks first
         got = _derived.get(name)
-        return got[1] if got is not None else _derive(name)
+        return got[2] if got is not None else _derive(name)
 
 
 _derive_lock = threading.RLock()  # re-entered: deriving an op derives its backward

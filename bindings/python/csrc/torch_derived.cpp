@@ -1,0 +1,372 @@
+// Operators derived from dlfuse op schemas: every op dlfuse.torch has no hand-written
+// function for (an op of ops.def such as mlp, a plugin's own op) gets torch.ops.dlfuse.<op>
+// with one boxed kernel and one autograd wrapper shared by all, so that an eager call and its
+// backward run in torch's dispatcher and autograd engine with no Python on the way
+// (docs/python.md, "Every other op"). dlfuse.torch writes the torch schema of each
+// (_Derived.torch_schema) and its fake kernel; this file finds the op's inputs, attributes,
+// `needs` and `<x>_shape` among the torch arguments by their names in that schema, so the
+// two cannot disagree on the layout.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+#include <array>
+#include <cctype>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "torch_lib.hpp"
+
+namespace {
+
+using namespace dlfuse_torch;
+using c10::IValue;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+using torch::jit::Stack;
+
+constexpr int kAbsent = -1;
+
+std::string lower(const char* s) {
+  std::string r(s);
+  for (char& c : r) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return r;
+}
+
+std::string grad_stem(const std::string& n) { return n.rfind("grad_", 0) == 0 ? n.substr(5) : n; }
+
+// One derived operator: its dlfuse op and schema, and where each part of a call sits among
+// the torch operator's arguments.
+struct Derived {
+  std::string name;
+  dlfuse_op_t op = nullptr;
+  dlfuse_op_schema_t sc{};
+  std::optional<c10::OperatorHandle> handle;
+  size_t num_args = 0;
+  std::vector<int> in_arg, attr_arg, shape_arg;  // per input, attribute, output: torch argument
+  int needs_arg = kAbsent;                       // bool[] needs, where every output is optional
+  // Autograd, where the registry has <op>_backward: its derived operator and, per backward
+  // argument, where the value comes from.
+  const Derived* bwd = nullptr;
+  std::vector<int> saved_from;  // backward input i >= 1: forward input k (k), output k (-2 - k)
+  std::vector<int> attr_from;   // backward attribute j: the forward's of that name, or kAbsent
+  std::vector<int> grad_of;     // backward output j (grad_<x>): forward input x, or kAbsent
+  std::vector<int> shape_from;  // backward output j's `<x>_shape`: as saved_from, or kAbsent
+
+  int input(const std::string& n) const { return find(sc.inputs, sc.num_inputs, n); }
+  int output(const std::string& n) const { return find(sc.outputs, sc.num_outputs, n); }
+  static int find(const dlfuse_arg_schema_t* a, int32_t count, const std::string& n) {
+    for (int32_t i = 0; i < count; ++i)
+      if (n == a[i].name) return i;
+    return kAbsent;
+  }
+};
+
+std::mutex g_mu;
+std::map<std::string, const Derived*> g_derived;  // kept for the process's life, as torch's ops
+
+// ---- the kernel (CPU and CUDA) ---------------------------------------------------------------
+
+struct CallArgs {
+  std::array<Dl, DLFUSE_MAX_ARGS> in_dl, out_dl;
+  std::array<const DLTensor*, DLFUSE_MAX_ARGS> in{};
+  std::array<DLTensor*, DLFUSE_MAX_ARGS> out{};
+  std::array<dlfuse_attr_t, DLFUSE_MAX_ATTRS> attrs{};
+  Tensor like;  // the first input given: the outputs' device and dtype
+};
+
+void read_inputs(const Derived& d, c10::ArrayRef<IValue> args, CallArgs& c) {
+  for (int32_t i = 0; i < d.sc.num_inputs; ++i) {
+    const IValue& v = args[size_t(d.in_arg[size_t(i)])];
+    if (!v.isTensor()) continue;
+    const Tensor& t = v.toTensor();
+    c.in_dl[size_t(i)] = Dl(t);
+    c.in[size_t(i)] = c.in_dl[size_t(i)].get();
+    if (!c.like.defined()) c.like = t;
+  }
+  TORCH_CHECK_VALUE(c.like.defined(), "dlfuse::", d.name, ": no input tensor given");
+  for (int32_t j = 0; j < d.sc.num_attrs; ++j) {
+    dlfuse_attr_t& a = c.attrs[size_t(j)];
+    a = d.sc.attrs[j].default_value;
+    const IValue& v = args[size_t(d.attr_arg[size_t(j)])];
+    if (a.type == DLFUSE_ATTR_FLOAT64)
+      a.value.f64 = v.isDouble() ? v.toDouble() : double(v.toInt());
+    else
+      a.value.i64 = v.toInt();
+  }
+}
+
+std::vector<bool> read_needs(const Derived& d, c10::ArrayRef<IValue> args) {
+  std::vector<bool> needs(size_t(d.sc.num_outputs), true);
+  if (d.needs_arg == kAbsent) return needs;
+  const c10::List<bool> given = args[size_t(d.needs_arg)].toBoolList();
+  if (given.empty()) return needs;
+  TORCH_CHECK_VALUE(given.size() == needs.size(), "dlfuse::", d.name, ": needs has ", given.size(),
+                    " entries; expected ", needs.size(), " (one per output) or none");
+  for (size_t k = 0; k < needs.size(); ++k) needs[k] = given.get(k);
+  return needs;
+}
+
+std::vector<Tensor> make_outputs(const Derived& d, c10::ArrayRef<IValue> args, CallArgs& c) {
+  const std::vector<bool> needs = read_needs(d, args);
+  const int32_t n_out = d.sc.num_outputs;
+  std::array<int32_t, DLFUSE_MAX_ARGS> ndims{};
+  std::array<int64_t, DLFUSE_MAX_ARGS * DLFUSE_MAX_NDIM> shapes{};
+  std::array<DLDataType, DLFUSE_MAX_ARGS> dtypes{};
+  check(lib().op_infer_outputs(d.op, c.in.data(), d.sc.num_inputs, c.attrs.data(), d.sc.num_attrs, n_out,
+                               ndims.data(), shapes.data(), dtypes.data()));
+  std::vector<Tensor> outs;
+  for (int32_t k = 0; k < n_out; ++k) {
+    const size_t ks = size_t(k);
+    if (!needs[ks]) {
+      outs.push_back(at::empty({0}, c.like.options()));
+      continue;
+    }
+    const int a = d.shape_arg[ks];
+    if (a != kAbsent && !args[size_t(a)].isNone())
+      outs.push_back(at::empty(args[size_t(a)].toIntVector(), c.like.options()));
+    else
+      outs.push_back(at::empty(at::IntArrayRef(&shapes[ks * DLFUSE_MAX_NDIM], size_t(ndims[ks])), c.like.options()));
+    c.out_dl[ks] = Dl(outs.back());
+    c.out[ks] = c.out_dl[ks].get();
+  }
+  return outs;
+}
+
+void run(const Derived& d, Stack* stack) {
+  const auto args = torch::jit::last(*stack, d.num_args);
+  CallArgs c;
+  read_inputs(d, args, c);
+  std::vector<Tensor> outs = make_outputs(d, args, c);
+  check(lib().op_call(d.op, c.in.data(), d.sc.num_inputs, c.out.data(), d.sc.num_outputs, c.attrs.data(),
+                      d.sc.num_attrs, stream_of(c.like)));
+  torch::jit::drop(*stack, d.num_args);
+  for (Tensor& t : outs) stack->emplace_back(std::move(t));
+}
+
+struct Kernel final : c10::OperatorKernel {
+  explicit Kernel(const Derived* d) : d(d) {}
+  void operator()(const c10::OperatorHandle&, c10::DispatchKeySet, Stack* stack) { run(*d, stack); }
+  const Derived* d;
+};
+
+// ---- autograd: the forward saves what <op>_backward reads; only the first output is
+// differentiable (the backward's grad_out is its gradient) --------------------------------------
+
+IValue tensor_or_none(const Tensor& t) { return t.defined() ? IValue(t) : IValue(); }
+
+// A forward tensor by saved_from's code: input k (k >= 0) or output k (-2 - k).
+Tensor forward_tensor(const Derived& d, const std::vector<IValue>& args, const variable_list& outs, int code) {
+  if (code == kAbsent) return Tensor();
+  if (code >= 0) {
+    const IValue& v = args[size_t(d.in_arg[size_t(code)])];
+    return v.isTensor() ? v.toTensor() : Tensor();
+  }
+  return outs[size_t(-2 - code)];
+}
+
+// The backward's arguments but its tensors and `needs`: attributes and `<x>_shape`.
+c10::List<IValue> backward_args(const Derived& d, const std::vector<IValue>& args, const variable_list& outs) {
+  const Derived& b = *d.bwd;
+  std::vector<IValue> s(b.num_args);
+  for (int32_t j = 0; j < b.sc.num_attrs; ++j) {
+    const int from = d.attr_from[size_t(j)];
+    const dlfuse_attr_t& def = b.sc.attrs[j].default_value;
+    s[size_t(b.attr_arg[size_t(j)])] =
+        from != kAbsent ? args[size_t(d.attr_arg[size_t(from)])]
+                        : (def.type == DLFUSE_ATTR_FLOAT64 ? IValue(def.value.f64) : IValue(def.value.i64));
+  }
+  for (int32_t k = 0; k < b.sc.num_outputs; ++k) {
+    const int a = b.shape_arg[size_t(k)];
+    if (a == kAbsent) continue;
+    const Tensor t = forward_tensor(d, args, outs, d.shape_from[size_t(k)]);
+    s[size_t(a)] = t.defined() ? IValue(t.sym_sizes()) : IValue();
+  }
+  c10::List<IValue> l(c10::AnyType::get());
+  for (IValue& v : s) l.push_back(std::move(v));
+  return l;
+}
+
+struct DerivedFn : torch::autograd::Function<DerivedFn> {
+  // `given`: the forward inputs that are tensors, in input order (autograd's edges).
+  static variable_list forward(AutogradContext* ctx, const Derived* d, std::vector<IValue>* args, at::TensorList) {
+    Stack s(args->begin(), args->end());
+    {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      d->handle->callBoxed(s);
+    }
+    variable_list outs;
+    for (IValue& v : s) outs.push_back(v.toTensor());
+    variable_list saved;
+    std::vector<int64_t> edge_of(size_t(d->sc.num_inputs), kAbsent);  // forward input -> edge
+    for (int32_t i = 0, e = 0; i < d->sc.num_inputs; ++i)
+      if ((*args)[size_t(d->in_arg[size_t(i)])].isTensor()) edge_of[size_t(i)] = e++;
+    for (size_t i = 1; i < d->saved_from.size(); ++i) saved.push_back(forward_tensor(*d, *args, outs, d->saved_from[i]));
+    ctx->save_for_backward(saved);
+    ctx->saved_data["op"] = int64_t(reinterpret_cast<intptr_t>(d));
+    ctx->saved_data["edge_of"] = edge_of;
+    ctx->saved_data["args"] = backward_args(*d, *args, outs);
+    ctx->set_materialize_grads(false);
+    if (outs.size() > 1) ctx->mark_non_differentiable(variable_list(outs.begin() + 1, outs.end()));
+    return outs;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto* d = reinterpret_cast<const Derived*>(intptr_t(ctx->saved_data["op"].toInt()));
+    const std::vector<int64_t> edge_of = ctx->saved_data["edge_of"].toIntVector();
+    int64_t edges = 0;
+    for (int64_t e : edge_of) edges += e != kAbsent;
+    variable_list r(size_t(2 + edges));  // d and args take no gradient
+    if (grads.empty() || !grads[0].defined()) return r;  // the first output took no part
+    const Derived& b = *d->bwd;
+    const c10::List<IValue> pre = ctx->saved_data["args"].toList();
+    Stack s;
+    for (size_t i = 0; i < pre.size(); ++i) s.push_back(pre.get(i));
+    s[size_t(b.in_arg[0])] = grads[0];
+    const variable_list saved = ctx->get_saved_variables();
+    for (size_t i = 1; i < size_t(b.sc.num_inputs); ++i) s[size_t(b.in_arg[i])] = tensor_or_none(saved[i - 1]);
+    std::vector<bool> need(size_t(b.sc.num_outputs), false);
+    for (size_t j = 0; j < need.size(); ++j) {
+      const int x = d->grad_of[j];
+      need[j] = x != kAbsent && edge_of[size_t(x)] != kAbsent && ctx->needs_input_grad(size_t(edge_of[size_t(x)]));
+    }
+    if (b.needs_arg != kAbsent) {
+      c10::List<bool> l;
+      for (bool n : need) l.push_back(n);
+      s[size_t(b.needs_arg)] = std::move(l);
+    }
+    b.handle->callBoxed(s);
+    for (size_t j = 0; j < need.size(); ++j)
+      if (need[j]) r[size_t(2 + edge_of[size_t(d->grad_of[j])])] = s[j].toTensor();
+    return r;
+  }
+};
+
+struct AutogradKernel final : c10::OperatorKernel {
+  explicit AutogradKernel(const Derived* d) : d(d) {}
+  void operator()(const c10::OperatorHandle&, c10::DispatchKeySet, Stack* stack) {
+    std::vector<IValue> args(stack->end() - ptrdiff_t(d->num_args), stack->end());
+    torch::jit::drop(*stack, d->num_args);
+    std::vector<Tensor> given;
+    for (int a : d->in_arg)
+      if (args[size_t(a)].isTensor()) given.push_back(args[size_t(a)].toTensor());
+    for (Tensor& t : DerivedFn::apply(d, &args, at::TensorList(given))) stack->emplace_back(std::move(t));
+  }
+  const Derived* d;
+};
+
+// ---- deriving ---------------------------------------------------------------------------------
+
+// Where each input, attribute, `needs` and `<x>_shape` sits among the torch arguments.
+void map_arguments(Derived& d) {
+  const auto& targs = d.handle->schema().arguments();
+  d.num_args = targs.size();
+  d.in_arg.assign(size_t(d.sc.num_inputs), kAbsent);
+  d.attr_arg.assign(size_t(d.sc.num_attrs), kAbsent);
+  d.shape_arg.assign(size_t(d.sc.num_outputs), kAbsent);
+  for (size_t k = 0; k < targs.size(); ++k) {
+    const std::string& n = targs[k].name();
+    const int a = int(k);
+    if (int i = d.input(n); i != kAbsent) {
+      d.in_arg[size_t(i)] = a;
+    } else if (n == "needs") {
+      d.needs_arg = a;
+    } else if (n.size() > 6 && n.compare(n.size() - 6, 6, "_shape") == 0) {
+      for (int32_t o = 0; o < d.sc.num_outputs; ++o)
+        if (grad_stem(d.sc.outputs[o].name) == n.substr(0, n.size() - 6)) d.shape_arg[size_t(o)] = a;
+    } else {
+      for (int32_t j = 0; j < d.sc.num_attrs; ++j)
+        if (lower(d.sc.attrs[j].name) == n) d.attr_arg[size_t(j)] = a;
+    }
+  }
+  for (int32_t i = 0; i < d.sc.num_inputs; ++i)
+    TORCH_CHECK(d.in_arg[size_t(i)] != kAbsent, "dlfuse::", d.name, ": the torch schema has no input ",
+                d.sc.inputs[i].name);
+  for (int32_t j = 0; j < d.sc.num_attrs; ++j)
+    TORCH_CHECK(d.attr_arg[size_t(j)] != kAbsent, "dlfuse::", d.name, ": the torch schema has no attribute ",
+                lower(d.sc.attrs[j].name));
+}
+
+// The backward's inputs named like the forward's inputs or outputs are saved, its attributes
+// are the forward's of the same name, its output grad_<x> is the gradient of input x, and its
+// `<x>_shape` is the shape of the forward's tensor x.
+void wire_backward(Derived& d, const Derived& b) {
+  d.bwd = &b;
+  auto code_of = [&](const std::string& n) {
+    if (int i = d.input(n); i != kAbsent) return i;
+    if (int o = d.output(n); o != kAbsent) return -2 - o;
+    return kAbsent;
+  };
+  d.saved_from.assign(size_t(b.sc.num_inputs), kAbsent);
+  for (int32_t i = 1; i < b.sc.num_inputs; ++i) d.saved_from[size_t(i)] = code_of(b.sc.inputs[i].name);
+  d.attr_from.assign(size_t(b.sc.num_attrs), kAbsent);
+  for (int32_t j = 0; j < b.sc.num_attrs; ++j)
+    for (int32_t k = 0; k < d.sc.num_attrs; ++k)
+      if (lower(b.sc.attrs[j].name) == lower(d.sc.attrs[k].name)) d.attr_from[size_t(j)] = k;
+  d.grad_of.assign(size_t(b.sc.num_outputs), kAbsent);
+  d.shape_from.assign(size_t(b.sc.num_outputs), kAbsent);
+  for (int32_t o = 0; o < b.sc.num_outputs; ++o) {
+    const std::string x = grad_stem(b.sc.outputs[o].name);
+    d.grad_of[size_t(o)] = d.input(x);
+    d.shape_from[size_t(o)] = code_of(x);
+  }
+}
+
+void derive(const char* name, const char* torch_schema, const char* backward) {
+  const Lib& L = lib();
+  TORCH_CHECK(L.op_call && L.op_schema && L.op_infer_outputs, "dlfuse: derived operators need libdlfuse of ABI >= 1.2");
+  auto d = std::make_unique<Derived>();
+  d->name = name;
+  check(L.op_get(L.reg, name, &d->op));
+  d->sc.struct_size = sizeof d->sc;
+  check(L.op_schema(d->op, &d->sc));
+  const Derived* b = nullptr;
+  if (backward) {
+    std::lock_guard<std::mutex> lk(g_mu);
+    auto it = g_derived.find(backward);
+    TORCH_CHECK(it != g_derived.end(), "dlfuse::", name, ": its backward ", backward, " is not derived yet");
+    b = it->second;
+  }
+  // Kept for the process's life: torch's dispatcher may outlive this library's statics.
+  auto* lib_ = new torch::Library(torch::Library::FRAGMENT, "dlfuse", std::nullopt, __FILE__, __LINE__);
+  lib_->def((std::string(name) + torch_schema).c_str());
+  d->handle = c10::Dispatcher::singleton().findSchemaOrThrow(("dlfuse::" + d->name).c_str(), "");
+  map_arguments(*d);
+  if (b) wire_backward(*d, *b);
+  for (c10::DispatchKey k : {c10::DispatchKey::CPU, c10::DispatchKey::CUDA})
+    lib_->impl(name, torch::dispatch(k, torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Kernel>(d.get()))));
+  if (b)
+    lib_->impl(name, torch::dispatch(c10::DispatchKey::Autograd,
+                                     torch::CppFunction::makeFromBoxedFunctor(std::make_unique<AutogradKernel>(d.get()))));
+  const std::string key = d->name;
+  std::lock_guard<std::mutex> lk(g_mu);
+  g_derived[key] = d.release();
+}
+
+}  // namespace
+
+// Defines torch.ops.dlfuse.<name> from the torch schema dlfuse.torch wrote for it (without
+// the name), with the C++ kernel for CPU and CUDA and, where `backward` (an op derived
+// before) is given, the autograd formula through it. 0, or -1 with *why set (valid until the
+// next call on this thread).
+extern "C" __attribute__((visibility("default"))) int dlfuse_torch_ops_derive(const char* name,
+                                                                            const char* torch_schema,
+                                                                            const char* backward,
+                                                                            const char** why) {
+  static thread_local std::string msg;
+  try {
+    derive(name, torch_schema, backward);
+    return 0;
+  } catch (const std::exception& e) {
+    msg = e.what();
+  } catch (...) {
+    msg = "unknown error";
+  }
+  if (why) *why = msg.c_str();
+  return -1;
+}
