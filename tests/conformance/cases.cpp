@@ -90,6 +90,14 @@ std::vector<CaseSpec> matmul_cases(OpKind op) {
   c.push_back(with(bwd ? mm("accum_k1024_positive", op, 1024, 3, 5, {5})
                        : mm("accum_k1024_positive", op, 3, 1024, 5, {5}),
                    [](CaseSpec& s) { s.positive = true; }));
+  // A 13-wide K (26-byte rows in 16-bit dtypes) on enough rows that a GPU plugin may pad
+  // rows to 16 bytes; the weight's transpose in the weight's layout too (13-element rows of
+  // b, grad_b and grad_a).
+  c.push_back(mm("unaligned_k13", op, 2048, 13, 256, {256}));
+  c.push_back(with(mm("unaligned_k13_transposed_b", op, 2048, 13, 256, {256}), [](CaseSpec& s) {
+    s.layout["b"] = Layout::kTransposed;
+    s.layout["grad_b"] = Layout::kTransposed;
+  }));
   if (!bwd) {
     c.push_back(with(mm("nan_inf", op, 6, 5, 4, {4}), [](CaseSpec& s) { s.special = Special::kNanInf; }));
     c.push_back(with(mm("out_transposed", op, 7, 3, 5, {5}), [](CaseSpec& s) { s.layout["out"] = Layout::kTransposed; }));

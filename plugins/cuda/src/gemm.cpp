@@ -519,6 +519,99 @@ GemmStatus run_gemm(const Gemm& g, DeviceState& ds, cudaStream_t stream) {
   return GemmStatus::kOk;
 }
 
+// ---- matrices whose rows do not start on 16 bytes ---------------------------------------
+//
+// cuBLASLt serves a matrix whose leading dimension (or, with K contiguous, K itself) is not a
+// multiple of 16 bytes with its alignment-1 kernels, its slowest: a 13-wide layer's input
+// (26-byte rows) took a 32768-row bfloat16 layer to sm75-era align1 kernels on the H200. A
+// plain 2-D problem whose misaligned matrices are small next to its work runs instead on
+// zero-padded copies with 16-byte rows (K rounded up when it is a misaligned operand's
+// contiguous dim: the added products are 0 * 0), and writes a misaligned D through such a
+// copy. DLFUSE_CUDA_PAD_ROWS=0 turns it off.
+constexpr int64_t kRowBytes = 16;
+constexpr int64_t kPadWorkRatio = 64;  // multiply-adds per element copied, at least
+
+bool pad_rows_enabled() {
+  static const bool on = env_enabled("DLFUSE_CUDA_PAD_ROWS");
+  return on;
+}
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// A matrix (not a vector) cuBLASLt can read, whose base or leading dimension is not a
+// multiple of 16 bytes.
+bool misaligned(const Mat& m, int es) {
+  const Lay l = classify(m.R, m.C, m.sr, m.sc);
+  return m.R > 1 && m.C > 1 && l.ok &&
+         ((l.ld * es) % kRowBytes != 0 || reinterpret_cast<uintptr_t>(m.base) % kRowBytes != 0);
+}
+
+bool row_major(const Mat& m) { return classify(m.R, m.C, m.sr, m.sc).row; }
+
+// A zero-filled R x C matrix in m's orientation with 16-byte rows, m copied into its
+// top-left corner (when `fill`).
+Mat padded(const Mat& m, int64_t R, int64_t C, DType dt, bool fill, Temp& t, DeviceState& ds, cudaStream_t s) {
+  const int64_t es = dsize(dt), v = kRowBytes / es;
+  const bool row = row_major(m);
+  const int64_t ld = round_up(row ? C : R, v), bytes = (row ? R : C) * ld * es;
+  t.reset(ds, size_t(bytes));
+  Mat p = m;
+  p.base = static_cast<char*>(t.get());
+  p.R = R;
+  p.C = C;
+  p.sr = row ? ld : 1;
+  p.sc = row ? 1 : ld;
+  std::fill(p.bs.begin(), p.bs.end(), 0);
+  if (fill) {
+    DLF_CUDA(cudaMemsetAsync(p.base, 0, size_t(bytes), s));
+    const int64_t shape[2] = {m.R, m.C};
+    View src = compact_view(shape, 2), dst = src;
+    src.stride[0] = m.sr;
+    src.stride[1] = m.sc;
+    dst.stride[0] = p.sr;
+    dst.stride[1] = p.sc;
+    copy_view(dt, m.base, src, p.base, dst, 0, s);
+  }
+  return p;
+}
+
+// D's elements, copied from the padded P's top-left corner.
+void copy_back(const Mat& P, const Mat& D, DType dt, cudaStream_t s) {
+  const int64_t shape[2] = {D.R, D.C};
+  View src = compact_view(shape, 2), dst = src;
+  src.stride[0] = P.sr;
+  src.stride[1] = P.sc;
+  dst.stride[0] = D.sr;
+  dst.stride[1] = D.sc;
+  copy_view(dt, P.base, src, D.base, dst, 0, s);
+}
+
+// Runs g on padded copies where that pays (above); kNoAlgo, having enqueued nothing, where
+// it does not apply.
+GemmStatus run_padded(const Gemm& g, DeviceState& ds, cudaStream_t s) {
+  if (!pad_rows_enabled() || g.C || g.aux || g.out_f32 || g.out != g.in) return GemmStatus::kNoAlgo;
+  for (int64_t d : g.batch_shape)
+    if (d != 1) return GemmStatus::kNoAlgo;
+  const int es = dsize(g.in);
+  const bool mx = misaligned(g.X, es), my = misaligned(g.Y, es), md = misaligned(g.D, es);
+  if (!mx && !my && !md) return GemmStatus::kNoAlgo;
+  const int64_t M = g.D.R, N = g.D.C, K = g.X.C;
+  // K is padded when it is the contiguous dim of a misaligned operand; then both are copied.
+  const bool pad_k = (mx && row_major(g.X)) || (my && !row_major(g.Y));
+  const int64_t Kp = pad_k ? round_up(K, kRowBytes / es) : K;
+  const bool cx = mx || pad_k, cy = my || pad_k;
+  const double copied = double(cx ? M * Kp : 0) + double(cy ? Kp * N : 0) + double(md ? M * N : 0);
+  if (copied * kPadWorkRatio > double(M) * double(N) * double(K)) return GemmStatus::kNoAlgo;
+  Temp tx(ds, 0, s), ty(ds, 0, s), td(ds, 0, s);
+  Gemm p = g;
+  if (cx) p.X = padded(g.X, M, Kp, g.in, true, tx, ds, s);
+  if (cy) p.Y = padded(g.Y, Kp, N, g.in, true, ty, ds, s);
+  if (md) p.D = padded(g.D, M, N, g.out, false, td, ds, s);
+  const GemmStatus st = run_gemm(p, ds, s);
+  if (st == GemmStatus::kOk && md) copy_back(p.D, g.D, g.out, s);
+  return st;
+}
+
 }  // namespace
 
 Mat mat_of(const DLTensor* t, int nb) {
@@ -570,7 +663,10 @@ bool aux_compatible(const Mat& m, const Mat& D) {
 
 bool gemm(Gemm g, DeviceState& ds, cudaStream_t s) {
   if (small_gemm(g, s)) return true;
-  GemmStatus st = run_gemm(g, ds, s);
+  GemmStatus st = run_padded(g, ds, s);
+  if (st == GemmStatus::kOk) return true;
+  if (st == GemmStatus::kEpilogueUnusable) return false;
+  st = run_gemm(g, ds, s);
   if (st == GemmStatus::kOk) return true;
   if (st == GemmStatus::kEpilogueUnusable) return false;
   Temp tx(ds, 0, s), ty(ds, 0, s);
