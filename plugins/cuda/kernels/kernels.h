@@ -33,6 +33,11 @@ void copy_view(DType dt, const void* src, const View& sv, void* dst, const View&
                cudaStream_t s);
 // dst, compact [rows, C], = rows of C elements `ld` elements apart at src.
 void copy_rows(DType dt, const void* src, int64_t ld, void* dst, int64_t rows, int64_t C, cudaStream_t s);
+// dst, rows_p rows of ldp elements (16-byte aligned, ldp * element size a multiple of 16),
+// = src's rows x cols (element strides so between rows, si within one) in its top-left
+// corner and 0 elsewhere.
+void pad_rows(DType dt, const void* src, int64_t so, int64_t si, int64_t rows, int64_t cols, void* dst, int64_t rows_p,
+              int64_t ldp, cudaStream_t s);
 // dst = 0 through dst's view.
 void zero_view(DType dt, void* dst, const View& dv, cudaStream_t s);
 // relu in place over n compact elements (NaN kept), 16-byte vectors where aligned.

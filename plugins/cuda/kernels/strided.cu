@@ -49,6 +49,22 @@ template <class U> __global__ void copy_rows_k(const U* src, int64_t ld, U* dst,
   }
 }
 
+// dst's 16-byte vectors over rows_p rows of ldp elements = src (rows x cols at strides
+// so, si) where inside it, 0 past it.
+template <class T>
+__global__ void pad_rows_k(const T* src, int64_t so, int64_t si, int64_t rows, int64_t cols, T* dst, int64_t rows_p,
+                           int64_t ldp) {
+  constexpr int V = 16 / sizeof(T);
+  const int64_t per_row = ldp / V, n = rows_p * per_row;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / per_row, c0 = (i - r * per_row) * V;
+    alignas(16) T e[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) e[j] = r < rows && c0 + j < cols ? src[r * so + (c0 + j) * si] : Cv<T>::st(0.f);
+    reinterpret_cast<uint4*>(dst)[i] = *reinterpret_cast<const uint4*>(e);
+  }
+}
+
 template <class T> __global__ void zero_view_k(T* dst, View dv, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     dst[offset_of(i, dv)] = Cv<T>::st(0.f);
@@ -127,6 +143,17 @@ void copy_rows(DType dt, const void* src, int64_t ld, void* dst, int64_t rows, i
   else
     launch(uint16_t{});
   DLF_LAUNCHED("copy_rows kernel");
+}
+
+void pad_rows(DType dt, const void* src, int64_t so, int64_t si, int64_t rows, int64_t cols, void* dst, int64_t rows_p,
+              int64_t ldp, cudaStream_t s) {
+  if (rows_p * ldp == 0) return;
+  by_dtype(dt, [&](auto t) {
+    using T = decltype(t);
+    pad_rows_k<T><<<grid_for(rows_p * ldp / (16 / int64_t(sizeof(T)))), kThreads, 0, s>>>(
+        static_cast<const T*>(src), so, si, rows, cols, static_cast<T*>(dst), rows_p, ldp);
+  });
+  DLF_LAUNCHED("pad_rows kernel");
 }
 
 void zero_view(DType dt, void* dst, const View& dv, cudaStream_t s) {

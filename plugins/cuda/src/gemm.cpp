@@ -521,13 +521,14 @@ GemmStatus run_gemm(const Gemm& g, DeviceState& ds, cudaStream_t stream) {
 
 // ---- matrices whose rows do not start on 16 bytes ---------------------------------------
 //
-// cuBLASLt serves a matrix whose leading dimension (or, with K contiguous, K itself) is not a
-// multiple of 16 bytes with its alignment-1 kernels, its slowest: a 13-wide layer's input
-// (26-byte rows) took a 32768-row bfloat16 layer to sm75-era align1 kernels on the H200. A
-// plain 2-D problem whose misaligned matrices are small next to its work runs instead on
-// zero-padded copies with 16-byte rows (K rounded up when it is a misaligned operand's
-// contiguous dim: the added products are 0 * 0), and writes a misaligned D through such a
-// copy. DLFUSE_CUDA_PAD_ROWS=0 turns it off.
+// cuBLASLt serves a matrix whose leading dimension, or contiguous dim, is not a multiple of
+// 16 bytes with its alignment-1 kernels, its slowest: a 13-wide layer (26-byte rows) took a
+// 32768-row bfloat16 layer to sm75-era align1 kernels on the H200, whose RELU epilogue also
+// failed the NaN probe. A plain 2-D problem whose misaligned matrices are small next to its
+// work runs instead on zero-padded copies with 16-byte rows: the contiguous dim of each
+// misaligned matrix is rounded up to 16 bytes (K: the added products are 0 * 0; M or N: D's
+// extra rows or columns are dropped, the bias is padded with zeros), and D goes through such
+// a copy where needed. DLFUSE_CUDA_PAD_ROWS=0 turns it off.
 constexpr int64_t kRowBytes = 16;
 constexpr int64_t kPadWorkRatio = 64;  // multiply-adds per element copied, at least
 
@@ -538,23 +539,25 @@ bool pad_rows_enabled() {
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-// A matrix (not a vector) cuBLASLt can read, whose base or leading dimension is not a
-// multiple of 16 bytes.
+// A matrix (not a vector) cuBLASLt can read whose base, leading dimension or contiguous dim
+// is not a multiple of 16 bytes.
 bool misaligned(const Mat& m, int es) {
   const Lay l = classify(m.R, m.C, m.sr, m.sc);
-  return m.R > 1 && m.C > 1 && l.ok &&
-         ((l.ld * es) % kRowBytes != 0 || reinterpret_cast<uintptr_t>(m.base) % kRowBytes != 0);
+  if (m.R <= 1 || m.C <= 1 || !l.ok) return false;
+  const int64_t inner = l.row ? m.C : m.R;
+  return (l.ld * es) % kRowBytes != 0 || (inner * es) % kRowBytes != 0 ||
+         reinterpret_cast<uintptr_t>(m.base) % kRowBytes != 0;
 }
 
 bool row_major(const Mat& m) { return classify(m.R, m.C, m.sr, m.sc).row; }
 
-// A zero-filled R x C matrix in m's orientation with 16-byte rows, m copied into its
-// top-left corner (when `fill`).
+// An R x C matrix in m's orientation with 16-byte rows in t: m in its top-left corner and
+// zeros elsewhere (when `fill`; else uninitialized).
 Mat padded(const Mat& m, int64_t R, int64_t C, DType dt, bool fill, Temp& t, DeviceState& ds, cudaStream_t s) {
-  const int64_t es = dsize(dt), v = kRowBytes / es;
+  const int64_t es = dsize(dt);
   const bool row = row_major(m);
-  const int64_t ld = round_up(row ? C : R, v), bytes = (row ? R : C) * ld * es;
-  t.reset(ds, size_t(bytes));
+  const int64_t ld = round_up(row ? C : R, kRowBytes / es), outer = row ? R : C;
+  t.reset(ds, size_t(outer * ld * es));
   Mat p = m;
   p.base = static_cast<char*>(t.get());
   p.R = R;
@@ -562,21 +565,15 @@ Mat padded(const Mat& m, int64_t R, int64_t C, DType dt, bool fill, Temp& t, Dev
   p.sr = row ? ld : 1;
   p.sc = row ? 1 : ld;
   std::fill(p.bs.begin(), p.bs.end(), 0);
-  if (fill) {
-    DLF_CUDA(cudaMemsetAsync(p.base, 0, size_t(bytes), s));
-    const int64_t shape[2] = {m.R, m.C};
-    View src = compact_view(shape, 2), dst = src;
-    src.stride[0] = m.sr;
-    src.stride[1] = m.sc;
-    dst.stride[0] = p.sr;
-    dst.stride[1] = p.sc;
-    copy_view(dt, m.base, src, p.base, dst, 0, s);
-  }
+  if (fill)
+    pad_rows(dt, m.base, row ? m.sr : m.sc, row ? m.sc : m.sr, row ? m.R : m.C, row ? m.C : m.R, p.base, outer, ld, s);
   return p;
 }
 
-// D's elements, copied from the padded P's top-left corner.
+// D's elements, copied from the padded P's top-left corner (by rows where D is compact).
 void copy_back(const Mat& P, const Mat& D, DType dt, cudaStream_t s) {
+  if (row_major(D) && D.sc == 1 && D.sr == D.C) return copy_rows(dt, P.base, P.sr, D.base, D.R, D.C, s);
+  if (!row_major(D) && D.sr == 1 && D.sc == D.R) return copy_rows(dt, P.base, P.sc, D.base, D.C, D.R, s);
   const int64_t shape[2] = {D.R, D.C};
   View src = compact_view(shape, 2), dst = src;
   src.stride[0] = P.sr;
@@ -589,26 +586,36 @@ void copy_back(const Mat& P, const Mat& D, DType dt, cudaStream_t s) {
 // Runs g on padded copies where that pays (above); kNoAlgo, having enqueued nothing, where
 // it does not apply.
 GemmStatus run_padded(const Gemm& g, DeviceState& ds, cudaStream_t s) {
-  if (!pad_rows_enabled() || g.C || g.aux || g.out_f32 || g.out != g.in) return GemmStatus::kNoAlgo;
+  if (!pad_rows_enabled() || g.C || g.aux) return GemmStatus::kNoAlgo;
   for (int64_t d : g.batch_shape)
     if (d != 1) return GemmStatus::kNoAlgo;
-  const int es = dsize(g.in);
-  const bool mx = misaligned(g.X, es), my = misaligned(g.Y, es), md = misaligned(g.D, es);
+  const DType dd = g.out_f32 ? DType::kF32 : g.out;
+  const int es = dsize(g.in), des = dsize(dd);
+  const bool mx = misaligned(g.X, es), my = misaligned(g.Y, es), md = misaligned(g.D, des);
   if (!mx && !my && !md) return GemmStatus::kNoAlgo;
-  const int64_t M = g.D.R, N = g.D.C, K = g.X.C;
-  // K is padded when it is the contiguous dim of a misaligned operand; then both are copied.
-  const bool pad_k = (mx && row_major(g.X)) || (my && !row_major(g.Y));
-  const int64_t Kp = pad_k ? round_up(K, kRowBytes / es) : K;
-  const bool cx = mx || pad_k, cy = my || pad_k;
-  const double copied = double(cx ? M * Kp : 0) + double(cy ? Kp * N : 0) + double(md ? M * N : 0);
+  const bool xr = row_major(g.X), yr = row_major(g.Y), dr = row_major(g.D);
+  const int64_t M = g.D.R, N = g.D.C, K = g.X.C, v = kRowBytes / std::min(es, des);
+  const int64_t Kp = (mx && xr) || (my && !yr) ? round_up(K, kRowBytes / es) : K;
+  const int64_t Mp = (mx && !xr) || (md && !dr) ? round_up(M, v) : M;
+  const int64_t Np = (my && yr) || (md && dr) ? round_up(N, v) : N;
+  const bool cx = mx || Kp != K || Mp != M, cy = my || Kp != K || Np != N, cd = md || Mp != M || Np != N;
+  const double copied = double(cx ? Mp * Kp : 0) + double(cy ? Kp * Np : 0) + double(cd ? Mp * Np : 0);
   if (copied * kPadWorkRatio > double(M) * double(N) * double(K)) return GemmStatus::kNoAlgo;
-  Temp tx(ds, 0, s), ty(ds, 0, s), td(ds, 0, s);
+  Temp tx(ds, 0, s), ty(ds, 0, s), td(ds, 0, s), tb(ds, 0, s);
   Gemm p = g;
-  if (cx) p.X = padded(g.X, M, Kp, g.in, true, tx, ds, s);
-  if (cy) p.Y = padded(g.Y, Kp, N, g.in, true, ty, ds, s);
-  if (md) p.D = padded(g.D, M, N, g.out, false, td, ds, s);
+  if (cx) p.X = padded(g.X, Mp, Kp, g.in, true, tx, ds, s);
+  if (cy) p.Y = padded(g.Y, Kp, Np, g.in, true, ty, ds, s);
+  if (cd) p.D = padded(g.D, Mp, Np, dd, false, td, ds, s);
+  // The bias runs along cuBLASLt's rows: N for a row-major D (computed as D^T), else M.
+  const int64_t bias_len = dr ? N : M, bias_len_p = dr ? Np : Mp;
+  if (g.bias && bias_len_p != bias_len) {
+    tb.reset(ds, size_t(bias_len_p * des));
+    DLF_CUDA(cudaMemsetAsync(tb.get(), 0, size_t(bias_len_p * des), s));
+    DLF_CUDA(cudaMemcpyAsync(tb.get(), g.bias, size_t(bias_len * des), cudaMemcpyDeviceToDevice, s));
+    p.bias = static_cast<const char*>(tb.get());
+  }
   const GemmStatus st = run_gemm(p, ds, s);
-  if (st == GemmStatus::kOk && md) copy_back(p.D, g.D, g.out, s);
+  if (st == GemmStatus::kOk && cd) copy_back(p.D, g.D, dd, s);
   return st;
 }
 
