@@ -8,6 +8,7 @@
 // two cannot disagree on the layout.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
@@ -50,6 +51,7 @@ struct Derived {
   size_t num_args = 0;
   std::vector<int> in_arg, attr_arg, shape_arg;  // per input, attribute, output: torch argument
   int needs_arg = kAbsent;                       // bool[] needs, where every output is optional
+  std::vector<int> grad_input;                   // per output grad_<x>: input x of this op, or kAbsent
   // Autograd, where the registry has <op>_backward: its derived operator and, per backward
   // argument, where the value comes from.
   const Derived* bwd = nullptr;
@@ -69,6 +71,12 @@ struct Derived {
 
 std::mutex g_mu;
 std::map<std::string, const Derived*> g_derived;  // kept for the process's life, as torch's ops
+
+// Set by the eager backward around its call of <op>_backward: an output grad_<x> whose input
+// x is dense is then allocated in x's layout (for `weight.t()`, the weight's), so autograd
+// accumulates it into .grad without a copy kernel. Not under torch.compile, whose fake kernel
+// allocates compact outputs (as the hand-written operators' operand_layout).
+thread_local bool t_operand_layout = false;
 
 // ---- the kernel (CPU and CUDA) ---------------------------------------------------------------
 
@@ -127,11 +135,16 @@ std::vector<Tensor> make_outputs(const Derived& d, c10::ArrayRef<IValue> args, C
       outs.push_back(at::empty({0}, c.like.options()));
       continue;
     }
-    const int a = d.shape_arg[ks];
+    const int a = d.shape_arg[ks], x = d.grad_input[ks];
+    const at::IntArrayRef inferred(&shapes[ks * DLFUSE_MAX_NDIM], size_t(ndims[ks]));
+    const IValue* xv = x != kAbsent ? &args[size_t(d.in_arg[size_t(x)])] : nullptr;
     if (a != kAbsent && !args[size_t(a)].isNone())
       outs.push_back(at::empty(args[size_t(a)].toIntVector(), c.like.options()));
+    else if (t_operand_layout && xv && xv->isTensor() && xv->toTensor().sizes() == inferred &&
+             xv->toTensor().is_non_overlapping_and_dense())
+      outs.push_back(at::empty_like(xv->toTensor(), at::MemoryFormat::Preserve));
     else
-      outs.push_back(at::empty(at::IntArrayRef(&shapes[ks * DLFUSE_MAX_NDIM], size_t(ndims[ks])), c.like.options()));
+      outs.push_back(at::empty(inferred, c.like.options()));
     c.out_dl[ks] = Dl(outs.back());
     c.out[ks] = c.out_dl[ks].get();
   }
@@ -240,6 +253,11 @@ struct DerivedFn : torch::autograd::Function<DerivedFn> {
       for (bool n : need) l.push_back(n);
       s[size_t(b.needs_arg)] = std::move(l);
     }
+    struct Layout {  // restored on every way out
+      explicit Layout(bool on) : was(t_operand_layout) { t_operand_layout = on; }
+      ~Layout() { t_operand_layout = was; }
+      bool was;
+    } layout(!traced(grads[0]));
     b.handle->callBoxed(s);
     for (size_t j = 0; j < need.size(); ++j)
       if (need[j]) r[size_t(2 + edge_of[size_t(d->grad_of[j])])] = s[j].toTensor();
@@ -269,6 +287,11 @@ void map_arguments(Derived& d) {
   d.in_arg.assign(size_t(d.sc.num_inputs), kAbsent);
   d.attr_arg.assign(size_t(d.sc.num_attrs), kAbsent);
   d.shape_arg.assign(size_t(d.sc.num_outputs), kAbsent);
+  d.grad_input.assign(size_t(d.sc.num_outputs), kAbsent);
+  for (int32_t o = 0; o < d.sc.num_outputs; ++o) {
+    const std::string n = d.sc.outputs[o].name;
+    if (n.rfind("grad_", 0) == 0) d.grad_input[size_t(o)] = d.input(n.substr(5));
+  }
   for (size_t k = 0; k < targs.size(); ++k) {
     const std::string& n = targs[k].name();
     const int a = int(k);

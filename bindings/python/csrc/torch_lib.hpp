@@ -103,4 +103,11 @@ inline void* stream_of(const Tensor& x) {
   return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(x.device()).native_handle();
 }
 
+// Whether autograd is running this backward on traced tensors (torch.compile's fake or
+// functional ones) rather than real ones.
+inline bool traced(const Tensor& t) {
+  const auto ks = t.key_set();
+  return ks.has(c10::DispatchKey::Python) || ks.has(c10::DispatchKey::Functionalize);
+}
+
 }  // namespace dlfuse_torch

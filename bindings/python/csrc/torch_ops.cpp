@@ -87,12 +87,6 @@ bool is_transposed(const Tensor& t) {
   return t.dim() >= 2 && !t.is_contiguous() && t.transpose(-2, -1).is_contiguous();
 }
 
-// Whether autograd is running this backward on traced tensors (torch.compile's fake or
-// functional ones) rather than real ones.
-bool traced(const Tensor& t) {
-  const auto ks = t.key_set();
-  return ks.has(c10::DispatchKey::Python) || ks.has(c10::DispatchKey::Functionalize);
-}
 
 // ---- the CPU and CUDA kernels of torch.ops.dlfuse.* -----------------------------------------
 

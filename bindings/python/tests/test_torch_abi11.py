@@ -637,3 +637,20 @@ def test_derived_mlp_op_differentiates_its_first_output_only(dev):
     torch.testing.assert_close(gx, want, rtol=1e-4, atol=1e-5)
     with pytest.raises(dlfuse.InvalidArgumentError, match="w1"):
         dft.mlp(x, w[0], torch.randn(7, 3, device=dev), *pad, *b, *pad, 1)
+
+
+def test_derived_backward_writes_weight_gradients_in_the_weights_layout(dev):
+    """Eager, with the C++ operators: grad_w of `weight.t()` is allocated in that view's
+    layout, so the weight's own gradient is compact (no copy kernel in AccumulateGrad)."""
+    _need("mlp", dev)
+    if not dft.CPP_OPS:
+        pytest.skip(f"the C++ operators are not loaded: {dft._torch_cpp.why_not}")
+    torch.manual_seed(5)
+    mlp = dft.FusedMLP((4, 6, 3), device=dev)
+    x = torch.randn(5, 4, device=dev)
+    W = [l.weight for l in mlp.layers]
+    got = torch.autograd.grad(mlp(x).square().sum(), W)
+    assert all(g.is_contiguous() for g in got), [g.stride() for g in got]
+    want = torch.autograd.grad(_plain_mlp(mlp, x).square().sum(), W)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
