@@ -120,6 +120,9 @@ std::vector<CaseSpec> matmul_cases(OpKind op) {
     s.layout["pre"] = Layout::kColumnSlice;
   }));
   c.push_back(mm("many_rows_row_bias", op, 16384, 3, 8, {8}));
+  // grad_out of a sum: one element seen as [M, N] (every stride 0).
+  c.push_back(with(mm("broadcast_grad_out", op, 33, 6, 16, {16}),
+                   [](CaseSpec& s) { s.layout["grad_out"] = Layout::kBroadcast; }));
   c.push_back(with(mm("only_grad_bias_batched", op, 4, 3, 5, {5}), [&](CaseSpec& s) {
     s.a_batch = {2};
     s.b_batch = {2};

@@ -15,6 +15,7 @@ const char* layout_name(Layout l) {
     case Layout::kTransposed: return "transposed";
     case Layout::kZeroStride: return "zero-stride";
     case Layout::kColumnSlice: return "column-slice";
+    case Layout::kBroadcast: return "broadcast";
   }
   return "?";
 }
@@ -58,6 +59,7 @@ HostTensor::HostTensor(DLDataType dtype, std::vector<int64_t> shape, Layout layo
       std::swap(strides_[r - 1], strides_[r - 2]);
       break;
     }
+    case Layout::kBroadcast: strides_.assign(size_t(r), 0); break;
     case Layout::kZeroStride: {
       strides_ = row_major(shape_, 0);
       for (int i = 0; i < r; ++i)

@@ -19,6 +19,8 @@ enum class Layout {
   kZeroStride,       // stride 0 on the first dim of size > 1 (a broadcast view; inputs only)
   kColumnSlice,      // rows twice the last dim apart: the first half of [..., 2N] (the gradient
                     // of one input of a concatenation)
+  kBroadcast,        // every stride 0: one element seen as the whole shape (the gradient of a
+                    // sum; inputs only)
 };
 
 const char* layout_name(Layout l);
