@@ -206,8 +206,10 @@ c10::List<IValue> backward_args(const Derived& d, const std::vector<IValue>& arg
 }
 
 struct DerivedFn : torch::autograd::Function<DerivedFn> {
-  // `given`: the forward inputs that are tensors, in input order (autograd's edges).
-  static variable_list forward(AutogradContext* ctx, const Derived* d, std::vector<IValue>* args, at::TensorList) {
+  // The last argument holds the forward inputs that are tensors, in input order: autograd's
+  // edges (it is read by Function::apply, not here).
+  static variable_list forward(AutogradContext* ctx, const Derived* d, std::vector<IValue>* args,
+                               at::TensorList /*given*/) {
     Stack s(args->begin(), args->end());
     {
       at::AutoDispatchBelowADInplaceOrView guard;
