@@ -67,8 +67,10 @@ class DLRM(torch.nn.Module):
     def __init__(self, use_dlfuse):
         super().__init__()
         self.use_dlfuse = use_dlfuse
-        # FusedMLP's derived op costs more host time than the per-layer operators (docs/
-        # performance.md): the MLPs run layer by layer unless --ops names mlp.
+        # The MLPs run layer by layer unless --ops names mlp: without the C++ operators (a wheel
+        # built with pip's build isolation has none) FusedMLP's derived op is a Python operator,
+        # 1.5 ms a step slower in eager mode; with them both take the same time (docs/
+        # performance.md).
         self.dlfuse_ops = ("matmul", "add_mul")
         self.bottom = dft.FusedMLP(BOTTOM, "relu", "relu")
         self.emb = torch.nn.Parameter(torch.randn(NUM_SPARSE, TABLE_ROWS, EMB_DIM) * 0.1)

@@ -583,8 +583,9 @@ void copy_back(const Mat& P, const Mat& D, DType dt, cudaStream_t s) {
   copy_view(dt, P.base, src, D.base, dst, 0, s);
 }
 
-// Runs g on padded copies where that pays (above); kNoAlgo, having enqueued nothing, where
-// it does not apply.
+// Runs g on padded copies where that pays (above). kNoAlgo where it does not apply (nothing
+// enqueued) or where cuBLASLt has no algorithm for the padded problem (its copies enqueued,
+// unused): the caller then runs g as it is.
 GemmStatus run_padded(const Gemm& g, DeviceState& ds, cudaStream_t s) {
   if (!pad_rows_enabled() || g.C || g.aux) return GemmStatus::kNoAlgo;
   for (int64_t d : g.batch_shape)
