@@ -276,6 +276,7 @@ job_wheel() {
       >"$("$v/bin/python" -c "import sysconfig; print(sysconfig.get_path('purelib'))")/machine-site.pth"
   if [ -d "$ROOT/.whl" ]; then
     "${pip[@]}" install "${links[@]}" "scikit-build-core>=1.0" "apache-tvm-ffi>=0.1" || return 1
+    ! ls "$ROOT"/.whl/nvidia_cutlass-*.whl >/dev/null 2>&1 || "${pip[@]}" install --no-deps "${links[@]}" nvidia-cutlass || return 1
   fi
   # CUDA_ARCHS narrows the device code here too (the wheel's default is the cuda preset's list).
   [ -z "${CUDA_ARCHS:-}" ] || export SKBUILD_CMAKE_DEFINE="CMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHS"

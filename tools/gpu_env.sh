@@ -1,5 +1,5 @@
 # Sourced by tools/gpu.sh: finds what a GPU machine without package registries offers, the
-# same way for every job, and defines gpu_build. Sets DLINC, CLINC, CLLIB, CUDA_HOME,
+# same way for every job, and defines gpu_build. Sets DLINC, CUTLASS_ARG, CLINC, CLLIB, CUDA_HOME,
 # CLI and PLUGINS (after gpu_build), and OCL_ICD_VENDORS where the NVIDIA ICD is not registered.
 ROOT=${ROOT:-$PWD}
 
@@ -12,6 +12,18 @@ if [ -z "$DLINC" ] || [ ! -f "$DLINC/dlpack/dlpack.h" ]; then
     DLINC=/tmp/dlpack-inc/tvm_ffi/include
   else
     echo "gpu_env: no DLPack header: pip-install apache-tvm-ffi or carry .whl/apache_tvm_ffi-*.whl" >&2
+  fi
+fi
+
+# CUTLASS (the CUDA plugin's fused mlp_backward epilogue): python3's nvidia-cutlass, else a
+# carried .whl/nvidia_cutlass-*.whl's headers.
+CUTLASS_ARG=()
+if ! python3 -c "import cutlass_library" 2>/dev/null; then
+  whl=$(ls "$ROOT"/.whl/nvidia_cutlass-*.whl 2>/dev/null | head -1 || true)
+  if [ -n "$whl" ]; then
+    rm -rf /tmp/cutlass-inc && mkdir -p /tmp/cutlass-inc
+    python3 -c "import zipfile,sys; z=zipfile.ZipFile(sys.argv[1]); z.extractall('/tmp/cutlass-inc', [n for n in z.namelist() if n.startswith('cutlass_library/source/include/')])" "$whl"
+    CUTLASS_ARG=(-DDLFUSE_CUTLASS_INCLUDE=/tmp/cutlass-inc/cutlass_library/source/include)
   fi
 fi
 
@@ -43,7 +55,7 @@ gpu_build() {
   [ -n "${CUDA_ARCHS:-}" ] && arch=(-DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS")
   cmake -S "$src" -B "$dir" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLFUSE_BUILD_UNIT_TESTS=OFF \
     -DDLFUSE_WITH_ONEDNN=OFF -DDLFUSE_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" "${arch[@]}" "${extra[@]}" \
-    -DDLPACK_INCLUDE_DIR="$DLINC" -DOpenCL_INCLUDE_DIR="$CLINC" -DOpenCL_LIBRARY="$CLLIB" &&
+    "${CUTLASS_ARG[@]}" -DDLPACK_INCLUDE_DIR="$DLINC" -DOpenCL_INCLUDE_DIR="$CLINC" -DOpenCL_LIBRARY="$CLLIB" &&
     cmake --build "$dir" -j "$(nproc)" "${targets[@]}"
   local rc=$?
   if (($# < 2)); then

@@ -32,4 +32,10 @@ fi
 python3 -m pip install -q --disable-pip-version-check "apache-tvm-ffi>=0.1" "numpy>=2.1" "pytest>=8" \
   "setuptools>=61" wheel "scikit-build-core>=1.0" build auditwheel "jax[cpu]>=0.10" "wgpu>=0.32" 2>&1 |
   grep -v "Running pip as the 'root' user" || true
+# nvidia-cutlass: CUTLASS 3.x's headers for the CUDA plugin's fused mlp_backward epilogue
+# (plugins/cuda/CMakeLists.txt); its Python side and dependencies are not used.
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+  python3 -m pip install -q --disable-pip-version-check --no-deps "nvidia-cutlass>=4.0" 2>&1 |
+    grep -v "Running pip as the 'root' user" || true
+fi
 python3 -c "import tvm_ffi.libinfo as l; print('setup: DLPack header from', l.find_dlpack_include_path())"

@@ -22,6 +22,11 @@ DeviceState& device_state(State* st, int device) {
       props.location.type = cudaMemLocationTypeDevice;
       props.location.id = device;
       DLF_CUDA(cudaMemPoolCreate(&ds.pool, &props));
+      int major = 0, minor = 0;
+      DLF_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+      DLF_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+      ds.cc = major * 10 + minor;
+      DLF_CUDA(cudaDeviceGetAttribute(&ds.sms, cudaDevAttrMultiProcessorCount, device));
       // Keep freed temporaries in the pool: the next call reuses them without a driver call.
       uint64_t keep = UINT64_MAX;
       DLF_CUDA(cudaMemPoolSetAttribute(ds.pool, cudaMemPoolAttrReleaseThreshold, &keep));

@@ -199,13 +199,18 @@ dlfuse_status_t matmul_add_activation(void* state, void*, const dlfuse_kernel_ar
   });
 }
 
+void activation_dz(CallContext& cx, int act, bool from_out, const DLTensor* gout, const DLTensor* src,
+                   const std::vector<int64_t>& shape, void* dz, DLTensor* gbias) {
+  const bool bias_done = numel(gout) > 0 && activation_grad(cx, act, from_out, gout, src, shape, dz, gbias);
+  if (!bias_done) reduce_into(cx, dz, shape, gbias);
+}
+
 void activation_backward(CallContext& cx, bool tf32, int act, bool from_out, const DLTensor* gout, const DLTensor* src,
                          const DLTensor* a, const DLTensor* b, DLTensor* ga, DLTensor* gb, DLTensor* gbias) {
   if (!ga && !gb && !gbias) return;
   const std::vector<int64_t> oshape(gout->shape, gout->shape + gout->ndim);
   Temp dz(*cx.ds, size_t(numel(gout)) * size_t(dsize(cx.dt)), cx.stream);
-  const bool bias_done = numel(gout) > 0 && activation_grad(cx, act, from_out, gout, src, oshape, dz.get(), gbias);
-  if (!bias_done) reduce_into(cx, dz.get(), oshape, gbias);
+  activation_dz(cx, act, from_out, gout, src, oshape, dz.get(), gbias);
   operand_grads(cx, tf32, compact_mat(dz.get(), oshape), oshape, a, b, ga, gb);
 }
 

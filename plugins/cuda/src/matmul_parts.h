@@ -59,6 +59,11 @@ void operand_grads(CallContext& cx, bool tf32, const Mat& dz, const std::vector<
 
 bool read_tf32(const dlfuse_kernel_args_t* args);
 
+// dZ = grad_out * act'(src) compact over `shape` into dz, src the forward's pre or (from_out)
+// out, and grad_bias (may be NULL) reduced from it. (epilogue.cpp)
+void activation_dz(CallContext& cx, int act, bool from_out, const DLTensor* gout, const DLTensor* src,
+                   const std::vector<int64_t>& shape, void* dz, DLTensor* gbias);
+
 // The backward of act(a @ b + bias) from grad_out and src, the forward's out (from_out: for
 // identity, relu, sigmoid, tanh) or pre: one pass writes dZ and, for a row-vector bias, its
 // column sums; then grad_a and grad_b. Outputs may be NULL. (epilogue.cpp)
