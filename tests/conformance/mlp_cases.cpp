@@ -79,9 +79,11 @@ std::vector<MlpCase> backward_cases() {
       with(mc("sigmoid_hidden", 5, {4, 6, 3}, DLFUSE_ACT_SIGMOID), [](MlpCase& c) { c.float32_only = true; }),
       mc("zero_rows", 0, {3, 4, 2}),
       mc("many_rows", 1024, {16, 32, 8, 1}),
-      // Widths of 8n and rows no tile divides: the CUDA plugin's fused input-gradient epilogue.
+      // Widths of 8n (64n: the bias gradient from the GEMM's own column sums) and rows no
+      // tile divides: the CUDA plugin's fused input-gradient epilogue.
       mc("widths_of_8n", 300, {24, 72, 40, 16}),
       with(mc("widths_of_8n_transposed", 300, {24, 72, 40, 16}), [](MlpCase& c) { c.w_transposed = true; }),
+      with(mc("widths_of_64n_transposed", 300, {24, 128, 64, 16}), [](MlpCase& c) { c.w_transposed = true; }),
   };
 }
 

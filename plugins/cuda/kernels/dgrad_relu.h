@@ -1,5 +1,6 @@
 // The input-gradient GEMM of an mlp layer fused with the ReLU gradient of the layer below
-// (dgrad_relu_sm90.cu; built where CUTLASS and sm_90 are, DLFUSE_CUDA_CUTLASS).
+// and the partial sums of its bias gradient (dgrad_relu_sm90.cu; built where CUTLASS and
+// sm_90 are, DLFUSE_CUDA_CUTLASS).
 #ifndef DLFUSE_CUDA_DGRAD_RELU_H_
 #define DLFUSE_CUDA_DGRAD_RELU_H_
 
@@ -11,8 +12,10 @@
 namespace dlfuse_cuda {
 
 // dz [M, K] = (dy [M, N] @ w^T) * (h [M, K] > 0 or NaN); bfloat16, rows of every matrix
-// 16-byte aligned. w [K, N] row-major (ldw its row
-// stride) or, with w_col_major, its transpose's storage ([N, K] row-major, ldw that stride).
+// 16-byte aligned. w [K, N] row-major (ldw its row stride) or, with w_col_major, its
+// transpose's storage ([N, K] row-major, ldw that stride). With partials, also the column
+// sums of dz over blocks of rows, float [dgrad_relu_partial_rows(M),
+// dgrad_relu_partial_cols(K)] (the first K columns count).
 struct DgradRelu {
   int64_t M = 0, N = 0, K = 0;
   const void* w = nullptr;
@@ -24,9 +27,12 @@ struct DgradRelu {
   int64_t ldh = 0;
   void* dz = nullptr;
   int64_t lddz = 0;
+  float* partials = nullptr;
   int sm_count = 0;
 };
 
+int64_t dgrad_relu_partial_rows(int64_t M);
+int64_t dgrad_relu_partial_cols(int64_t K);
 size_t dgrad_relu_workspace(const DgradRelu& p);
 // cudaErrorNotSupported when CUTLASS cannot run the problem (nothing enqueued).
 cudaError_t dgrad_relu(const DgradRelu& p, void* workspace, cudaStream_t s);

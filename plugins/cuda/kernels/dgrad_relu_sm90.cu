@@ -1,9 +1,9 @@
 // The input-gradient GEMM of an mlp layer with the layer below's ReLU gradient in its
-// epilogue (CUTLASS 3.x, sm_90a): dZ = (dY @ W^T) * (h > 0), h the layer below's output.
-// Row-major [M, K] dZ is CUTLASS's column-major K x M D. The bias gradient stays a pass of
-// its own: CUTLASS's per-row reduction in this epilogue (LinCombDeEltActDePerRowBias) took
-// the GEMM from 72 to 197 us on the H200 (32768 x 1024 x 512, bfloat16).
+// epilogue (CUTLASS 3.x, sm_90a): dZ = (dY @ W^T) * (h > 0), h the layer below's output,
+// and per tile the column sums of dZ, which finish_colsum adds up into the bias gradient.
+// Row-major [M, K] dZ is CUTLASS's column-major K x M D, so those are per-row sums of D.
 #include <cstdint>
+#include <type_traits>
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -37,21 +37,78 @@ struct DReluFromOut<cutlass::Array<T, N>> {
   }
 };
 
+// The epilogue as a fusion operation: CUTLASS's LinCombDeEltAct (alpha = 1, beta = 0, C
+// absent) plus the per-row sums of D left per tile, in float, for a kernel of ours to finish.
+// CUTLASS's own LinCombDeEltActDePerRowBias finishes them in the GEMM (the last tile of a
+// row block sums the others'): on the H200 that took the GEMM from 64 to 135 us (bfloat16,
+// 32768 x 1024 x 512), the per-tile sums alone to 70.
+template <class T>
+struct DReluRowPartials : cutlass::epilogue::fusion::LinCombDeEltAct<cutlass::layout::ColumnMajor, DReluFromOut, T,
+                                                                     float, T, T, float> {};
+
+}  // namespace
+}  // namespace dlfuse_cuda
+
+namespace cutlass::epilogue::fusion {
+
+// Its visitor tree: D = convert(row_partials(drelu(acc, aux))). Sm90ColReduction with
+// FinalReduction off writes a compact float [ceil(N / tile N), M rounded up to tile M] of
+// per-tile sums (M-major); null partials switch the reduction off.
+template <int StagesC, int StagesD, int FragmentSize, bool ReuseSmemC, bool DelayTmaStore, class T, class CtaTileShapeMNK,
+          class EpilogueTile, class SmemLayoutAtom, class CopyOpS2R>
+struct FusionCallbacks<epilogue::Sm90TmaWarpSpecialized<StagesC, StagesD, FragmentSize, ReuseSmemC, DelayTmaStore>,
+                       dlfuse_cuda::DReluRowPartials<T>, CtaTileShapeMNK, EpilogueTile, SmemLayoutAtom, CopyOpS2R>
+    : Sm90EVT<Sm90Compute<epilogue::thread::Identity, T, float, FloatRoundStyle::round_to_nearest>,
+              Sm90EVT<Sm90ColReduction<plus, plus, plus, 0, CtaTileShapeMNK, float, float,
+                                       FloatRoundStyle::round_to_nearest, Stride<_1, _0, int64_t>, 4, true, false>,
+                      Sm90LinCombDeEltAct<CtaTileShapeMNK, EpilogueTile, StagesC, gemm::TagToStrideC_t<layout::ColumnMajor>,
+                                          SmemLayoutAtom, CopyOpS2R, dlfuse_cuda::DReluFromOut, float, float, T, T,
+                                          float, 8, FloatRoundStyle::round_to_nearest>>> {
+  using Impl = Sm90EVT<
+      Sm90Compute<epilogue::thread::Identity, T, float, FloatRoundStyle::round_to_nearest>,
+      Sm90EVT<Sm90ColReduction<plus, plus, plus, 0, CtaTileShapeMNK, float, float, FloatRoundStyle::round_to_nearest,
+                               Stride<_1, _0, int64_t>, 4, true, false>,
+              Sm90LinCombDeEltAct<CtaTileShapeMNK, EpilogueTile, StagesC, gemm::TagToStrideC_t<layout::ColumnMajor>,
+                                  SmemLayoutAtom, CopyOpS2R, dlfuse_cuda::DReluFromOut, float, float, T, T, float, 8,
+                                  FloatRoundStyle::round_to_nearest>>>;
+  using Operation = dlfuse_cuda::DReluRowPartials<T>;
+
+  struct Arguments {
+    T const* aux_ptr = nullptr;
+    gemm::TagToStrideC_t<layout::ColumnMajor> dAux = {};
+    float* partials = nullptr;
+    // The tree's arguments, leaves first: alpha * acc + beta * C, aux, the activation, the
+    // reduction, the conversion.
+    operator typename Impl::Arguments() const {
+      return {{{{{{0.f}, {nullptr}, {}}, {}, {{{1.f}, {nullptr}, {}}, {}, {}}, {}}, {aux_ptr, T(0), dAux}, {}},
+               {partials, 0.f, {}}},
+              {}};
+    }
+  };
+
+  using Impl::Impl;
+};
+
+}  // namespace cutlass::epilogue::fusion
+
+namespace dlfuse_cuda {
+namespace {
+
+// Ping-pong 64 x 256 tiles: one warp group's epilogue (which loads h) runs beside the
+// other's main loop, as the layers' short K (128-1024) wants. On the H200 it took 139 us for
+// the DLRM MLP's four fused GEMMs, cooperative 128 x 128 and 128 x 256 tiles 147 and 150.
+using TileShape = Shape<_64, _256, _64>;
+
 // W^T's layout: row-major W [K, N] is K-major (CUTLASS RowMajor A over M = K features),
 // W = weight.t() (nn.Linear's [N, K] storage) is M-major (ColumnMajor A).
 template <class T, class LayoutW>
 struct Kernel {
   using Layout = cutlass::layout::ColumnMajor;  // D and h: K x M, K contiguous
-  // Ping-pong 64 x 256 tiles: one warp group's epilogue (which loads h) runs beside the
-  // other's main loop, as the layers' short K (128-1024) wants. On the H200 it took 139 us for
-  // the DLRM MLP's four fused GEMMs, cooperative 128 x 128 and 128 x 256 tiles 147 and 150.
-  using TileShape = Shape<_64, _256, _64>;
   using ClusterShape = Shape<_1, _1, _1>;
-  using Fusion = cutlass::epilogue::fusion::LinCombDeEltAct<Layout, DReluFromOut, T, float, T, T, float>;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, Layout, 8, T, Layout, 8,
-      cutlass::epilogue::TmaWarpSpecialized, Fusion>::CollectiveOp;
+      cutlass::epilogue::TmaWarpSpecialized, DReluRowPartials<T>>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, T, LayoutW, 8, T, cutlass::layout::ColumnMajor, 8, float,
       TileShape, ClusterShape,
@@ -74,10 +131,9 @@ struct Kernel {
                   typename GemmKernel::StrideB{p.lddy, _1{}, 0}};
     using SD = typename GemmKernel::StrideD;
     auto& f = a.epilogue.thread;
-    f.alpha = 1.f;
-    f.beta = 0.f;
     f.aux_ptr = static_cast<const T*>(p.h);
     f.dAux = SD{_1{}, p.ldh, 0};
+    f.partials = p.partials;
     a.epilogue.ptr_C = nullptr;
     a.epilogue.dC = SD{_1{}, p.lddz, 0};
     a.epilogue.ptr_D = static_cast<T*>(p.dz);
@@ -106,6 +162,16 @@ using Bf16Row = Kernel<cutlass::bfloat16_t, cutlass::layout::RowMajor>;
 using Bf16Col = Kernel<cutlass::bfloat16_t, cutlass::layout::ColumnMajor>;
 
 }  // namespace
+
+int64_t dgrad_relu_partial_rows(int64_t M) {
+  constexpr int64_t tile = size<1>(TileShape{});
+  return (M + tile - 1) / tile;
+}
+
+int64_t dgrad_relu_partial_cols(int64_t K) {
+  constexpr int64_t tile = size<0>(TileShape{});
+  return (K + tile - 1) / tile * tile;
+}
 
 size_t dgrad_relu_workspace(const DgradRelu& p) {
   return p.w_col_major ? workspace_of<Bf16Col>(p) : workspace_of<Bf16Row>(p);

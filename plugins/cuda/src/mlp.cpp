@@ -2,8 +2,8 @@
 // (dlfuse::kit::mlp_forward), what passes between layers uncaught by the caller in
 // stream-ordered temporaries. The backward runs from the last layer down on each layer's
 // dZ (compact): the activation-gradient pass makes it from the layer's output gradient,
-// unless the input-gradient GEMM of the layer above made it in its epilogue (dgrad_relu.h:
-// ReLU layers, bfloat16, sm_90). cuBLASLt's own fusions
+// unless the input-gradient GEMM of the layer above made it in its epilogue, with the bias
+// gradient's partial sums (dgrad_relu.h: ReLU layers, bfloat16, sm_90). cuBLASLt's own fusions
 // for that (DRELU_BGRAD, BGRADA) measured slower on the H200 than the passes they would
 // replace (docs/performance.md, "A model").
 #include <cstdint>
@@ -62,8 +62,8 @@ int64_t row_pitch(const DLTensor* t) {
   return t->shape[0] > 1 ? elem_stride(t, 0) : t->shape[1];
 }
 
-// dZ of layer i - 1 (into dz_below, [M, K]) from layer i's dZ (dz, [M, N]) in one GEMM,
-// then its bias gradient; w is layer i's weight [K, N], h layer i - 1's output. False, with
+// dZ of layer i - 1 (into dz_below, [M, K]) and its bias gradient from layer i's dZ (dz,
+// [M, N]) in one GEMM; w is layer i's weight [K, N], h layer i - 1's output. False, with
 // nothing enqueued, where the epilogue does not apply. DLFUSE_CUDA_FUSED_MLP=0 turns it off.
 bool fused_dgrad(CallContext& cx, const void* dz, int64_t M, const DLTensor* w, const DLTensor* h, int64_t act,
                  void* dz_below, DLTensor* gbias) {
@@ -91,11 +91,20 @@ bool fused_dgrad(CallContext& cx, const void* dz, int64_t M, const DLTensor* w, 
   p.dz = dz_below;
   p.lddz = p.K;
   p.sm_count = cx.ds->sms;
+  // The bias gradient from the epilogue's per-tile column sums where they are packed (K a
+  // multiple of the tile's), else one column-sum pass over dz_below.
+  const bool partials = gbias && gbias->ndim == 1 && dgrad_relu_partial_cols(p.K) == p.K;
+  const int64_t parts = dgrad_relu_partial_rows(M);
+  Temp sums(*cx.ds, partials ? size_t(parts * p.K) * sizeof(float) : 0, cx.stream);
+  p.partials = static_cast<float*>(sums.get());
   Temp ws(*cx.ds, dgrad_relu_workspace(p), cx.stream);
   const cudaError_t e = dgrad_relu(p, ws.get(), cx.stream);
   if (e == cudaErrorNotSupported) return false;
   DLF_CUDA(e);
-  reduce_into(cx, dz_below, {M, p.K}, gbias);
+  if (partials)
+    finish_colsum(cx.dt, p.partials, int(parts), p.K, base_of(gbias), elem_stride(gbias, 0), 1.f, false, cx.stream);
+  else
+    reduce_into(cx, dz_below, {M, p.K}, gbias);
   return true;
 }
 #else
