@@ -104,10 +104,11 @@ struct ColsumDsts {
 // finishing a step, now 36). A float4 a thread measured slower (44 us).
 constexpr int kFinishThreads = 1024;
 
-template <class T> __global__ void finish_colsums_k(const float* partial, int nchunks, int64_t C, ColsumDsts dst) {
+// The sum of column c of partial [nchunks, C] (0 for c >= C), for the threads of row 0 of
+// the block; every thread of the block calls it.
+__device__ float column_sum(const float* partial, int nchunks, int64_t C, int64_t c) {
   __shared__ float lane[kFinishThreads];
   const int w = int(blockDim.x), h = int(blockDim.y), x = int(threadIdx.x), y = int(threadIdx.y);
-  const int64_t c = blockIdx.x * int64_t(w) + x;
   float acc = 0.f;
   if (c < C) {
     int k = y;
@@ -126,8 +127,29 @@ template <class T> __global__ void finish_colsums_k(const float* partial, int nc
     if (y < half) *mine += mine[half * w];
     __syncthreads();
   }
-  if (y != 0 || c >= C) return;
-  for (int i = 0; i < dst.n; ++i) static_cast<T*>(dst.d[i].p)[c * dst.d[i].stride] = Cv<T>::st(dst.d[i].scale * *mine);
+  return *mine;
+}
+
+template <class T> __global__ void finish_colsums_k(const float* partial, int nchunks, int64_t C, ColsumDsts dst) {
+  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  const float sum = column_sum(partial, nchunks, C, c);
+  if (threadIdx.y != 0 || c >= C) return;
+  for (int i = 0; i < dst.n; ++i) static_cast<T*>(dst.d[i].p)[c * dst.d[i].stride] = Cv<T>::st(dst.d[i].scale * sum);
+}
+
+struct ColsumJobTable {
+  ColsumJob job[kMaxColsumJobs];
+  int first_block[kMaxColsumJobs + 1];  // job i owns blocks [first_block[i], first_block[i + 1])
+  int n;
+};
+
+template <class T> __global__ void finish_colsum_jobs_k(ColsumJobTable t) {
+  int i = 0;
+  while (i + 1 < t.n && int(blockIdx.x) >= t.first_block[i + 1]) ++i;
+  const ColsumJob& j = t.job[i];
+  const int64_t c = (int64_t(blockIdx.x) - t.first_block[i]) * blockDim.x + threadIdx.x;
+  const float sum = column_sum(j.partial, j.nchunks, j.C, c);
+  if (threadIdx.y == 0 && c < j.C) static_cast<T*>(j.dst)[c * j.stride] = Cv<T>::st(sum);
 }
 
 // One block sums everything (used for a scalar gradient: C partial columns x nchunks).
@@ -223,6 +245,26 @@ void finish_colsums(DType dt, const float* partial, int nchunks, int64_t C, cons
     finish_colsums_k<T><<<blocks, dim3(unsigned(w), unsigned(kFinishThreads / w)), 0, s>>>(partial, nchunks, C, d);
   });
   DLF_LAUNCHED("finish_colsums kernel");
+}
+
+void finish_colsum_jobs(DType dt, const ColsumJob* jobs, int n, cudaStream_t s) {
+  if (n <= 0) return;
+  if (n > kMaxColsumJobs) throw Error(DLFUSE_STATUS_INTERNAL, "finish_colsum_jobs: more jobs than kMaxColsumJobs");
+  int64_t columns = 0;
+  for (int i = 0; i < n; ++i) columns += jobs[i].C;
+  int w = 32;  // as finish_colsums: narrower while the grid would leave multiprocessors idle
+  while (w > 8 && (columns + w - 1) / w < num_sms()) w /= 2;
+  ColsumJobTable t{};
+  t.n = n;
+  for (int i = 0; i < n; ++i) {
+    t.job[i] = jobs[i];
+    t.first_block[i + 1] = t.first_block[i] + int((jobs[i].C + w - 1) / w);
+  }
+  by_dtype(dt, [&](auto z) {
+    using T = decltype(z);
+    finish_colsum_jobs_k<T><<<unsigned(t.first_block[n]), dim3(unsigned(w), unsigned(kFinishThreads / w)), 0, s>>>(t);
+  });
+  DLF_LAUNCHED("finish_colsum_jobs kernel");
 }
 
 }  // namespace dlfuse_cuda

@@ -53,6 +53,13 @@ struct Call {
   }
 };
 
+// The bias gradients whose column sums the fused GEMMs left, finished together at the end
+// of the call (one launch instead of one a layer).
+struct BiasSums {
+  std::vector<std::unique_ptr<Temp>> buffers;
+  std::vector<ColsumJob> jobs;
+};
+
 #if DLFUSE_CUDA_CUTLASS
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
@@ -62,11 +69,12 @@ int64_t row_pitch(const DLTensor* t) {
   return t->shape[0] > 1 ? elem_stride(t, 0) : t->shape[1];
 }
 
-// dZ of layer i - 1 (into dz_below, [M, K]) and its bias gradient from layer i's dZ (dz,
-// [M, N]) in one GEMM; w is layer i's weight [K, N], h layer i - 1's output. False, with
-// nothing enqueued, where the epilogue does not apply. DLFUSE_CUDA_FUSED_MLP=0 turns it off.
+// dZ of layer i - 1 (into dz_below, [M, K]) and its bias gradient (or the column sums that
+// `sums` finishes) from layer i's dZ (dz, [M, N]) in one GEMM; w is layer i's weight
+// [K, N], h layer i - 1's output. False, with nothing enqueued, where the epilogue does not
+// apply. DLFUSE_CUDA_FUSED_MLP=0 turns it off.
 bool fused_dgrad(CallContext& cx, const void* dz, int64_t M, const DLTensor* w, const DLTensor* h, int64_t act,
-                 void* dz_below, DLTensor* gbias) {
+                 void* dz_below, DLTensor* gbias, BiasSums& sums) {
   static const bool on = env_enabled("DLFUSE_CUDA_FUSED_MLP");
   if (!on || !h || act != DLFUSE_ACT_RELU || cx.dt != DType::kBF16 || cx.ds->cc != 90) return false;
   DgradRelu p;
@@ -95,20 +103,23 @@ bool fused_dgrad(CallContext& cx, const void* dz, int64_t M, const DLTensor* w, 
   // multiple of the tile's), else one column-sum pass over dz_below.
   const bool partials = gbias && gbias->ndim == 1 && dgrad_relu_partial_cols(p.K) == p.K;
   const int64_t parts = dgrad_relu_partial_rows(M);
-  Temp sums(*cx.ds, partials ? size_t(parts * p.K) * sizeof(float) : 0, cx.stream);
-  p.partials = static_cast<float*>(sums.get());
+  std::unique_ptr<Temp> buf(new Temp(*cx.ds, partials ? size_t(parts * p.K) * sizeof(float) : 0, cx.stream));
+  p.partials = static_cast<float*>(buf->get());
   Temp ws(*cx.ds, dgrad_relu_workspace(p), cx.stream);
   const cudaError_t e = dgrad_relu(p, ws.get(), cx.stream);
   if (e == cudaErrorNotSupported) return false;
   DLF_CUDA(e);
-  if (partials)
-    finish_colsum(cx.dt, p.partials, int(parts), p.K, base_of(gbias), elem_stride(gbias, 0), 1.f, false, cx.stream);
-  else
+  if (partials) {
+    sums.jobs.push_back({p.partials, int(parts), p.K, base_of(gbias), elem_stride(gbias, 0)});
+    sums.buffers.push_back(std::move(buf));
+  } else {
     reduce_into(cx, dz_below, {M, p.K}, gbias);
+  }
   return true;
 }
 #else
-bool fused_dgrad(CallContext&, const void*, int64_t, const DLTensor*, const DLTensor*, int64_t, void*, DLTensor*) {
+bool fused_dgrad(CallContext&, const void*, int64_t, const DLTensor*, const DLTensor*, int64_t, void*, DLTensor*,
+                 BiasSums&) {
   return false;
 }
 #endif
@@ -121,6 +132,7 @@ void backward(CallContext& cx, const Call& c) {
   std::unique_ptr<Temp> dz, gbuf;  // layer i's dZ; its output gradient when no epilogue made dZ
   std::unique_ptr<kit::mlp_detail::ScratchMatrix> gmat;
   const DLTensor* g = c.args->inputs[MLPB_IN(grad_out)];
+  BiasSums sums;
   bool have_dz = false;
   for (int i = s.n - 1; i >= lowest; --i) {
     const std::vector<int64_t> shape{M, s.w[i]->shape[1]};
@@ -137,7 +149,8 @@ void backward(CallContext& cx, const Call& c) {
     if (i == lowest) break;
     const int64_t K = s.w[i]->shape[0];
     std::unique_ptr<Temp> below(new Temp(*cx.ds, size_t(M * K) * esize, cx.stream));
-    have_dz = fused_dgrad(cx, dz->get(), M, s.w[i], c.output_of(i - 1), s.act_of(i - 1), below->get(), c.grad_b(i - 1));
+    have_dz = fused_dgrad(cx, dz->get(), M, s.w[i], c.output_of(i - 1), s.act_of(i - 1), below->get(), c.grad_b(i - 1),
+                          sums);
     if (have_dz) {
       dz = std::move(below);
       continue;
@@ -147,6 +160,7 @@ void backward(CallContext& cx, const Call& c) {
     gbuf = std::move(below);
     g = &gmat->t;
   }
+  finish_colsum_jobs(cx.dt, sums.jobs.data(), int(sums.jobs.size()), cx.stream);
 }
 
 }  // namespace
