@@ -84,6 +84,8 @@ std::vector<MlpCase> backward_cases() {
       mc("widths_of_8n", 300, {24, 72, 40, 16}),
       with(mc("widths_of_8n_transposed", 300, {24, 72, 40, 16}), [](MlpCase& c) { c.w_transposed = true; }),
       with(mc("widths_of_64n_transposed", 300, {24, 128, 64, 16}), [](MlpCase& c) { c.w_transposed = true; }),
+      // A 1-wide top layer over tanh: its input gradient is an outer product.
+      mc("one_wide_top_tanh", 50, {6, 9, 1}, DLFUSE_ACT_TANH),
   };
 }
 

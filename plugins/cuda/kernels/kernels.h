@@ -80,6 +80,26 @@ struct ColsumJob {
 constexpr int kMaxColsumJobs = 8;
 void finish_colsum_jobs(DType dt, const ColsumJob* jobs, int n, cudaStream_t s);
 
+// ---- mlp_backward ----------------------------------------------------------------------
+
+// dz [M, K] (compact) = act'(h) * (dy @ w^T) for a 1-wide layer (dy [M, 1], w [K, 1]) and
+// the activation of the layer below taken from its output h (IDENTITY, RELU, SIGMOID, TANH);
+// with partial, the column sums of dz per chunk of rows, float [chunks, K].
+struct OuterActGrad {
+  int64_t M = 0, K = 0;
+  const void* dy = nullptr;
+  int64_t dy_stride = 1;
+  const void* w = nullptr;
+  int64_t w_stride = 1;
+  const void* h = nullptr;
+  int64_t ldh = 0;
+  void* dz = nullptr;
+  float* partial = nullptr;
+  int act = 0;
+};
+int outer_act_grad_chunks(int64_t M, int64_t K);
+void outer_act_grad(DType dt, const OuterActGrad& p, int chunks, cudaStream_t s);
+
 // ---- add_mul_activation ---------------------------------------------------------------
 
 // How a fast-path operand is read over the output's [R, C] (compact) layout. y and b may be

@@ -2,10 +2,11 @@
 // (dlfuse::kit::mlp_forward), what passes between layers uncaught by the caller in
 // stream-ordered temporaries. The backward runs from the last layer down on each layer's
 // dZ (compact): the activation-gradient pass makes it from the layer's output gradient,
-// unless the input-gradient GEMM of the layer above made it in its epilogue, with the bias
-// gradient's partial sums (dgrad_relu.h: ReLU layers, bfloat16, sm_90). cuBLASLt's own fusions
-// for that (DRELU_BGRAD, BGRADA) measured slower on the H200 than the passes they would
-// replace (docs/performance.md, "A model").
+// unless the step from the layer above made it with the bias gradient's column sums: that
+// layer's input-gradient GEMM with the ReLU gradient in its epilogue (dgrad_relu.h:
+// bfloat16, sm_90), or one pass where that layer is 1 wide (outer_act_grad). cuBLASLt's
+// own fusions for that (DRELU_BGRAD, BGRADA) measured slower on the H200 than the passes
+// they would replace (docs/performance.md, "A model").
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -53,15 +54,36 @@ struct Call {
   }
 };
 
-// The bias gradients whose column sums the fused GEMMs left, finished together at the end
-// of the call (one launch instead of one a layer).
+// The bias gradients whose column sums the layer steps below left, finished together at the
+// end of the call (one launch instead of one a layer).
 struct BiasSums {
   std::vector<std::unique_ptr<Temp>> buffers;
   std::vector<ColsumJob> jobs;
+  // A float [rows, K] buffer for the column sums of gbias where it is a vector, else NULL
+  // (gbias absent, or another shape: reduce_into then).
+  float* claim(CallContext& cx, int64_t rows, int64_t K, DLTensor* gbias) {
+    if (!gbias || gbias->ndim != 1 || rows * K == 0) return nullptr;
+    buffers.emplace_back(new Temp(*cx.ds, size_t(rows * K) * sizeof(float), cx.stream));
+    float* p = static_cast<float*>(buffers.back()->get());
+    jobs.push_back({p, int(rows), K, base_of(gbias), elem_stride(gbias, 0)});
+    return p;
+  }
+  void drop_last() {
+    buffers.pop_back();
+    jobs.pop_back();
+  }
 };
 
-#if DLFUSE_CUDA_CUTLASS
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+// The step from layer i's dZ to layer i - 1's, where one kernel takes it whole.
+struct Edge {
+  const void* dz;   // layer i's dZ, compact [M, N]
+  int64_t M;
+  const DLTensor* w;  // layer i's weight [K, N]
+  const DLTensor* h;  // layer i - 1's output [M, K]
+  int64_t act;        // layer i - 1's activation
+  void* dz_below;     // layer i - 1's dZ, compact [M, K]
+  DLTensor* gbias;    // layer i - 1's bias gradient (may be NULL)
+};
 
 // The row stride of a 2-D t whose rows are contiguous, else -1.
 int64_t row_pitch(const DLTensor* t) {
@@ -69,60 +91,78 @@ int64_t row_pitch(const DLTensor* t) {
   return t->shape[0] > 1 ? elem_stride(t, 0) : t->shape[1];
 }
 
-// dZ of layer i - 1 (into dz_below, [M, K]) and its bias gradient (or the column sums that
-// `sums` finishes) from layer i's dZ (dz, [M, N]) in one GEMM; w is layer i's weight
-// [K, N], h layer i - 1's output. False, with nothing enqueued, where the epilogue does not
-// apply. DLFUSE_CUDA_FUSED_MLP=0 turns it off.
-bool fused_dgrad(CallContext& cx, const void* dz, int64_t M, const DLTensor* w, const DLTensor* h, int64_t act,
-                 void* dz_below, DLTensor* gbias, BiasSums& sums) {
-  static const bool on = env_enabled("DLFUSE_CUDA_FUSED_MLP");
-  if (!on || !h || act != DLFUSE_ACT_RELU || cx.dt != DType::kBF16 || cx.ds->cc != 90) return false;
+#if DLFUSE_CUDA_CUTLASS
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// Layer i's input-gradient GEMM with layer i - 1's ReLU gradient and bias column sums in
+// its epilogue (dgrad_relu.h). False, with nothing enqueued, where it does not apply.
+bool gemm_edge(CallContext& cx, const Edge& e, BiasSums& sums) {
+  if (e.act != DLFUSE_ACT_RELU || cx.dt != DType::kBF16 || cx.ds->cc != 90) return false;
   DgradRelu p;
-  p.M = M;
-  p.K = w->shape[0];
-  p.N = w->shape[1];
-  if (elem_stride(w, 1) == 1) {
-    p.ldw = elem_stride(w, 0);
-  } else if (elem_stride(w, 0) == 1) {  // weight.t() of an [N, K] weight
-    p.ldw = elem_stride(w, 1);
+  p.M = e.M;
+  p.K = e.w->shape[0];
+  p.N = e.w->shape[1];
+  if (elem_stride(e.w, 1) == 1) {
+    p.ldw = elem_stride(e.w, 0);
+  } else if (elem_stride(e.w, 0) == 1) {  // weight.t() of an [N, K] weight
+    p.ldw = elem_stride(e.w, 1);
     p.w_col_major = true;
   } else {
     return false;
   }
-  p.ldh = row_pitch(h);
-  if (M < 1 || p.K % 8 || p.N % 8 || p.ldw % 8 || p.ldh < 0 || p.ldh % 8) return false;
-  if (!aligned16(base_of(w)) || !aligned16(base_of(h))) return false;
-  p.w = base_of(w);
-  p.h = base_of(h);
-  p.dy = dz;
+  p.ldh = row_pitch(e.h);
+  if (p.K % 8 || p.N % 8 || p.ldw % 8 || p.ldh < 0 || p.ldh % 8) return false;
+  if (!aligned16(base_of(e.w)) || !aligned16(base_of(e.h))) return false;
+  p.w = base_of(e.w);
+  p.h = base_of(e.h);
+  p.dy = e.dz;
   p.lddy = p.N;
-  p.dz = dz_below;
+  p.dz = e.dz_below;
   p.lddz = p.K;
   p.sm_count = cx.ds->sms;
-  // The bias gradient from the epilogue's per-tile column sums where they are packed (K a
-  // multiple of the tile's), else one column-sum pass over dz_below.
-  const bool partials = gbias && gbias->ndim == 1 && dgrad_relu_partial_cols(p.K) == p.K;
-  const int64_t parts = dgrad_relu_partial_rows(M);
-  std::unique_ptr<Temp> buf(new Temp(*cx.ds, partials ? size_t(parts * p.K) * sizeof(float) : 0, cx.stream));
-  p.partials = static_cast<float*>(buf->get());
+  // The epilogue's per-tile column sums serve where they are packed (K a multiple of the tile's).
+  if (dgrad_relu_partial_cols(p.K) == p.K) p.partials = sums.claim(cx, dgrad_relu_partial_rows(e.M), p.K, e.gbias);
   Temp ws(*cx.ds, dgrad_relu_workspace(p), cx.stream);
-  const cudaError_t e = dgrad_relu(p, ws.get(), cx.stream);
-  if (e == cudaErrorNotSupported) return false;
-  DLF_CUDA(e);
-  if (partials) {
-    sums.jobs.push_back({p.partials, int(parts), p.K, base_of(gbias), elem_stride(gbias, 0)});
-    sums.buffers.push_back(std::move(buf));
-  } else {
-    reduce_into(cx, dz_below, {M, p.K}, gbias);
-  }
+  const cudaError_t err = dgrad_relu(p, ws.get(), cx.stream);
+  if (err == cudaErrorNotSupported && p.partials) sums.drop_last();
+  if (err == cudaErrorNotSupported) return false;
+  DLF_CUDA(err);
+  if (!p.partials) reduce_into(cx, e.dz_below, {e.M, p.K}, e.gbias);
   return true;
 }
 #else
-bool fused_dgrad(CallContext&, const void*, int64_t, const DLTensor*, const DLTensor*, int64_t, void*, DLTensor*,
-                 BiasSums&) {
-  return false;
-}
+bool gemm_edge(CallContext&, const Edge&, BiasSums&) { return false; }
 #endif
+
+// A 1-wide layer i: its input gradient is an outer product, taken in one pass with layer
+// i - 1's activation gradient and bias column sums (outer_act_grad).
+bool outer_edge(CallContext& cx, const Edge& e, BiasSums& sums) {
+  OuterActGrad p;
+  p.ldh = row_pitch(e.h);
+  if (e.w->shape[1] != 1 || p.ldh < 0) return false;
+  p.M = e.M;
+  p.K = e.w->shape[0];
+  p.dy = e.dz;
+  p.w = base_of(e.w);
+  p.w_stride = elem_stride(e.w, 0);
+  p.h = base_of(e.h);
+  p.dz = e.dz_below;
+  p.act = int(e.act);
+  const int chunks = outer_act_grad_chunks(p.M, p.K);
+  p.partial = sums.claim(cx, chunks, p.K, e.gbias);
+  outer_act_grad(cx.dt, p, chunks, cx.stream);
+  if (!p.partial) reduce_into(cx, e.dz_below, {e.M, p.K}, e.gbias);
+  return true;
+}
+
+// Layer i - 1's dZ (and bias gradient) straight from layer i's dZ, where one kernel does it;
+// false, with nothing enqueued, where the layers take the GEMM and the pass.
+// DLFUSE_CUDA_FUSED_MLP=0 turns it off.
+bool edge(CallContext& cx, const Edge& e, BiasSums& sums) {
+  static const bool on = env_enabled("DLFUSE_CUDA_FUSED_MLP");
+  if (!on || !e.h || e.M < 1) return false;
+  return gemm_edge(cx, e, sums) || outer_edge(cx, e, sums);
+}
 
 void backward(CallContext& cx, const Call& c) {
   const kit::mlp_detail::Stack& s = c.s;
@@ -149,8 +189,7 @@ void backward(CallContext& cx, const Call& c) {
     if (i == lowest) break;
     const int64_t K = s.w[i]->shape[0];
     std::unique_ptr<Temp> below(new Temp(*cx.ds, size_t(M * K) * esize, cx.stream));
-    have_dz = fused_dgrad(cx, dz->get(), M, s.w[i], c.output_of(i - 1), s.act_of(i - 1), below->get(), c.grad_b(i - 1),
-                          sums);
+    have_dz = edge(cx, {dz->get(), M, s.w[i], c.output_of(i - 1), s.act_of(i - 1), below->get(), c.grad_b(i - 1)}, sums);
     if (have_dz) {
       dz = std::move(below);
       continue;
