@@ -97,7 +97,8 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 // Layer i's input-gradient GEMM with layer i - 1's ReLU gradient and bias column sums in
 // its epilogue (dgrad_relu.h). False, with nothing enqueued, where it does not apply.
 bool gemm_edge(CallContext& cx, const Edge& e, BiasSums& sums) {
-  if (e.act != DLFUSE_ACT_RELU || cx.dt != DType::kBF16 || cx.ds->cc != 90) return false;
+  // CUTLASS's problem shape is int.
+  if (e.act != DLFUSE_ACT_RELU || cx.dt != DType::kBF16 || cx.ds->cc != 90 || e.M > INT32_MAX) return false;
   DgradRelu p;
   p.M = e.M;
   p.K = e.w->shape[0];
@@ -169,7 +170,7 @@ void backward(CallContext& cx, const Call& c) {
   const int lowest = c.lowest();
   const int64_t M = s.x->shape[0];
   const size_t esize = size_t(dsize(cx.dt));
-  std::unique_ptr<Temp> dz, gbuf;  // layer i's dZ; its output gradient when no epilogue made dZ
+  std::unique_ptr<Temp> dz, gbuf;  // layer i's dZ; its output gradient where no edge step made dZ
   std::unique_ptr<kit::mlp_detail::ScratchMatrix> gmat;
   const DLTensor* g = c.args->inputs[MLPB_IN(grad_out)];
   BiasSums sums;
