@@ -18,7 +18,7 @@ fi
 # CUTLASS (the CUDA plugin's fused mlp_backward epilogue): python3's nvidia-cutlass, else a
 # carried .whl/nvidia_cutlass-*.whl's headers.
 CUTLASS_ARG=()
-if ! python3 -c "import cutlass_library" 2>/dev/null; then
+if ! python3 -c "import importlib.util as u, sys; sys.exit(u.find_spec('cutlass_library') is None)" 2>/dev/null; then
   whl=$(ls "$ROOT"/.whl/nvidia_cutlass-*.whl 2>/dev/null | head -1 || true)
   if [ -n "$whl" ]; then
     rm -rf /tmp/cutlass-inc && mkdir -p /tmp/cutlass-inc
