@@ -306,6 +306,9 @@ KINDS = (("GEMM", ("nvjet", "xmma", "cutlass", "gemm", "Kernel2")), ("dlfuse", (
          ("PyTorch", ("at::native", "at_cuda_detail")), ("copy/fill", ("Memcpy", "Memset", "memcpy", "memset")))
 
 
+TOP_KERNELS = 16
+
+
 def kind_of(name):
     return next((k for k, keys in KINDS if any(key in name for key in keys)), "other")
 
@@ -329,8 +332,9 @@ def profile_run(run, steps):
 
 def profile_lines(title, runs, steps):
     lines = [f"\n### Where a step's GPU time goes: {title} ({steps} steps under torch.profiler)\n",
-             "| run | step (events) ms | kernels ms | " + " | ".join(f"{k} ms" for k, _ in KINDS) + " | other ms |",
-             "|---|---:|---:|" + "---:|" * (len(KINDS) + 1)]
+             "| run | step (events) ms | kernels per step | kernels ms | " + " | ".join(f"{k} ms" for k, _ in KINDS) +
+             " | other ms |",
+             "|---|---:|---:|---:|" + "---:|" * (len(KINDS) + 1)]
     tops = []
     for run in runs:
         per = profile_run(run, steps)
@@ -338,11 +342,12 @@ def profile_lines(title, runs, steps):
         for name, (_n, t) in per.items():
             by_kind[kind_of(name)] = by_kind.get(kind_of(name), 0.0) + t
         step = statistics.median(run.times) if run.times else float("nan")
-        lines.append(f"| {run.name} | {step * 1e3:.3f} | {sum(by_kind.values()) * 1e3:.3f} | " +
+        calls = sum(n for n, _t in per.values())
+        lines.append(f"| {run.name} | {step * 1e3:.3f} | {calls:g} | {sum(by_kind.values()) * 1e3:.3f} | " +
                      " | ".join(f"{by_kind.get(k, 0.0) * 1e3:.3f}" for k, _ in KINDS) +
                      f" | {by_kind.get('other', 0.0) * 1e3:.3f} |")
-        top = sorted(per.items(), key=lambda kv: -kv[1][1])[:10]
-        tops.append(f"\n{run.name}, the 10 largest kernels (calls per step, ms per step, kind):\n" +
+        top = sorted(per.items(), key=lambda kv: -kv[1][1])[:TOP_KERNELS]
+        tops.append(f"\n{run.name}, the {TOP_KERNELS} largest kernels (calls per step, ms per step, kind):\n" +
                     "\n".join(f"- {t * 1e3:.3f} ms, {n:g} calls, {kind_of(k)}: {k[:110]}" for k, (n, t) in top))
     return lines + tops
 

@@ -86,6 +86,8 @@ std::vector<MlpCase> backward_cases() {
       with(mc("widths_of_64n_transposed", 300, {24, 128, 64, 16}), [](MlpCase& c) { c.w_transposed = true; }),
       // A 1-wide top layer over tanh: its input gradient is an outer product.
       mc("one_wide_top_tanh", 50, {6, 9, 1}, DLFUSE_ACT_TANH),
+      // ... over a layer wider than one block's columns (more than 2048).
+      mc("one_wide_top_wide", 300, {8, 2056, 1}),
   };
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 namespace dlfuse_cuda {
 
@@ -28,14 +29,13 @@ struct DgradRelu {
   void* dz = nullptr;
   int64_t lddz = 0;
   float* partials = nullptr;
-  int sm_count = 0;
 };
 
 int64_t dgrad_relu_partial_rows(int64_t M);
 int64_t dgrad_relu_partial_cols(int64_t K);
-size_t dgrad_relu_workspace(const DgradRelu& p);
+// `workspace(bytes)` gives device memory for the call, where CUTLASS needs any.
 // cudaErrorNotSupported when CUTLASS cannot run the problem (nothing enqueued).
-cudaError_t dgrad_relu(const DgradRelu& p, void* workspace, cudaStream_t s);
+cudaError_t dgrad_relu(const DgradRelu& p, const std::function<void*(size_t)>& workspace, cudaStream_t s);
 
 }  // namespace dlfuse_cuda
 

@@ -12,6 +12,7 @@
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/kernel_hardware_info.h"
 
 #include "dgrad_relu.h"
 
@@ -138,22 +139,19 @@ struct Kernel {
     a.epilogue.dC = SD{_1{}, p.lddz, 0};
     a.epilogue.ptr_D = static_cast<T*>(p.dz);
     a.epilogue.dD = SD{_1{}, p.lddz, 0};
-    a.hw_info.sm_count = p.sm_count;
+    a.hw_info.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count();
     return a;
   }
 };
 
 template <class K>
-size_t workspace_of(const DgradRelu& p) {
-  return K::Gemm::get_workspace_size(K::arguments(p));
-}
-
-template <class K>
-cudaError_t run_with(const DgradRelu& p, void* workspace, cudaStream_t s) {
+cudaError_t run_with(const DgradRelu& p, const std::function<void*(size_t)>& workspace, cudaStream_t s) {
   typename K::Gemm gemm;
   const auto args = K::arguments(p);
   if (gemm.can_implement(args) != cutlass::Status::kSuccess) return cudaErrorNotSupported;
-  if (gemm.initialize(args, workspace, s) != cutlass::Status::kSuccess) return cudaErrorUnknown;
+  const size_t bytes = K::Gemm::get_workspace_size(args);
+  void* ws = bytes ? workspace(bytes) : nullptr;
+  if (gemm.initialize(args, ws, s) != cutlass::Status::kSuccess) return cudaErrorUnknown;
   if (gemm.run(s) != cutlass::Status::kSuccess) return cudaErrorLaunchFailure;
   return cudaGetLastError();
 }
@@ -173,11 +171,7 @@ int64_t dgrad_relu_partial_cols(int64_t K) {
   return (K + tile - 1) / tile * tile;
 }
 
-size_t dgrad_relu_workspace(const DgradRelu& p) {
-  return p.w_col_major ? workspace_of<Bf16Col>(p) : workspace_of<Bf16Row>(p);
-}
-
-cudaError_t dgrad_relu(const DgradRelu& p, void* workspace, cudaStream_t s) {
+cudaError_t dgrad_relu(const DgradRelu& p, const std::function<void*(size_t)>& workspace, cudaStream_t s) {
   return p.w_col_major ? run_with<Bf16Col>(p, workspace, s) : run_with<Bf16Row>(p, workspace, s);
 }
 

@@ -97,8 +97,10 @@ struct OuterActGrad {
   float* partial = nullptr;
   int act = 0;
 };
-int outer_act_grad_chunks(int64_t M, int64_t K);
-void outer_act_grad(DType dt, const OuterActGrad& p, int chunks, cudaStream_t s);
+// The chunks of rows whose column sums land in p.partial ([chunks, K] floats); p's pointers
+// and strides set (the cut depends on their alignment).
+int outer_act_grad_chunks(DType dt, const OuterActGrad& p);
+void outer_act_grad(DType dt, const OuterActGrad& p, cudaStream_t s);
 
 // ---- add_mul_activation ---------------------------------------------------------------
 

@@ -26,7 +26,6 @@ DeviceState& device_state(State* st, int device) {
       DLF_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
       DLF_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
       ds.cc = major * 10 + minor;
-      DLF_CUDA(cudaDeviceGetAttribute(&ds.sms, cudaDevAttrMultiProcessorCount, device));
       // Keep freed temporaries in the pool: the next call reuses them without a driver call.
       uint64_t keep = UINT64_MAX;
       DLF_CUDA(cudaMemPoolSetAttribute(ds.pool, cudaMemPoolAttrReleaseThreshold, &keep));

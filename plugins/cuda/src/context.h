@@ -37,7 +37,6 @@ struct LtPlan {
 struct DeviceState {
   int id = 0;
   int cc = 0;   // compute capability, major * 10 + minor (set with the handle)
-  int sms = 0;  // multiprocessors
   // Non-empty: this build has no device code for the device (found at open()); its
   // kernels refuse calls with this reason, the device services still work.
   std::string no_kernels;

@@ -120,11 +120,13 @@ bool gemm_edge(CallContext& cx, const Edge& e, BiasSums& sums) {
   p.lddy = p.N;
   p.dz = e.dz_below;
   p.lddz = p.K;
-  p.sm_count = cx.ds->sms;
   // The epilogue's per-tile column sums serve where they are packed (K a multiple of the tile's).
   if (dgrad_relu_partial_cols(p.K) == p.K) p.partials = sums.claim(cx, dgrad_relu_partial_rows(e.M), p.K, e.gbias);
-  Temp ws(*cx.ds, dgrad_relu_workspace(p), cx.stream);
-  const cudaError_t err = dgrad_relu(p, ws.get(), cx.stream);
+  std::unique_ptr<Temp> ws;
+  const cudaError_t err = dgrad_relu(p, [&](size_t bytes) {
+    ws = std::make_unique<Temp>(*cx.ds, bytes, cx.stream);
+    return ws->get();
+  }, cx.stream);
   if (err == cudaErrorNotSupported && p.partials) sums.drop_last();
   if (err == cudaErrorNotSupported) return false;
   DLF_CUDA(err);
@@ -149,9 +151,8 @@ bool outer_edge(CallContext& cx, const Edge& e, BiasSums& sums) {
   p.h = base_of(e.h);
   p.dz = e.dz_below;
   p.act = int(e.act);
-  const int chunks = outer_act_grad_chunks(p.M, p.K);
-  p.partial = sums.claim(cx, chunks, p.K, e.gbias);
-  outer_act_grad(cx.dt, p, chunks, cx.stream);
+  p.partial = sums.claim(cx, outer_act_grad_chunks(cx.dt, p), p.K, e.gbias);
+  outer_act_grad(cx.dt, p, cx.stream);
   if (!p.partial) reduce_into(cx, e.dz_below, {e.M, p.K}, e.gbias);
   return true;
 }
