@@ -82,13 +82,15 @@ void finish_colsum_jobs(DType dt, const ColsumJob* jobs, int n, cudaStream_t s);
 
 // ---- mlp_backward ----------------------------------------------------------------------
 
-// dz [M, K] (compact) = act'(h) * (dy @ w^T) for a 1-wide layer (dy [M, 1], w [K, 1]) and
-// the activation of the layer below taken from its output h (IDENTITY, RELU, SIGMOID, TANH);
-// with partial, the column sums of dz per chunk of rows, float [chunks, K].
-struct OuterActGrad {
+// dz [M, K] (compact) = act'(h) * G, the activation's derivative taken from its output h
+// [M, K] (IDENTITY, RELU, SIGMOID, TANH; h may be NULL for IDENTITY), where G is g [M, K]
+// (row pitch ldg) or, with w, the input gradient of a 1-wide layer above: g [M] (stride ldg)
+// times w [K] (stride w_stride). With partial, the column sums of dz per chunk of rows,
+// float [act_grad_rows_chunks(), K].
+struct ActGradRows {
   int64_t M = 0, K = 0;
-  const void* dy = nullptr;
-  int64_t dy_stride = 1;
+  const void* g = nullptr;
+  int64_t ldg = 0;
   const void* w = nullptr;
   int64_t w_stride = 1;
   const void* h = nullptr;
@@ -97,10 +99,10 @@ struct OuterActGrad {
   float* partial = nullptr;
   int act = 0;
 };
-// The chunks of rows whose column sums land in p.partial ([chunks, K] floats); p's pointers
-// and strides set (the cut depends on their alignment).
-int outer_act_grad_chunks(DType dt, const OuterActGrad& p);
-void outer_act_grad(DType dt, const OuterActGrad& p, cudaStream_t s);
+// The chunks of rows whose column sums land in p.partial; p's pointers and strides set (the
+// cut depends on their alignment).
+int act_grad_rows_chunks(DType dt, const ActGradRows& p);
+void act_grad_rows(DType dt, const ActGradRows& p, cudaStream_t s);
 
 // ---- add_mul_activation ---------------------------------------------------------------
 

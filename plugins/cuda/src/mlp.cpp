@@ -1,10 +1,11 @@
 // mlp and mlp_backward. The forward is one call of the layer kernel per layer
 // (dlfuse::kit::mlp_forward), what passes between layers uncaught by the caller in
 // stream-ordered temporaries. The backward runs from the last layer down on each layer's
-// dZ (compact): the activation-gradient pass makes it from the layer's output gradient,
-// unless the step from the layer above made it with the bias gradient's column sums: that
-// layer's input-gradient GEMM with the ReLU gradient in its epilogue (dgrad_relu.h:
-// bfloat16, sm_90), or one pass where that layer is 1 wide (outer_act_grad). cuBLASLt's
+// dZ (compact): the top layer's from the output gradient in one pass (act_grad_rows), each
+// lower layer's from the step above, with the bias gradient's column sums: that layer's
+// input-gradient GEMM with the ReLU gradient in its epilogue (dgrad_relu.h: bfloat16,
+// sm_90), one pass where that layer is 1 wide (act_grad_rows again), else the GEMM and the
+// activation-gradient pass. One launch finishes every layer's column sums. cuBLASLt's
 // own fusions for that (DRELU_BGRAD, BGRADA) measured slower on the H200 than the passes
 // they would replace (docs/performance.md, "A model").
 #include <cstdint>
@@ -138,22 +139,45 @@ bool gemm_edge(CallContext&, const Edge&, BiasSums&) { return false; }
 #endif
 
 // A 1-wide layer i: its input gradient is an outer product, taken in one pass with layer
-// i - 1's activation gradient and bias column sums (outer_act_grad).
+// i - 1's activation gradient and bias column sums (act_grad_rows).
 bool outer_edge(CallContext& cx, const Edge& e, BiasSums& sums) {
-  OuterActGrad p;
+  ActGradRows p;
   p.ldh = row_pitch(e.h);
   if (e.w->shape[1] != 1 || p.ldh < 0) return false;
   p.M = e.M;
   p.K = e.w->shape[0];
-  p.dy = e.dz;
+  p.g = e.dz;
+  p.ldg = 1;
   p.w = base_of(e.w);
   p.w_stride = elem_stride(e.w, 0);
   p.h = base_of(e.h);
   p.dz = e.dz_below;
   p.act = int(e.act);
-  p.partial = sums.claim(cx, outer_act_grad_chunks(cx.dt, p), p.K, e.gbias);
-  outer_act_grad(cx.dt, p, cx.stream);
+  p.partial = sums.claim(cx, act_grad_rows_chunks(cx.dt, p), p.K, e.gbias);
+  act_grad_rows(cx.dt, p, cx.stream);
   if (!p.partial) reduce_into(cx, e.dz_below, {e.M, p.K}, e.gbias);
+  return true;
+}
+
+// The top layer's dZ from the output gradient g and its saved output, with its bias column
+// sums finished in the call's one finishing launch. False, with nothing enqueued, where the
+// rows are not contiguous (activation_dz takes any layout).
+bool top_dz(CallContext& cx, const DLTensor* g, const DLTensor* out, int64_t act, void* dz, DLTensor* gbias,
+            BiasSums& sums) {
+  static const bool on = env_enabled("DLFUSE_CUDA_FUSED_MLP");
+  ActGradRows p;
+  p.ldg = row_pitch(g);
+  p.ldh = out ? row_pitch(out) : 0;
+  if (!on || p.ldg < 0 || p.ldh < 0 || (!out && act != DLFUSE_ACT_IDENTITY)) return false;
+  p.M = g->shape[0];
+  p.K = g->shape[1];
+  p.g = base_of(g);
+  p.h = out ? base_of(out) : nullptr;
+  p.dz = dz;
+  p.act = int(act);
+  p.partial = sums.claim(cx, act_grad_rows_chunks(cx.dt, p), p.K, gbias);
+  act_grad_rows(cx.dt, p, cx.stream);
+  if (!p.partial) reduce_into(cx, dz, {p.M, p.K}, gbias);
   return true;
 }
 
@@ -180,10 +204,12 @@ void backward(CallContext& cx, const Call& c) {
     const std::vector<int64_t> shape{M, s.w[i]->shape[1]};
     if (!have_dz) {
       const DLTensor* saved = c.output_of(i);
-      // IDENTITY's derivative reads no value: any tensor of the shape stands in for an absent out.
-      if (!saved && s.act_of(i) == DLFUSE_ACT_IDENTITY) saved = g;
       dz.reset(new Temp(*cx.ds, size_t(M * shape[1]) * esize, cx.stream));
-      activation_dz(cx, int(s.act_of(i)), true, g, saved, shape, dz->get(), c.grad_b(i));
+      if (!top_dz(cx, g, saved, s.act_of(i), dz->get(), c.grad_b(i), sums)) {
+        // IDENTITY's derivative reads no value: any tensor of the shape stands in for an absent out.
+        if (!saved && s.act_of(i) == DLFUSE_ACT_IDENTITY) saved = g;
+        activation_dz(cx, int(s.act_of(i)), true, g, saved, shape, dz->get(), c.grad_b(i));
+      }
     }
     const Mat dzm = compact_mat(dz->get(), shape);
     operand_grads(cx, s.tf32, dzm, shape, c.input_of(i), s.w[i], nullptr, c.grad_w(i));
