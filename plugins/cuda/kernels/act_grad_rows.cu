@@ -93,7 +93,8 @@ RowsShape shape_of(DType dt, const ActGradRows& p) {
   const bool h_vec = !p.h || (p.ldh % vec == 0 && aligned16(p.h));
   if (p.K % vec == 0 && g_vec && h_vec && aligned16(p.dz)) o.V = vec;
   const int64_t threads_per_row = (p.K + o.V - 1) / o.V;
-  const int tx = int(std::min<int64_t>(kRowsThreads, (threads_per_row + 31) / 32 * 32));
+  // Narrow rows share a warp (K = 128 in bfloat16: two rows of 16 threads) rather than idle half of it.
+  const int tx = int(std::min<int64_t>(kRowsThreads, threads_per_row));
   const int ty = kRowsThreads / tx;
   const int64_t col_blocks = (threads_per_row + tx - 1) / tx;
   // About four blocks a multiprocessor in all, and kRowsUnroll rows a thread at least.
