@@ -3,11 +3,12 @@
 # CMAKE_CUDA_ARCHITECTURES given by the user (-D, preset, cache) wins, e.g. `90` or `native`
 # for a single-architecture build while developing (docs/cuda.md).
 #
-# Default: SASS for sm_75 (Turing), 80 (A100), 86 (Ampere consumer), 89 (Ada), 90 (Hopper),
+# Default: SASS for sm_75 (Turing), 80 (A100), 86 (Ampere consumer, and Ada), 90 (Hopper),
 # 100 (Blackwell datacenter), 120 (Blackwell consumer), each of them the toolkit knows, and
 # PTX of the newest so later GPUs can JIT it. SASS of X.y also runs on X.z, z >= y (sm_86
-# covers 8.7/8.8, sm_100 covers 10.3, sm_120 covers 12.1).
-set(DLFUSE_CUDA_DEFAULT_ARCHS 75 80 86 89 90 100 120)
+# covers 8.7/8.8/8.9, sm_100 covers 10.3, sm_120 covers 12.1): no kernel here uses what sm_89
+# adds (FP8 tensor cores), so its own SASS would be a seventh compile of the same code.
+set(DLFUSE_CUDA_DEFAULT_ARCHS 75 80 86 90 100 120)
 
 if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{CUDAARCHS})
   set(_known "")
