@@ -7,8 +7,9 @@
 // dlfuse_add_mul_activation_backward_from_out), or dlfuse_op_call with random tensor counts
 // (add_mul_activation_backward: 4 or 5 inputs), NULL entries where an op takes optional
 // inputs (mostly the combinations docs/ops.md allows), outputs aliasing inputs, and
-// attributes in any order (the eight ops, a third-party op, an unknown op name), or a
-// device service.
+// attributes in any order (the eight ops, ABI 1.2's mlp and mlp_backward, mostly with
+// stacks of layers that fit together, a third-party op, an unknown op name), or a device
+// service.
 //
 // Registry 1 holds only the oracle plugin (oracle_plugin.cpp), which abort()s if any call
 // it receives breaks a promise of docs/abi.md ("Validation"). Registry 2 holds the test
@@ -208,23 +209,30 @@ using MaaBwdFn = dlfuse_status_t (*)(dlfuse_registry_t, const DLTensor*, const D
 
 // The known ops in the registry's order (dlfuse/ops.def), a third-party
 // op the oracle serves, and a name nobody serves.
+// ABI 1.2's ops come after the unknown name, so that inputs saved before them decode as they did.
 enum Op { kMatmul, kMatmulBwd, kAddMul, kAddMulBwd, kMatmulAct, kMatmulActBwd, kResidual, kResidualBwd, kKnown };
-constexpr int kCustomOp = kKnown, kUnknownOp = kKnown + 1;
+constexpr int kCustomOp = kKnown, kUnknownOp = kKnown + 1, kMlpOp = kKnown + 2, kMlpBwdOp = kKnown + 3,
+              kNumOps = kKnown + 4;
 const char* const kOpNames[] = {DLFUSE_OP_MATMUL_ADD_RELU,         DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD,
                                 DLFUSE_OP_ADD_MUL_ACTIVATION,      DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD,
                                 DLFUSE_OP_MATMUL_ADD_ACTIVATION,   DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD,
                                 DLFUSE_OP_MATMUL_ADD_RESIDUAL,     DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD,
-                                FUZZ_ORACLE_CUSTOM_OP,             "no_such_op_fuzz"};
-// Inputs and outputs of each op (add_mul_activation_backward: ABI 1.1's 5), then custom, unknown.
-const int kIn[] = {3, 4, 3, 5, 3, 5, 4, 3, 2, 2}, kOut[] = {1, 3, 1, 3, 2, 3, 1, 4, 1, 1};
-const int kAttrs[] = {1, 1, 2, 2, 2, 2, 1, 1, 2, 2};
+                                FUZZ_ORACLE_CUSTOM_OP,             "no_such_op_fuzz",
+                                DLFUSE_OP_MLP,                     DLFUSE_OP_MLP_BACKWARD};
+// Inputs and outputs of each op (add_mul_activation_backward: ABI 1.1's 5), then custom,
+// unknown, mlp, mlp_backward.
+const int kIn[] = {3, 4, 3, 5, 3, 5, 4, 3, 2, 2, 15, 16}, kOut[] = {1, 3, 1, 3, 2, 3, 1, 4, 1, 1, 7, 15};
+const int kAttrs[] = {1, 1, 2, 2, 2, 2, 1, 1, 2, 2, 3, 3};
+// The ops of dlfuse/ops.def (testref serves them; the registry knows their rules).
+bool core_op(int op) { return op != kCustomOp && op != kUnknownOp; }
+bool mlp_op(int op) { return op == kMlpOp || op == kMlpBwdOp; }
 
 // Kinds of call: one per typed function, then dlfuse_op_call, then the device services.
 enum Kind { kTypedFromOut = kKnown, kGeneric, kServices, kKinds };
 
 struct Call {
   int kind;  // Kind, or an Op: that op's typed function
-  int op;    // Op, kCustomOp or kUnknownOp
+  int op;    // Op, kCustomOp, kUnknownOp, kMlpOp or kMlpBwdOp
   std::vector<const DLTensor*> in;
   std::vector<DLTensor*> out;
   int32_t n_in = 0, n_out = 0;
@@ -236,8 +244,8 @@ struct Call {
   double mul = 1.0;
 };
 
-dlfuse_op_t g_oracle_ops[kUnknownOp + 1], g_ref_ops[kUnknownOp + 1];
-unsigned long long g_valid[kUnknownOp + 1];  // first judgments that said OK, by op
+dlfuse_op_t g_oracle_ops[kNumOps], g_ref_ops[kNumOps];
+unsigned long long g_valid[kNumOps];  // first judgments that said OK, by op
 
 dlfuse_status_t run(dlfuse_registry_t reg, const Call& c) {
   const DLTensor* const* in = c.in_null ? nullptr : c.in.data();
@@ -282,7 +290,10 @@ dlfuse_status_t run(dlfuse_registry_t reg, const Call& c) {
 // keeps the last 8 valid ones per thread and op): 8 valid calls of distinct layouts, with
 // empty tensors (no kernel runs), replace them all. The next call of the fuzzed layout then
 // takes the full checks, as a thread's first call does.
+void forget_mlp(int op);
+
 void forget(int op) {
+  if (mlp_op(op)) return forget_mlp(op);
   if (op >= kKnown) return;
   constexpr int kRemembered = 8;
   for (int v = 0; v < kRemembered; ++v) {
@@ -323,11 +334,45 @@ void forget(int op) {
   }
 }
 
+// forget() for mlp and mlp_backward: one layer of K = N = 0 over M = 1..8 rows (every
+// output empty, so no kernel runs), all gradients NULL.
+void forget_mlp(int op) {
+  for (int v = 0; v < 8; ++v) {
+    int64_t mk[2] = {v + 1, 0}, kn[2] = {0, 0}, n[1] = {0};
+    auto make = [](int64_t* shape, int32_t ndim) {
+      DLTensor t{};
+      t.ndim = ndim;
+      t.shape = shape;
+      t.dtype = DLDataType{kDLFloat, 32, 1};
+      t.device = DLDevice{kDLCPU, 0};
+      return t;
+    };
+    DLTensor X = make(mk, 2), W = make(kn, 2), B = make(n, 1), O = make(mk, 2), G = make(mk, 2);
+    std::vector<const DLTensor*> in(size_t(kIn[op]), nullptr);
+    std::vector<DLTensor*> out(size_t(kOut[op]), nullptr);
+    if (op == kMlpOp) {
+      in[0] = &X, in[1] = &W, in[8] = &B, out[0] = &O;
+    } else {
+      in[0] = &G, in[1] = &X, in[2] = &W;
+    }
+    dlfuse_attr_t relu{};
+    relu.key = DLFUSE_ATTR_ACTIVATION;
+    relu.type = DLFUSE_ATTR_INT64;
+    relu.value.i64 = DLFUSE_ACT_RELU;
+    if (dlfuse_op_call(g_oracle_ops[op], in.data(), kIn[op], out.data(), kOut[op], &relu, 1, nullptr) !=
+        DLFUSE_STATUS_OK) {
+      std::fprintf(stderr, "fuzz_validation: a valid call of %s with empty tensors was refused: %s\n", kOpNames[op],
+                   dlfuse_last_error());
+      std::abort();
+    }
+  }
+}
+
 void report() {
   std::fprintf(stderr, "fuzz_validation: %llu calls OK, %llu refused; oracle checked %llu kernel calls, testref ran %llu\n",
                g_ok, g_refused, g_oracle_calls ? g_oracle_calls() : 0ull, g_ref_calls);
   std::fprintf(stderr, "fuzz_validation: valid calls (oracle, first judgment) per op:");
-  for (int op = 0; op <= kUnknownOp; ++op) std::fprintf(stderr, " %s %llu;", kOpNames[op], g_valid[op]);
+  for (int op = 0; op < kNumOps; ++op) std::fprintf(stderr, " %s %llu;", kOpNames[op], g_valid[op]);
   std::fprintf(stderr, "\n");
 }
 
@@ -357,9 +402,10 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   }
   // Both plugins serve every known op; the oracle, the custom one too. The unknown name
   // keeps no handle: op_get's outcome is the call's.
-  for (int op = 0; op <= kCustomOp; ++op) {
+  for (int op = 0; op < kNumOps; ++op) {
+    if (op == kUnknownOp) continue;
     if (dlfuse_op_get(g_oracle_reg, kOpNames[op], &g_oracle_ops[op]) != DLFUSE_STATUS_OK ||
-        (op < kKnown && dlfuse_op_get(g_ref_reg, kOpNames[op], &g_ref_ops[op]) != DLFUSE_STATUS_OK)) {
+        (core_op(op) && dlfuse_op_get(g_ref_reg, kOpNames[op], &g_ref_ops[op]) != DLFUSE_STATUS_OK)) {
       std::fprintf(stderr, "fuzz_validation: op_get(%s) failed: %s\n", kOpNames[op], dlfuse_last_error());
       std::abort();
     }
@@ -437,6 +483,89 @@ void cohere(FuzzedDataProvider& p, Call* c, Desc* pool, int n_desc) {
       else c->out[i] = &d.t;
     }
   }
+}
+
+// mlp and mlp_backward with layers that fit together: random tensors almost never form a
+// stack. 1 to 3 layers of widths 1..4 over 1..4 rows, each tensor its own compact
+// descriptor from `slots` (the first pool descriptor's dtype) in its own 256-byte slot of
+// the arena, the tensors of the layers that do not exist NULL or [0]. Often one of them then
+// gets one wrong dimension, or one input is left out, which the registry must refuse where
+// the op needs it; sometimes all are left as drawn.
+void perturb_one(FuzzedDataProvider& p, Desc* slots, int placed);
+
+void cohere_mlp(FuzzedDataProvider& p, Call* c, Desc* slots, DLDataType dtype) {
+  const uint8_t b = p.ConsumeIntegral<uint8_t>();
+  if (b >= 192) return;
+  const int L = 1 + b % 3;
+  const int64_t M = 1 + (b >> 2) % 4;
+  const bool empty_unused = b & 16;
+  int64_t width[4];
+  for (int i = 0; i <= L; ++i) width[i] = 1 + p.ConsumeIntegralInRange<int>(0, 3);
+  size_t slot = p.ConsumeIntegral<uint8_t>() % 128;  // 32 slots past it stay in the arena
+  int next = 0;
+  auto place = [&](std::initializer_list<int64_t> shape) -> DLTensor* {
+    Desc& d = slots[next++];
+    d = Desc{};
+    d.t.ndim = int32_t(shape.size());
+    std::copy(shape.begin(), shape.end(), d.shape);
+    d.t.shape = d.shape;
+    d.t.dtype = dtype;
+    d.t.device = DLDevice{kDLCPU, 0};
+    d.t.data = g_arena + slot++ * 256;  // 4 x 4 float64 = 128 bytes at most
+    return &d.t;
+  };
+  auto unused = [&]() -> DLTensor* { return empty_unused ? place({0}) : nullptr; };
+  std::fill(c->in.begin(), c->in.end(), nullptr);
+  std::fill(c->out.begin(), c->out.end(), nullptr);
+  const bool bwd = c->op == kMlpBwdOp;
+  const int w0 = bwd ? 2 : 1;
+  if (bwd) c->in[0] = place({M, width[L]});
+  c->in[w0 - 1] = place({M, width[0]});
+  for (int i = 0; i < L; ++i) c->in[size_t(w0 + i)] = place({width[i], width[i + 1]});
+  if (!bwd) {
+    for (int i = 0; i < L; ++i) c->in[size_t(8 + i)] = place({width[i + 1]});
+    c->out[0] = place({M, width[L]});
+    for (int i = 0; i < 6; ++i) c->out[size_t(1 + i)] = i < L - 1 ? place({M, width[i + 1]}) : unused();
+  } else {
+    for (int i = 0; i < 6; ++i) c->in[size_t(9 + i)] = i < L - 1 ? place({M, width[i + 1]}) : unused();
+    c->in[15] = place({M, width[L]});
+    c->out[0] = place({M, width[0]});
+    for (int i = 0; i < 7; ++i) {
+      c->out[size_t(1 + i)] = i < L ? place({width[i], width[i + 1]}) : unused();
+      c->out[size_t(8 + i)] = i < L ? place({width[i + 1]}) : unused();
+    }
+  }
+  perturb_one(p, slots, next);
+  const uint8_t drop = p.ConsumeIntegral<uint8_t>();  // an input left out (outputs: pick_form)
+  if (drop < 48) c->in[size_t(drop % kIn[c->op])] = nullptr;
+}
+
+void perturb_one(FuzzedDataProvider& p, Desc* slots, int placed) {
+  const uint8_t b = p.ConsumeIntegral<uint8_t>();
+  if (b >= 96 || placed == 0) return;
+  DLTensor& t = slots[b % placed].t;
+  if (t.ndim == 0) return;
+  const int d = (b >> 5) % t.ndim;
+  t.shape[d] = b & 16 ? t.shape[d] + 1 : t.shape[d] - 1;  // [0]'s -1 stays invalid
+}
+
+// mlp's attributes, mostly a valid set (three keys drawn at random rarely are): ACTIVATION,
+// then OUTPUT_ACTIVATION and ALLOW_TF32 where given, activations mostly those the backward
+// can take.
+void mlp_attrs(FuzzedDataProvider& p, Call* c) {
+  const uint8_t b = p.ConsumeIntegral<uint8_t>();
+  if (b >= 224) return;
+  const int32_t keys[3] = {DLFUSE_ATTR_ACTIVATION, DLFUSE_ATTR_OUTPUT_ACTIVATION, DLFUSE_ATTR_ALLOW_TF32};
+  const int64_t from_out[4] = {DLFUSE_ACT_IDENTITY, DLFUSE_ACT_RELU, DLFUSE_ACT_SIGMOID, DLFUSE_ACT_TANH};
+  c->n_attrs = 1 + b % 3;
+  for (int i = 0; i < c->n_attrs; ++i) {
+    const uint8_t v = p.ConsumeIntegral<uint8_t>();
+    dlfuse_attr_t& a = c->attrs[size_t(i)];
+    a.key = keys[i];
+    a.type = DLFUSE_ATTR_INT64;
+    a.value.i64 = keys[i] == DLFUSE_ATTR_ALLOW_TF32 ? v % 2 : (v < 192 ? from_out[v % 4] : v % DLFUSE_ACT_COUNT);
+  }
+  c->attrs_null = false;
 }
 
 // The optional inputs' combinations: mostly the valid ones, sometimes anything.
@@ -521,6 +650,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // the calls they were saved for.
   c.kind = k < 100 ? k % 4 : (k < 180 ? kMatmulAct + k % 5 : (k < 240 ? kGeneric : kServices));
   c.op = c.kind == kTypedFromOut ? kAddMulBwd : (c.kind < kKnown ? c.kind : p.ConsumeIntegralInRange<int>(0, kUnknownOp));
+  if (c.op == kUnknownOp) {  // most of these become ABI 1.2's ops
+    const uint8_t b = p.ConsumeIntegral<uint8_t>();
+    if (b < 208) c.op = b % 2 ? kMlpOp : kMlpBwdOp;
+  }
 
   if (c.kind == kServices) {  // device services on odd devices: statuses and messages only
     const DLDevice dev{static_cast<DLDeviceType>(p.ConsumeIntegralInRange<int32_t>(-1, 20)), p.ConsumeIntegral<int32_t>()};
@@ -534,6 +667,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   Desc pool[kPool];
+  Desc mlp_slots[32];
   const int n_desc = p.ConsumeIntegralInRange<int>(1, kPool);
   for (int i = 0; i < n_desc; ++i) decode(p, &pool[i]);
   auto pick_tensor = [&](bool output) -> DLTensor* {
@@ -552,7 +686,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int i = 0; i < 18; ++i) c.in[i] = pick_tensor(false);
   for (int i = 0; i < 18; ++i) c.out[i] = pick_tensor(true);
   if (c.kind > kAddMulBwd) {  // not ABI 1.0's typed calls: their seeds replay
-    cohere(p, &c, pool, n_desc);
+    if (mlp_op(c.op)) cohere_mlp(p, &c, mlp_slots, pool[0].t.dtype);
+    else cohere(p, &c, pool, n_desc);
     pick_form(p, &c);
   }
   c.in_null = p.ConsumeIntegral<uint8_t>() >= 250;
@@ -567,13 +702,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int i = 0; i < 18; ++i) {
     dlfuse_attr_t& a = c.attrs[i];
     const uint8_t b = p.ConsumeIntegral<uint8_t>();
-    a.key = b < 230 ? 1 + b % 3 : p.ConsumeIntegral<int32_t>();
+    a.key = b < 230 ? 1 + b % (mlp_op(c.op) ? 4 : 3) : p.ConsumeIntegral<int32_t>();
     a.type = b < 200 ? (a.key == DLFUSE_ATTR_MULTIPLIER ? DLFUSE_ATTR_FLOAT64 : DLFUSE_ATTR_INT64)
                      : p.ConsumeIntegralInRange<int32_t>(-1, 3);
     if (a.type == DLFUSE_ATTR_FLOAT64) a.value.f64 = p.ConsumeFloatingPoint<double>();
     else a.value.i64 = b < 220 ? b % 8 : p.ConsumeIntegral<int64_t>();
   }
   c.attrs_null = p.ConsumeIntegral<uint8_t>() >= 250;
+  if (mlp_op(c.op)) mlp_attrs(p, &c);
 
   // first: this thread forgot the op's layouts, so the full checks run; again: a repeat of
   // the layout when first passed; moved: the same layouts at other addresses, judged once
@@ -604,7 +740,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   expect_same(moved, outcome_of(run(g_oracle_reg, c)), "the call with tensors moved");
 
   // The real kernels, when every tensor the call can reach is in the arena and small.
-  if (c.op >= kKnown || c.in_null || c.out_null) return 0;
+  if (!core_op(c.op) || c.in_null || c.out_null) return 0;
   __int128 work = 1;
   for (int i = 0; i < kIn[c.op]; ++i) {
     __int128 e = 0;

@@ -1,6 +1,6 @@
 // oracle_plugin.cpp: libdlfuse_fuzz_oracle.so, the fuzzers' plugin.
 //
-// It serves the eight ops of ABI 1.1 and one third-party op (FUZZ_ORACLE_CUSTOM_OP) on
+// It serves the eight ops of ABI 1.1, ABI 1.2's mlp and mlp_backward, and one third-party op (FUZZ_ORACLE_CUSTOM_OP) on
 // kDLCPU for several dtypes, and computes nothing: each kernel re-checks, with its own
 // code, every promise the registry makes about a call it lets through (docs/abi.md,
 // "Validation") and abort()s on the first broken one, so that the fuzzer reports it as a
@@ -163,7 +163,8 @@ void check_attrs(const dlfuse_kernel_args_t* a, const int32_t* keys, int n) {
       ORACLE(t.type == DLFUSE_ATTR_FLOAT64, "MULTIPLIER has type %d", t.type);
     } else {
       ORACLE(t.type == DLFUSE_ATTR_INT64, "attribute %d has type %d", t.key, t.type);
-      const int64_t hi = t.key == DLFUSE_ATTR_ACTIVATION ? DLFUSE_ACT_COUNT : 2;
+      const bool act = t.key == DLFUSE_ATTR_ACTIVATION || t.key == DLFUSE_ATTR_OUTPUT_ACTIVATION;
+      const int64_t hi = act ? DLFUSE_ACT_COUNT : 2;
       ORACLE(t.value.i64 >= 0 && t.value.i64 < hi, "attribute %d is %lld", t.key, (long long)t.value.i64);
     }
   }
@@ -185,19 +186,20 @@ bool in_arena(const Extent& e) {
 
 // The ops in the registry's order (dlfuse/ops.def), then the custom one.
 enum Op {
-  kMatmul, kMatmulBwd, kAddMul, kAddMulBwd, kMatmulAct, kMatmulActBwd, kResidual, kResidualBwd, kCustom
+  kMatmul, kMatmulBwd, kAddMul, kAddMulBwd, kMatmulAct, kMatmulActBwd, kResidual, kResidualBwd, kMlp, kMlpBwd, kCustom
 };
 const char* const kNames[] = {DLFUSE_OP_MATMUL_ADD_RELU, DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD,
                               DLFUSE_OP_ADD_MUL_ACTIVATION, DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD,
                               DLFUSE_OP_MATMUL_ADD_ACTIVATION, DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD,
                               DLFUSE_OP_MATMUL_ADD_RESIDUAL, DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD,
-                              FUZZ_ORACLE_CUSTOM_OP};
+                              DLFUSE_OP_MLP, DLFUSE_OP_MLP_BACKWARD, FUZZ_ORACLE_CUSTOM_OP};
 // add_mul_activation_backward takes ABI 1.1's 5 inputs (this plugin declares the flag).
-const int kIn[] = {3, 4, 3, 5, 3, 5, 4, 3}, kOut[] = {1, 3, 1, 3, 2, 3, 1, 4};
-// Bit i: outputs[i] may be NULL (gradients; matmul_add_activation's pre).
-const unsigned kOptionalOut[] = {0, 7, 0, 7, 2, 7, 0, 15};
-// Bit i: inputs[i] may be NULL; which combinations, the op's shape check says.
-const unsigned kOptionalIn[] = {0, 0, 0, 0x1e, 0, 0x18, 0, 0};
+const int kIn[] = {3, 4, 3, 5, 3, 5, 4, 3, 15, 16}, kOut[] = {1, 3, 1, 3, 2, 3, 1, 4, 7, 15};
+// Bit i: outputs[i] may be NULL (gradients; matmul_add_activation's pre; mlp's h0..h5).
+const unsigned kOptionalOut[] = {0, 7, 0, 7, 2, 7, 0, 15, 0x7e, 0x7fff};
+// Bit i: inputs[i] may be NULL; which combinations, the op's shape check says (mlp: w1..w6
+// and b1..b6; mlp_backward: w1..w6, h0..h5 and out).
+const unsigned kOptionalIn[] = {0, 0, 0, 0x1e, 0, 0x18, 0, 0, 0x7efc, 0xfff8};
 
 bool invertible_from_out(int64_t act) {
   return act == DLFUSE_ACT_IDENTITY || act == DLFUSE_ACT_RELU || act == DLFUSE_ACT_SIGMOID || act == DLFUSE_ACT_TANH;
@@ -206,6 +208,60 @@ bool invertible_from_out(int64_t act) {
 void check_grads_ab(const dlfuse_kernel_args_t* a, const DLTensor* A, const DLTensor* B) {
   if (a->outputs[0]) ORACLE(shape_of(a->outputs[0]) == shape_of(A), "grad_a shape differs from a's");
   if (a->outputs[1]) ORACLE(shape_of(a->outputs[1]) == shape_of(B), "grad_b shape differs from b's");
+}
+
+bool has_shape(const DLTensor* t, std::vector<int64_t> s) { return t && shape_of(t) == s; }
+// A tensor of a layer that does not exist: NULL or [0].
+bool unused(const DLTensor* t) { return !t || (t->ndim == 1 && t->shape[0] == 0); }
+
+// mlp and mlp_backward: the layers are the weights given from w0 on, none after a NULL one;
+// every tensor of a layer has the shape that layer's weight gives it.
+void check_mlp(const dlfuse_kernel_args_t* a, bool bwd) {
+  static const int32_t kKeys[] = {DLFUSE_ATTR_ACTIVATION, DLFUSE_ATTR_OUTPUT_ACTIVATION, DLFUSE_ATTR_ALLOW_TF32};
+  check_attrs(a, kKeys, 3);
+  const DLTensor* const* in = a->inputs;
+  DLTensor* const* out = a->outputs;
+  const DLTensor* x = in[bwd ? 1 : 0];
+  const DLTensor* const* w = in + (bwd ? 2 : 1);
+  ORACLE(x && x->ndim == 2, "x is not 2-D");
+  int L = 0;
+  while (L < 7 && w[L]) ++L;
+  ORACLE(L >= 1, "w0 is NULL");
+  for (int i = L; i < 7; ++i) ORACLE(!w[i], "w%d given after a NULL w%d", i, L);
+  std::vector<int64_t> width{x->shape[1]};
+  for (int i = 0; i < L; ++i) {
+    ORACLE(w[i]->ndim == 2 && w[i]->shape[0] == width.back(), "w%d does not continue the layers", i);
+    width.push_back(w[i]->shape[1]);
+  }
+  const int64_t M = x->shape[0];
+  const std::vector<int64_t> last{M, width[L]};
+  if (!bwd) {
+    for (int i = 0; i < 7; ++i)
+      ORACLE(i < L ? has_shape(in[8 + i], {width[i + 1]}) : !in[8 + i], "b%d wrong for %d layers", i, L);
+    ORACLE(has_shape(out[0], last), "out has the wrong shape");
+    for (int i = 0; i < 6; ++i)
+      ORACLE(i < L - 1 ? !out[1 + i] || has_shape(out[1 + i], {M, width[i + 1]}) : unused(out[1 + i]),
+             "h%d wrong for %d layers", i, L);
+    return;
+  }
+  const int64_t act = a->attrs[0].value.i64, out_act = a->attrs[1].value.i64;
+  ORACLE(L == 1 || invertible_from_out(act), "ACTIVATION %lld has no derivative from its output", (long long)act);
+  ORACLE(invertible_from_out(out_act), "OUTPUT_ACTIVATION %lld has no derivative from its output",
+         (long long)out_act);
+  ORACLE(has_shape(in[0], last), "grad_out has the wrong shape");
+  for (int i = 0; i < 6; ++i)
+    ORACLE(i < L - 1 ? has_shape(in[9 + i], {M, width[i + 1]}) : unused(in[9 + i]), "h%d wrong for %d layers", i, L);
+  ORACLE(in[15] ? has_shape(in[15], last) : out_act == DLFUSE_ACT_IDENTITY, "out wrong or missing");
+  ORACLE(!out[0] || shape_of(out[0]) == shape_of(x), "grad_x's shape differs from x's");
+  for (int i = 0; i < 7; ++i) {
+    const DLTensor *gw = out[1 + i], *gb = out[8 + i];
+    if (i >= L) {
+      ORACLE(unused(gw) && unused(gb), "gradients of layer %d, which does not exist", i);
+      continue;
+    }
+    ORACLE(!gw || shape_of(gw) == shape_of(w[i]), "grad_w%d's shape differs from w%d's", i, i);
+    ORACLE(!gb || has_shape(gb, {width[i + 1]}), "grad_b%d has the wrong shape", i);
+  }
 }
 
 // Shapes, NULL combinations and attributes of one known op.
@@ -240,6 +296,8 @@ void check_op(const dlfuse_kernel_args_t* a, int op) {
     } else {
       check_attrs(a, kTf32, 1);
     }
+  } else if (op == kMlp || op == kMlpBwd) {
+    check_mlp(a, op == kMlpBwd);
   } else if (op == kAddMul) {
     std::vector<int64_t> xy, s;
     ORACLE(broadcast(in[0], shape_of(in[1]), &xy), "x and y do not broadcast");
@@ -359,6 +417,7 @@ const dlfuse_kernel_t kKernels[] = {make(kMatmul),        make(kMatmulBwd),
                                     make(kAddMul),        make(kAddMulBwd, DLFUSE_KERNEL_TAKES_V1_1_INPUTS),
                                     make(kMatmulAct),     make(kMatmulActBwd),
                                     make(kResidual),      make(kResidualBwd),
+                                    make(kMlp),           make(kMlpBwd),
                                     make(kCustom)};
 
 int g_state;
