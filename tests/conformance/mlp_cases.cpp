@@ -87,7 +87,7 @@ std::vector<MlpCase> backward_cases() {
       // A 1-wide top layer over tanh: its input gradient is an outer product.
       mc("one_wide_top_tanh", 50, {6, 9, 1}, DLFUSE_ACT_TANH),
       // ... over a layer wider than one block's columns (more than 2048).
-      mc("one_wide_top_wide", 300, {8, 2056, 1}),
+      mc("one_wide_top_wide", 12, {8, 2056, 1}),
   };
 }
 
