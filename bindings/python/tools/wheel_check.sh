@@ -10,9 +10,10 @@
 #     finds cuBLASLt first in site-packages' nvidia/cu13/lib or nvidia/cublas/lib (PyTorch's
 #     nvidia-* wheels), else in the toolkit it was built with.
 #  3. the sdist (`python -m build --sdist`), unpacked in a fresh folder, builds the same wheel
-#     (same files, name and version); `auditwheel show` on it names a manylinux tag. Its CUDA
-#     device code is for one architecture: the files are the same, and step 1 already built
-#     every architecture (minutes each).
+#     (same files, name and version); `auditwheel show` on it names a manylinux tag. That
+#     build leaves the CUDA plugin out (DLFUSE_WITH_CUDA=OFF: its device code is minutes of
+#     compiling, which step 1 already did from the same files), and is the same wheel less
+#     that one library; the sdist must hold every file of plugins/cuda instead.
 #  4. one version: the wheel's, dlfuse.__version__, the package metadata's and the CMake
 #     package's are the project's (the argument, project(VERSION) of CMakeLists.txt).
 # Each step's time is printed.
@@ -92,20 +93,31 @@ lap "ops from the installed package"
 "$PY" -m build --sdist --outdir "$WORK/sdist" "$SRC" >"$WORK/sdist.log" 2>&1 || { tail -30 "$WORK/sdist.log"; exit 1; }
 mkdir "$WORK/fresh"
 tar -xzf "$WORK"/sdist/dlfuse-*.tar.gz -C "$WORK/fresh"
-one_arch=()
-((have_nvcc)) && one_arch=(-C cmake.define.CMAKE_CUDA_ARCHITECTURES=90)
-(cd "$WORK/fresh" && "$V" -m pip wheel -q --no-deps "${one_arch[@]}" -w "$WORK/dist" ./dlfuse-* 2>&1 | no_root_note)
+no_cuda=()
+if ((have_nvcc)); then
+  no_cuda=(-C cmake.define.DLFUSE_WITH_CUDA=OFF)
+  cuda_src=$(cd "$ROOT/plugins/cuda" && find . -type f ! -name '*.pyc' | sort)
+  cuda_sdist=$(cd "$WORK"/fresh/dlfuse-*/project/plugins/cuda && find . -type f ! -name '*.pyc' | sort)
+  [ "$cuda_src" = "$cuda_sdist" ] ||
+    { echo "the sdist's plugins/cuda differs from the source tree's:"; diff <(echo "$cuda_src") <(echo "$cuda_sdist"); exit 1; }
+fi
+(cd "$WORK/fresh" && "$V" -m pip wheel -q --no-deps "${no_cuda[@]}" -w "$WORK/dist" ./dlfuse-* 2>&1 | no_root_note)
 whl=$(ls "$WORK"/dist/dlfuse-*.whl)
 lap "sdist, and a wheel from it"
-"$V" - "$whl" "$SITE" "$VERSION" <<'PYEOF'
+"$V" - "$whl" "$SITE" "$VERSION" "$have_nvcc" <<'PYEOF'
 import glob, os, sys, zipfile
 import importlib.metadata as md
-whl, site, version = sys.argv[1:]
+whl, site, version, cuda_left_out = sys.argv[1:4] + [sys.argv[4] == "1"]
 names = {n for n in zipfile.ZipFile(whl).namelist() if not n.startswith("dlfuse-")}
 dist = md.distribution("dlfuse")
 installed = {str(f) for f in dist.files if str(f).startswith("dlfuse/") and "__pycache__" not in str(f)}
+if cuda_left_out:
+    cuda = {n for n in installed if os.path.basename(n) == "libdlfuse_cuda.so"}
+    assert len(cuda) == 1, f"the installed package's CUDA plugin: {sorted(cuda)}"
+    installed -= cuda
 assert names == installed, f"only in the sdist's wheel: {sorted(names - installed)}; only in the installed one: {sorted(installed - names)}"
-print(f"sdist's wheel: {os.path.basename(whl)}, the same {len(names)} files as the installed package")
+print(f"sdist's wheel: {os.path.basename(whl)}, the same {len(names)} files as the installed package"
+      + (" less its CUDA plugin" if cuda_left_out else ""))
 # one version everywhere
 import dlfuse
 cfg = open(os.path.join(site, "dlfuse/lib/cmake/dlfuse/dlfuseConfigVersion.cmake")).read()
