@@ -5,3 +5,12 @@ if(DLFUSE_SANITIZE)
   add_compile_options(-fsanitize=${_dlfuse_san} -fno-omit-frame-pointer -fno-sanitize-recover=all -g)
   add_link_options(-fsanitize=${_dlfuse_san})
 endif()
+
+# The whole-suite conformance tests (conform.testref, conform.opencl, conform.webgpu) add
+# these arguments. TSan looks for data races, and every dtype runs the same threads (the
+# registry's, the plugin's, the runner's threads stage): the TSan build checks float32
+# only, at a quarter of its cost; the plain and ASan builds keep every dtype.
+set(DLFUSE_CONFORM_SUITE_ARGS "")
+if(DLFUSE_SANITIZE MATCHES "thread")
+  set(DLFUSE_CONFORM_SUITE_ARGS --dtype float32)
+endif()
