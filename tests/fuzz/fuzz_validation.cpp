@@ -286,12 +286,44 @@ dlfuse_status_t run(dlfuse_registry_t reg, const Call& c) {
   }
 }
 
+// forget() for mlp and mlp_backward: one layer of K = N = 0 over M = 1..8 rows (every
+// output empty, so no kernel runs), all gradients NULL.
+void forget_mlp(int op) {
+  for (int v = 0; v < 8; ++v) {
+    int64_t mk[2] = {v + 1, 0}, kn[2] = {0, 0}, n[1] = {0};
+    auto make = [](int64_t* shape, int32_t ndim) {
+      DLTensor t{};
+      t.ndim = ndim;
+      t.shape = shape;
+      t.dtype = DLDataType{kDLFloat, 32, 1};
+      t.device = DLDevice{kDLCPU, 0};
+      return t;
+    };
+    DLTensor X = make(mk, 2), W = make(kn, 2), B = make(n, 1), O = make(mk, 2), G = make(mk, 2);
+    std::vector<const DLTensor*> in(size_t(kIn[op]), nullptr);
+    std::vector<DLTensor*> out(size_t(kOut[op]), nullptr);
+    if (op == kMlpOp) {
+      in[0] = &X, in[1] = &W, in[8] = &B, out[0] = &O;
+    } else {
+      in[0] = &G, in[1] = &X, in[2] = &W;
+    }
+    dlfuse_attr_t relu{};
+    relu.key = DLFUSE_ATTR_ACTIVATION;
+    relu.type = DLFUSE_ATTR_INT64;
+    relu.value.i64 = DLFUSE_ACT_RELU;
+    if (dlfuse_op_call(g_oracle_ops[op], in.data(), kIn[op], out.data(), kOut[op], &relu, 1, nullptr) !=
+        DLFUSE_STATUS_OK) {
+      std::fprintf(stderr, "fuzz_validation: a valid call of %s with empty tensors was refused: %s\n", kOpNames[op],
+                   dlfuse_last_error());
+      std::abort();
+    }
+  }
+}
+
 // Makes this thread forget every layout it remembers of the op (registry/src/layout_cache.cpp
 // keeps the last 8 valid ones per thread and op): 8 valid calls of distinct layouts, with
 // empty tensors (no kernel runs), replace them all. The next call of the fuzzed layout then
 // takes the full checks, as a thread's first call does.
-void forget_mlp(int op);
-
 void forget(int op) {
   if (mlp_op(op)) return forget_mlp(op);
   if (op >= kKnown) return;
@@ -327,40 +359,6 @@ void forget(int op) {
     const bool act = kAttrs[op] == 2;  // the ops whose ACTIVATION is required
     if (dlfuse_op_call(g_oracle_ops[op], in.data(), kIn[op], out.data(), kOut[op], act ? &relu : nullptr, act ? 1 : 0,
                        nullptr) != DLFUSE_STATUS_OK) {
-      std::fprintf(stderr, "fuzz_validation: a valid call of %s with empty tensors was refused: %s\n", kOpNames[op],
-                   dlfuse_last_error());
-      std::abort();
-    }
-  }
-}
-
-// forget() for mlp and mlp_backward: one layer of K = N = 0 over M = 1..8 rows (every
-// output empty, so no kernel runs), all gradients NULL.
-void forget_mlp(int op) {
-  for (int v = 0; v < 8; ++v) {
-    int64_t mk[2] = {v + 1, 0}, kn[2] = {0, 0}, n[1] = {0};
-    auto make = [](int64_t* shape, int32_t ndim) {
-      DLTensor t{};
-      t.ndim = ndim;
-      t.shape = shape;
-      t.dtype = DLDataType{kDLFloat, 32, 1};
-      t.device = DLDevice{kDLCPU, 0};
-      return t;
-    };
-    DLTensor X = make(mk, 2), W = make(kn, 2), B = make(n, 1), O = make(mk, 2), G = make(mk, 2);
-    std::vector<const DLTensor*> in(size_t(kIn[op]), nullptr);
-    std::vector<DLTensor*> out(size_t(kOut[op]), nullptr);
-    if (op == kMlpOp) {
-      in[0] = &X, in[1] = &W, in[8] = &B, out[0] = &O;
-    } else {
-      in[0] = &G, in[1] = &X, in[2] = &W;
-    }
-    dlfuse_attr_t relu{};
-    relu.key = DLFUSE_ATTR_ACTIVATION;
-    relu.type = DLFUSE_ATTR_INT64;
-    relu.value.i64 = DLFUSE_ACT_RELU;
-    if (dlfuse_op_call(g_oracle_ops[op], in.data(), kIn[op], out.data(), kOut[op], &relu, 1, nullptr) !=
-        DLFUSE_STATUS_OK) {
       std::fprintf(stderr, "fuzz_validation: a valid call of %s with empty tensors was refused: %s\n", kOpNames[op],
                    dlfuse_last_error());
       std::abort();
@@ -485,14 +483,22 @@ void cohere(FuzzedDataProvider& p, Call* c, Desc* pool, int n_desc) {
   }
 }
 
+// One of the first `placed` slots gets one dimension off by one, now and then.
+void perturb_one(FuzzedDataProvider& p, Desc* slots, int placed) {
+  const uint8_t b = p.ConsumeIntegral<uint8_t>();
+  if (b >= 96 || placed == 0) return;
+  DLTensor& t = slots[b % placed].t;
+  if (t.ndim == 0) return;
+  const int d = (b >> 5) % t.ndim;
+  t.shape[d] = b & 16 ? t.shape[d] + 1 : t.shape[d] - 1;  // [0]'s -1 stays invalid
+}
+
 // mlp and mlp_backward with layers that fit together: random tensors almost never form a
 // stack. 1 to 3 layers of widths 1..4 over 1..4 rows, each tensor its own compact
 // descriptor from `slots` (the first pool descriptor's dtype) in its own 256-byte slot of
 // the arena, the tensors of the layers that do not exist NULL or [0]. Often one of them then
 // gets one wrong dimension, or one input is left out, which the registry must refuse where
 // the op needs it; sometimes all are left as drawn.
-void perturb_one(FuzzedDataProvider& p, Desc* slots, int placed);
-
 void cohere_mlp(FuzzedDataProvider& p, Call* c, Desc* slots, DLDataType dtype) {
   const uint8_t b = p.ConsumeIntegral<uint8_t>();
   if (b >= 192) return;
@@ -538,15 +544,6 @@ void cohere_mlp(FuzzedDataProvider& p, Call* c, Desc* slots, DLDataType dtype) {
   perturb_one(p, slots, next);
   const uint8_t drop = p.ConsumeIntegral<uint8_t>();  // an input left out (outputs: pick_form)
   if (drop < 48) c->in[size_t(drop % kIn[c->op])] = nullptr;
-}
-
-void perturb_one(FuzzedDataProvider& p, Desc* slots, int placed) {
-  const uint8_t b = p.ConsumeIntegral<uint8_t>();
-  if (b >= 96 || placed == 0) return;
-  DLTensor& t = slots[b % placed].t;
-  if (t.ndim == 0) return;
-  const int d = (b >> 5) % t.ndim;
-  t.shape[d] = b & 16 ? t.shape[d] + 1 : t.shape[d] - 1;  // [0]'s -1 stays invalid
 }
 
 // mlp's attributes, mostly a valid set (three keys drawn at random rarely are): ACTIVATION,
