@@ -53,18 +53,9 @@ pub struct dlfuse_attr_t {
     pub value: dlfuse_attr_value_t,
 }
 
-/// Op names, NUL-terminated for passing as `const char*`.
-pub const DLFUSE_OP_MATMUL_ADD_RELU: &[u8] = b"matmul_add_relu\0";
-pub const DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD: &[u8] = b"matmul_add_relu_backward\0";
-pub const DLFUSE_OP_ADD_MUL_ACTIVATION: &[u8] = b"add_mul_activation\0";
-pub const DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD: &[u8] = b"add_mul_activation_backward\0";
-// ABI 1.1
-pub const DLFUSE_OP_MATMUL_ADD_ACTIVATION: &[u8] = b"matmul_add_activation\0";
-pub const DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD: &[u8] = b"matmul_add_activation_backward\0";
-pub const DLFUSE_OP_MATMUL_ADD_RESIDUAL: &[u8] = b"matmul_add_residual\0";
-pub const DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD: &[u8] = b"matmul_add_residual_backward\0";
-pub const DLFUSE_OP_MLP: &[u8] = b"mlp\0";
-pub const DLFUSE_OP_MLP_BACKWARD: &[u8] = b"mlp_backward\0";
+// Op names, NUL-terminated for passing as `const char*`: DLFUSE_OP_MATMUL_ADD_RELU and one
+// constant for each op of dlfuse/ops.def (build.rs derives them), and DLFUSE_CORE_OPS.
+include!(concat!(env!("OUT_DIR"), "/op_names.rs"));
 pub const DLFUSE_KERNEL_TAKES_V1_1_INPUTS: u32 = 1;
 
 pub type dlfuse_copy_kind_t = i32;
@@ -73,7 +64,7 @@ pub const DLFUSE_COPY_DEVICE_TO_HOST: dlfuse_copy_kind_t = 2;
 pub const DLFUSE_COPY_DEVICE_TO_DEVICE: dlfuse_copy_kind_t = 3;
 
 // ---- dlfuse/ops.h (ABI 1.2): op schemas. The ops themselves are read at run time
-// (dlfuse_registry_op_schema), so this crate lists none of them beyond the names above.
+// (dlfuse_registry_op_schema), so this crate lists none of them beyond their names (above).
 
 pub const DLFUSE_MAX_NDIM: usize = 16;
 pub const DLFUSE_MAX_ARGS: usize = 16;

@@ -127,14 +127,12 @@ fn items() -> Vec<Item> {
     v
 }
 
+/// The op names derived from ops.def (each must be types.h's macro of the same name) and the
+/// plugin entry symbol.
 fn string_constants() -> Vec<(&'static str, &'static [u8])> {
-    vec![
-        ("DLFUSE_OP_MATMUL_ADD_RELU", DLFUSE_OP_MATMUL_ADD_RELU),
-        ("DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD", DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD),
-        ("DLFUSE_OP_ADD_MUL_ACTIVATION", DLFUSE_OP_ADD_MUL_ACTIVATION),
-        ("DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD", DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD),
-        ("DLFUSE_PLUGIN_ENTRY", DLFUSE_PLUGIN_ENTRY),
-    ]
+    let mut v = DLFUSE_CORE_OPS.to_vec();
+    v.push(("DLFUSE_PLUGIN_ENTRY", DLFUSE_PLUGIN_ENTRY));
+    v
 }
 
 fn include_dirs() -> Vec<PathBuf> {
