@@ -24,10 +24,7 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_op_get(dlfuse_registry_t registry, const ch
     if (!op) return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "dlfuse_op_get: argument 'op' is NULL; expected a pointer to receive the handle");
     *op = nullptr;
     std::lock_guard<std::mutex> lock(registry->mutex);
-    bool offered = false;
-    for (const auto& p : registry->plugins)
-      for (const Kernel& k : p->kernels) offered = offered || (p->available && k.op == op_name);
-    if (!offered) return fail(DLFUSE_STATUS_NOT_FOUND, "dlfuse_op_get: no available plugin offers op '%s'", op_name);
+    if (!offered_locked(registry, op_name)) return fail(DLFUSE_STATUS_NOT_FOUND, "dlfuse_op_get: no available plugin offers op '%s'", op_name);
     *op = op_handle_locked(registry, op_name);
     return DLFUSE_STATUS_OK;
   });

@@ -174,12 +174,40 @@ dlfuse_status_t check_matmul_add_residual_backward(const char* op, const TensorV
   return expect_reductions(op, out + 2, names, 2, shape, n);
 }
 
-OpSpec make_core_spec(int32_t index, ShapeCheck check, FormCheck form) {
+// What the backward of the ops with two forms reads: the output where the activation's
+// derivative is a function of it (and, for add_mul_activation_backward, whose `out` is an ABI
+// 1.1 input, where the serving kernel takes it), else the inputs or `pre`.
+constexpr uint32_t bit(int32_t input) { return 1u << input; }
+
+uint32_t saves_add_mul_activation(const dlfuse_attr_t* canonical, bool takes_newer_inputs) {
+  const uint32_t grad_out = bit(DLFUSE_INPUT(add_mul_activation_backward, grad_out));
+  if (takes_newer_inputs && derivative_from_out(canonical[dlfuse_add_mul_activation_attr_ACTIVATION].value.i64))
+    return grad_out | bit(DLFUSE_INPUT(add_mul_activation_backward, out));
+  return grad_out | bit(DLFUSE_INPUT(add_mul_activation_backward, x)) | bit(DLFUSE_INPUT(add_mul_activation_backward, y)) |
+         bit(DLFUSE_INPUT(add_mul_activation_backward, bias));
+}
+
+uint32_t saves_matmul_add_activation(const dlfuse_attr_t* canonical, bool) {
+  const uint32_t common = bit(DLFUSE_INPUT(matmul_add_activation_backward, grad_out)) |
+                          bit(DLFUSE_INPUT(matmul_add_activation_backward, a)) |
+                          bit(DLFUSE_INPUT(matmul_add_activation_backward, b));
+  return common | (derivative_from_out(canonical[dlfuse_matmul_add_activation_attr_ACTIVATION].value.i64)
+                       ? bit(DLFUSE_INPUT(matmul_add_activation_backward, out))
+                       : bit(DLFUSE_INPUT(matmul_add_activation_backward, pre)));
+}
+
+// The ops whose backward reads every tensor of the same name keep no rule.
+template <int32_t Op> constexpr SaveRule kSaveRule = nullptr;
+template <> constexpr SaveRule kSaveRule<DLFUSE_OP_INDEX(add_mul_activation)> = saves_add_mul_activation;
+template <> constexpr SaveRule kSaveRule<DLFUSE_OP_INDEX(matmul_add_activation)> = saves_matmul_add_activation;
+
+OpSpec make_core_spec(int32_t index, ShapeCheck check, FormCheck form, SaveRule save) {
   OpSpec s{};
   s.schema = &core_schema(index);
   s.cache_index = index;
   s.check_shapes = check;
   s.check_form = form;
+  s.save_rule = save;
   derive_spec(&s);
   return s;
 }
@@ -197,7 +225,8 @@ const char* activation_name(int64_t act) {
 }
 
 const OpSpec* core_op(int32_t i) {
-#define DLFUSE_OP(op, since) make_core_spec(DLFUSE_OP_INDEX(op), check_##op, form_##op),
+#define DLFUSE_OP(op, since) \
+  make_core_spec(DLFUSE_OP_INDEX(op), check_##op, form_##op, kSaveRule<DLFUSE_OP_INDEX(op)>),
 #define DLFUSE_IN(op, name, flags, since)
 #define DLFUSE_OUT(op, name, flags, rule, s0, s1, s2, alias)
 #define DLFUSE_ATTR(op, key, type, flags, def, lo, hi)

@@ -82,6 +82,17 @@ const OpSpec* find_spec_locked(const dlfuse_registry* r, const std::string& name
   return nullptr;
 }
 
+bool offered_locked(const dlfuse_registry* r, const std::string& name) {
+  for (const auto& p : r->plugins)
+    for (const Kernel& k : p->kernels)
+      if (p->available && k.op == name) return true;
+  return false;
+}
+
+const OpSpec* spec_of(const dlfuse_op* op) {
+  return op->registry->current.load(std::memory_order_acquire)->by_op_id[op->id].spec;
+}
+
 dlfuse_op* op_handle_locked(dlfuse_registry* r, const std::string& name) {
   auto it = r->ops.find(name);
   if (it != r->ops.end()) return it->second.get();
@@ -187,6 +198,12 @@ dlfuse_status_t resolve_op(dlfuse_op* op, int32_t device_type, DLDataType dtype,
   if (!c) return no_kernel(op, table, DLDevice{static_cast<DLDeviceType>(device_type), 0}, dtype);
   *plugin = c->plugin->index;
   return DLFUSE_STATUS_OK;
+}
+
+bool serving_kernel_takes_newer_inputs(dlfuse_op* op, int32_t device_type, DLDataType dtype) {
+  const Snapshot* snap = op->registry->current.load(std::memory_order_acquire);
+  const Candidate* c = pick(snap->by_op_id[op->id], device_type, dtype);
+  return c && (c->kernel->flags & DLFUSE_KERNEL_TAKES_V1_1_INPUTS);
 }
 
 Plugin* device_plugin(dlfuse_registry* r, int32_t device_type, const char* caller) {

@@ -16,6 +16,13 @@ using ShapeCheck = dlfuse_status_t (*)(const char* op, const TensorView* in, con
 using FormCheck = dlfuse_status_t (*)(const OpSpec& spec, const char* op, const TensorView* in, const TensorView* out,
                                       const dlfuse_attr_t* canonical);
 
+// Which inputs of the op's backward a binding passes from a call with these canonical
+// attributes (bit i: backward input i), where the op's rules let it keep fewer tensors than
+// every one of the same name; `takes_newer_inputs`: the kernel serving the backward takes
+// inputs appended after the backward's minor. NULL: every input named like a tensor of the
+// call (backward_plan.cpp).
+using SaveRule = uint32_t (*)(const dlfuse_attr_t* canonical, bool takes_newer_inputs);
+
 struct OpSpec {
   const dlfuse_op_schema_t* schema;
   int32_t cache_index;        // its slot in the layout cache (core ops); -1: full checks each call
@@ -26,6 +33,7 @@ struct OpSpec {
   const char* output_names[kMaxArgs];
   ShapeCheck check_shapes;    // may be NULL
   FormCheck check_form;       // may be NULL
+  SaveRule save_rule;         // may be NULL
 };
 
 // Fills the derived fields of `spec` from spec->schema.

@@ -84,6 +84,7 @@ struct dlfuse_op {
   dlfuse_registry* registry;
   int32_t id;
   std::string name;
+  std::atomic<dlfuse_op*> backward{nullptr};  // "<name>_backward"'s handle, once asked for
 };
 
 struct dlfuse_registry {
@@ -105,6 +106,10 @@ namespace dlfuse {
 const OpSpec* find_spec_locked(const dlfuse_registry* r, const std::string& name);
 // Under registry->mutex: the op's handle, created on first use.
 dlfuse_op* op_handle_locked(dlfuse_registry* r, const std::string& name);
+// Under registry->mutex: whether an available plugin has a kernel for op `name`.
+bool offered_locked(const dlfuse_registry* r, const std::string& name);
+// The op's schema and rules in the current snapshot; NULL where it has no schema.
+const OpSpec* spec_of(const dlfuse_op* op);
 // Under registry->mutex: rebuilds and publishes the dispatch snapshot.
 void publish_snapshot_locked(dlfuse_registry* r);
 // Loads one file (under the mutex); always leaves an entry describing the outcome.
@@ -115,6 +120,9 @@ void record_refusal_locked(dlfuse_registry* r, const std::string& path, dlfuse_s
 // The plugin serving device services for a device type, or NULL (last error set).
 Plugin* device_plugin(dlfuse_registry* r, int32_t device_type, const char* caller);
 dlfuse_status_t resolve_op(dlfuse_op* op, int32_t device_type, DLDataType dtype, int32_t* plugin);
+// Whether the kernel serving op for (device type, dtype) takes the inputs appended after the
+// op's minor (DLFUSE_KERNEL_TAKES_V1_1_INPUTS); false where none serves it.
+bool serving_kernel_takes_newer_inputs(dlfuse_op* op, int32_t device_type, DLDataType dtype);
 // Runs a validated call (shared by dlfuse_op_call and the typed functions).
 dlfuse_status_t call_op(dlfuse_op* op, const DLTensor* const* inputs, int32_t num_inputs,
                         DLTensor* const* outputs, int32_t num_outputs, const dlfuse_attr_t* attrs,

@@ -24,10 +24,6 @@ dlfuse_status_t fill_schema(const dlfuse_op_schema_t& from, dlfuse_op_schema_t* 
   return DLFUSE_STATUS_OK;
 }
 
-const OpSpec* spec_of(dlfuse_op_t op) {
-  return op->registry->current.load(std::memory_order_acquire)->by_op_id[op->id].spec;
-}
-
 dlfuse_status_t no_schema(dlfuse_op_t op, const char* fn) {
   return fail(DLFUSE_STATUS_NOT_FOUND, "%s: op '%s' has no schema (a plugin offers it without declaring one); "
               "expected a core op or a declared one", fn, op->name.c_str());

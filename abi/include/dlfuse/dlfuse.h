@@ -184,6 +184,23 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_op_infer_outputs(dlfuse_op_t op, const DLTe
                                                       int32_t* ndims, int64_t* shapes,
                                                       DLDataType* dtypes);
 
+/* What a binding keeps from a call of `op` for its backward, the op "<op>_backward" of the
+ * same registry (*backward receives its handle), given the call's attributes and the device
+ * type and dtype of its tensors: bit i of *backward_inputs is set for each input i of the
+ * backward that the binding passes (bit 0, grad_out, always; each other one is the call's
+ * input or output of that name, which the binding keeps), and bit k of *forward_outputs for
+ * each output k of `op` the call must write (every required one, and each optional one the
+ * backward reads). By default the backward reads every input or output of the call named
+ * like one of its inputs; add_mul_activation and matmul_add_activation read `out` instead of
+ * their inputs or `pre` where the activation's derivative is a function of its output
+ * (docs/abi.md, "Backward plans"). NOT_FOUND where no plugin offers "<op>_backward" or
+ * either op has no schema. ABI 1.2. */
+DLFUSE_EXPORT dlfuse_status_t dlfuse_op_backward_plan(dlfuse_op_t op, const dlfuse_attr_t* attrs,
+                                                      int32_t num_attrs, int32_t device_type,
+                                                      DLDataType dtype, dlfuse_op_t* backward,
+                                                      uint32_t* backward_inputs,
+                                                      uint32_t* forward_outputs);
+
 /* ---- the typed kernels (docs/ops.md) ------------------------------------------------- */
 
 /* out = relu(a @ b + bias). a [..., M, K], b [..., K, N], bias broadcastable to out
