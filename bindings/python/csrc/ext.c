@@ -49,6 +49,7 @@ static struct {
   __typeof__(&dlfuse_op_infer_outputs) op_infer;
   __typeof__(&dlfuse_registry_op_count) op_count;
   __typeof__(&dlfuse_registry_op_schema) reg_op_schema;
+  __typeof__(&dlfuse_op_backward_plan) op_backward_plan;
   PyObject* errors[16];     /* status -> exception class; [0] is dlfuse.Error */
   PyObject* tensor_type;    /* dlfuse.Tensor */
   PyObject* alloc_fallback; /* _core._alloc_fallback(like, shape, code, bits, dev_type, dev_id, registry) */
@@ -1451,6 +1452,68 @@ static PyObject* py_schema(PyObject* self, PyObject* const* args, Py_ssize_t nar
   return Py_BuildValue("(NNN)", ins, outs, ats);
 }
 
+/* attrs[0 .. *n) from a dict {name (any case): value} of op `name`'s attributes. */
+static int attrs_by_name(const char* name, const dlfuse_op_schema_t* sc, PyObject* dict, dlfuse_attr_t* attrs,
+                         int32_t* n) {
+  Py_ssize_t pos = 0;
+  PyObject *key, *value;
+  *n = 0;
+  while (PyDict_Next(dict, &pos, &key, &value)) {
+    const char* k = PyUnicode_AsUTF8(key);
+    if (!k) return -1;
+    int found = -1;
+    for (int i = 0; i < sc->num_attrs && found < 0; ++i)
+      if (strcasecmp(sc->attrs[i].name, k) == 0) found = i;
+    if (found < 0) {
+      PyErr_Format(PyExc_TypeError, "dlfuse: %s has no attribute '%s'", name, k);
+      return -1;
+    }
+    if (attr_value(name, &sc->attrs[found], value, &attrs[*n]) < 0) return -1;
+    ++*n;
+  }
+  return 0;
+}
+
+/* backward_plan(op, attrs, device_type, code, bits, registry) -> (backward op, keep, write):
+ * dlfuse_op_backward_plan for a call of op with attributes by name on that device type and
+ * dtype: bit i of keep = backward input i is passed, bit k of write = forward output k is
+ * written. */
+static PyObject* py_backward_plan(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  if (nargs != 6 || !PyUnicode_Check(args[0]) || !PyDict_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "_ext.backward_plan(op: str, attrs: dict, device_type, code, bits, registry)");
+    return NULL;
+  }
+  void* h;
+  if (need_loaded() < 0 || parse_registry(args[5], &h) < 0) return NULL;
+  const char* name = PyUnicode_AsUTF8(args[0]);
+  const int device = PyLong_AsLong(args[2]), code = PyLong_AsLong(args[3]), bits = PyLong_AsLong(args[4]);
+  if (!name || PyErr_Occurred()) return NULL;
+  if (!S.op_backward_plan) {
+    PyErr_SetString(PyExc_NotImplementedError, "dlfuse: backward_plan needs libdlfuse of ABI >= 1.2");
+    return NULL;
+  }
+  dlfuse_op_t op = NULL, bwd = NULL;
+  int st = S.op_get((dlfuse_registry_t)h, name, &op);
+  if (st) return raise_status(st, NULL), NULL;
+  dlfuse_op_schema_t sc;
+  memset(&sc, 0, sizeof sc);
+  sc.struct_size = sizeof sc;
+  if ((st = S.op_schema(op, &sc)) != 0) return raise_status(st, NULL), NULL;
+  dlfuse_attr_t attrs[DLFUSE_MAX_ATTRS];
+  int32_t nattrs = 0;
+  if (attrs_by_name(name, &sc, args[1], attrs, &nattrs) < 0) return NULL;
+  const DLDataType dtype = {(uint8_t)code, (uint8_t)bits, 1};
+  uint32_t keep = 0, write = 0;
+  if ((st = S.op_backward_plan(op, attrs, nattrs, device, dtype, &bwd, &keep, &write)) != 0)
+    return raise_status(st, NULL), NULL;
+  dlfuse_op_schema_t bsc;
+  memset(&bsc, 0, sizeof bsc);
+  bsc.struct_size = sizeof bsc;
+  if ((st = S.op_schema(bwd, &bsc)) != 0) return raise_status(st, NULL), NULL;
+  return Py_BuildValue("(sII)", bsc.name, keep, write);
+}
+
 /* infer(op, shapes, code, bits, attrs, registry) -> [shape per output]: the output shapes of
  * a call of op on inputs of `shapes` (a sequence, None where an optional input is absent)
  * and one dtype, attributes by name as for dlfuse.call. For shape-only callers (the fake
@@ -1512,23 +1575,7 @@ static PyObject* py_infer(PyObject* self, PyObject* const* args, Py_ssize_t narg
     t[i].device.device_type = kDLCPU;
     in[i] = &t[i];
   }
-  {
-    Py_ssize_t pos = 0;
-    PyObject *key, *value;
-    while (PyDict_Next(args[4], &pos, &key, &value)) {
-      const char* k = PyUnicode_AsUTF8(key);
-      if (!k) goto done;
-      int found = -1;
-      for (int i = 0; i < sc.num_attrs && found < 0; ++i)
-        if (strcasecmp(sc.attrs[i].name, k) == 0) found = i;
-      if (found < 0) {
-        PyErr_Format(PyExc_TypeError, "infer: %s has no attribute '%s'", name, k);
-        goto done;
-      }
-      if (attr_value(name, &sc.attrs[found], value, &attrs[nattrs]) < 0) goto done;
-      ++nattrs;
-    }
-  }
+  if (attrs_by_name(name, &sc, args[4], attrs, &nattrs) < 0) goto done;
   {
     int32_t ndims[DLFUSE_MAX_ARGS];
     int64_t shapes[DLFUSE_MAX_ARGS * DLFUSE_MAX_NDIM];
@@ -1647,12 +1694,14 @@ static PyObject* py_load(PyObject* self, PyObject* args) {
   memcpy(&S.last_error, &f[0], sizeof f[0]);
   memcpy(&S.op_get, &f[1], sizeof f[1]);
   memcpy(&S.op_call, &f[2], sizeof f[2]);
-  void* g[4] = {dlsym(lib, "dlfuse_op_schema"), dlsym(lib, "dlfuse_op_infer_outputs"),
-                dlsym(lib, "dlfuse_registry_op_count"), dlsym(lib, "dlfuse_registry_op_schema")};
+  void* g[5] = {dlsym(lib, "dlfuse_op_schema"), dlsym(lib, "dlfuse_op_infer_outputs"),
+                dlsym(lib, "dlfuse_registry_op_count"), dlsym(lib, "dlfuse_registry_op_schema"),
+                dlsym(lib, "dlfuse_op_backward_plan")};
   memcpy(&S.op_schema, &g[0], sizeof g[0]);
   memcpy(&S.op_infer, &g[1], sizeof g[1]);
   memcpy(&S.op_count, &g[2], sizeof g[2]);
   memcpy(&S.reg_op_schema, &g[3], sizeof g[3]);
+  memcpy(&S.op_backward_plan, &g[4], sizeof g[4]);
   for (int i = 0; i < 16; ++i) {
     Py_CLEAR(S.errors[i]);
     if (i < PyTuple_GET_SIZE(errors)) S.errors[i] = Py_NewRef(PyTuple_GET_ITEM(errors, i));
@@ -2109,6 +2158,9 @@ static PyMethodDef methods[] = {
     {"core_ops", py_core_ops, METH_NOARGS, "The names of the ops of the table this module was built with."},
     {"infer", (PyCFunction)(void (*)(void))py_infer, METH_FASTCALL,
      "infer(op, shapes, code, bits, attrs, registry) -> the output shapes of a call (dlfuse_op_infer_outputs)"},
+    {"backward_plan", (PyCFunction)(void (*)(void))py_backward_plan, METH_FASTCALL,
+     "backward_plan(op, attrs, device_type, code, bits, registry) -> (backward, keep, write) "
+     "(dlfuse_op_backward_plan)"},
     {"schema", (PyCFunction)(void (*)(void))py_schema, METH_FASTCALL,
      "schema(op, registry) -> (inputs, outputs, attrs): [(name, flags, since)], [(name, flags, alias)], "
      "[(name, is_float, required, default)]"},

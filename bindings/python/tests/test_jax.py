@@ -259,6 +259,23 @@ def test_grad_of_some_inputs(rng, device):
     assert len(bwd) == 1 and re.search(r"outputs = [^,]*?0, -1, 0, -1\b", bwd[0]), bwd
 
 
+@pytest.mark.parametrize("act, writes_pre", [("relu", False), ("tanh", False), ("gelu_tanh", True), ("silu", True)])
+def test_forward_keeps_what_the_backward_plan_names(device, act, writes_pre):
+    """The forward writes pre and the backward reads it only where libdlfuse's backward plan
+    says (an activation whose derivative is not a function of its output); else out."""
+    a, b, bias = (jnp.ones(s, jnp.float32) for s in ((4, 8), (8, 3), (3,)))
+    hlo = jax.jit(jax.grad(lambda a: jnp.sum(djx.matmul_add_activation(a, b, bias, act)))).lower(a).as_text()
+    fwd = [line for line in hlo.splitlines() if 'op = "matmul_add_activation"' in line]
+    bwd = [line for line in hlo.splitlines() if '"matmul_add_activation_backward"' in line]
+    assert len(fwd) == 1 and len(bwd) == 1, hlo
+    # outputs: a leading placeholder, then out and pre (-1: NULL)
+    assert re.search(r"outputs = [^,]*?0, 0, 1\b" if writes_pre else r"outputs = [^,]*?0, 0, -1\b", fwd[0]), fwd
+    # inputs: a placeholder, grad_out, a, b, out, pre (-1: NULL)
+    assert re.search(r"inputs = [^,]*?0, 0, 1, 2, -1, 3\b" if writes_pre else r"inputs = [^,]*?0, 0, 1, 2, 3, -1\b",
+                     bwd[0]), bwd
+    assert djx.matmul_add_activation(a, b, bias, act).shape == (4, 3)  # out alone, without grad
+
+
 @pytest.mark.parametrize("in_axes", [(0, None, None), (None, 0, None), (0, 0, 0), (None, None, 0)])
 def test_vmap_forward(rng, device, in_axes):
     shapes = ((5, 8), (8, 6), (6,))
@@ -465,8 +482,7 @@ def test_mlp_jit_and_grad(rng, device):
     pad = (None,) * 4
 
     def fused(x, ws, bs):
-        out = djx.mlp(x, *ws, *pad, *bs, *pad, activation="relu", output_activation="sigmoid")
-        return out[0] if isinstance(out, tuple) else out
+        return djx.mlp(x, *ws, *pad, *bs, *pad, activation="relu", output_activation="sigmoid")
 
     def plain(x, ws, bs):
         for i, (w, b) in enumerate(zip(ws, bs)):
@@ -475,6 +491,13 @@ def test_mlp_jit_and_grad(rng, device):
         return x
 
     np.testing.assert_allclose(f64(jax.jit(fused)(x, ws, bs)), f64(plain(x, ws, bs)), rtol=1e-4, atol=1e-5)
+    # outputs= asks for hidden layers' outputs too (optional outputs: not returned by default)
+    out, h0 = djx.mlp(x, *ws, *pad, *bs, *pad, activation="relu", output_activation="sigmoid",
+                      outputs=("out", "h0"))
+    np.testing.assert_allclose(f64(h0), f64(jax.nn.relu(x @ ws[0] + bs[0])), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(f64(out), f64(plain(x, ws, bs)), rtol=1e-4, atol=1e-5)
+    with pytest.raises(TypeError, match="outputs names 'h9'"):
+        djx.mlp(x, *ws, *pad, *bs, *pad, activation="relu", outputs=("h9",))
     loss = lambda f: lambda x, ws, bs: jnp.sum(f(x, ws, bs) ** 2)  # noqa: E731
     got = jax.jit(jax.grad(loss(fused), argnums=(0, 1, 2)))(x, ws, bs)
     want = jax.grad(loss(plain), argnums=(0, 1, 2))(x, ws, bs)

@@ -509,6 +509,18 @@ _POSITIONAL = {
     "matmul_add_residual_backward": (("grad_out", "a", "b", "bias_shape", "residual_shape"), 3),
 }
 
+# dlfuse.torch's and dlfuse.jax's functions take an op's inputs (positionally or by name),
+# then its attributes by name, and return its required outputs. The forward ops of ABI 1.0
+# and 1.1 were documented before schemas with attributes that may also be given positionally
+# after the inputs, in these orders, and a default activation; kept here, as data:
+# op -> (attributes in positional order, front-end defaults by name).
+FRONTEND_SIGNATURES = {
+    "matmul_add_relu": (("allow_tf32",), {}),
+    "add_mul_activation": (("multiplier", "activation"), {"activation": "relu"}),
+    "matmul_add_activation": (("activation", "allow_tf32"), {"activation": "relu"}),
+    "matmul_add_residual": (("allow_tf32",), {}),
+}
+
 _functions = {}
 _functions_lock = threading.Lock()
 

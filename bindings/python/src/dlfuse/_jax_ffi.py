@@ -16,9 +16,9 @@ from . import _core, _ext
 LIBRARY = "libdlfuse_jax.so"
 TARGET = "dlfuse_call"
 DTYPES = ("float32", "float16", "bfloat16", "float64")
-_DL_DTYPE = {"float32": (2, 32), "float16": (2, 16), "bfloat16": (4, 16), "float64": (2, 64)}
-_REDUCIBLE = 2  # DLFUSE_ARG_REDUCIBLE
-_SHAPE_MATMUL = 1  # DLFUSE_SHAPE_MATMUL
+DL_DTYPE = {"float32": (2, 32), "float16": (2, 16), "bfloat16": (4, 16), "float64": (2, 64)}
+_OPTIONAL, _REDUCIBLE = 1, 2  # DLFUSE_ARG_OPTIONAL, DLFUSE_ARG_REDUCIBLE
+_SHAPE_MATMUL, _SHAPE_BROADCAST = 1, 2  # DLFUSE_SHAPE_MATMUL, DLFUSE_SHAPE_BROADCAST
 
 _lib = None
 
@@ -87,12 +87,16 @@ class _Schema:
         self.inputs = tuple(n for n, *_ in ins)
         self.outputs = tuple(n for n, *_ in outs)
         self.reducible = frozenset(n for n, flags, *_ in outs if flags & _REDUCIBLE)
+        self.optional_outputs = frozenset(n for n, flags, *_ in outs if flags & _OPTIONAL)
         self.attr_names = {key: name for name, _f, _r, _d, key in attrs}
         self.attrs = tuple(attrs)  # (lower-case name, is_float, required, default, key)
         # The two inputs of a MATMUL rule (a matmul's batch comes from them), else None.
         _n, _f, _a, rule, bits = outs[0]
         self.matmul = (tuple(n for j, n in enumerate(self.inputs) if bits >> j & 1)
                        if rule == _SHAPE_MATMUL else None)
+        # A core op whose output is a matmul's or a broadcast's: its batch dims are NumPy
+        # broadcasting, which vmap maps onto (_batchable). Any other op's are its own.
+        self.broadcasts = op in _ext.core_ops() and rule in (_SHAPE_MATMUL, _SHAPE_BROADCAST)
 
 
 @functools.lru_cache(maxsize=None)
@@ -113,7 +117,7 @@ def output_shapes(op, shapes, dtype, attrs, wanted, forward=None):
     applies the op's own rules. A reducible gradient grad_<x> takes the shape of the forward's
     <x> where `forward` has it. Raises InvalidArgumentError naming the argument."""
     sc = schema(op)
-    code, bits = _DL_DTYPE[np.dtype(dtype).name]
+    code, bits = DL_DTYPE[np.dtype(dtype).name]
     named = {sc.attr_names[k]: v for k, v in attrs.items()}
     inferred = dict(zip(sc.outputs, _ext.infer(op, [shapes.get(n) for n in sc.inputs], code, bits, named, None)))
     res = []
