@@ -6,11 +6,9 @@ For add_mul_activation (64x64, relu) and matmul_add_relu (32x32x32), float32, it
                       DLPack import of every argument, validation in the registry, kernel)
   dlfuse-alloc        the same without out= (the output allocated by the framework)
   dlfuse.torch        dlfuse.torch.op(...) on tensors without grad (eager fast path) [torch]
-  dlfuse.torch grad   the same on inputs that require grad (autograd Function) [torch]
+  dlfuse.torch grad   the same on inputs that require grad (the operator's autograd kernel) [torch]
   dlfuse.torch f+b    forward and backward of (op(...) * g).sum() style: op + .backward(g)
-  Function grad/f+b   the same through the Python autograd Functions (dlfuse.torch's eager
-                      path without its C++ operators), in the same process [torch]
-  torch.ops.dlfuse    the torch.library custom op (the torch.compile path) [torch]
+  torch.ops.dlfuse    the operator through the dispatcher (the torch.compile path) [torch]
   framework           the framework's own unfused ops (numpy / torch eager / cupy), and
   framework grad/f+b  its forward with grad / forward+backward [torch]
 and, with --noop PATH (bench/'s no-op plugin, libdlfuse_noop.so; CPU only), the full call
@@ -117,18 +115,10 @@ def binding_rows(args, t, stream, row):
             lambda: dft.add_mul_activation(xg, y, b, 1.0, "relu").backward(o))
         row("dlfuse.torch f+b", "matmul 32x32x32",
             lambda: dft.matmul_add_relu(Ag, B, c).backward(O))
-        # the Python autograd Functions (dlfuse.torch's eager path where its C++ operators are
-        # not loaded), beside the C++ operators in the same process
-        row("Function grad", "add_mul 64x64", lambda: dft.AddMulActivation.apply(xg, y, b, 1.0, 1))
-        row("Function grad", "matmul 32x32x32", lambda: dft.MatmulAddRelu.apply(Ag, B, c, False))
-        row("Function f+b", "add_mul 64x64",
-            lambda: dft.AddMulActivation.apply(xg, y, b, 1.0, 1).backward(o))
-        row("Function f+b", "matmul 32x32x32",
-            lambda: dft.MatmulAddRelu.apply(Ag, B, c, False).backward(O))
         row("torch.ops.dlfuse", "add_mul 64x64",
-            lambda: torch.ops.dlfuse.add_mul_activation(x, y, b, 1.0, 1))
+            lambda: torch.ops.dlfuse.add_mul_activation(x, y, b, 1, 1.0))
         row("torch.ops.dlfuse", "matmul 32x32x32",
-            lambda: torch.ops.dlfuse.matmul_add_relu(A, B, c, False))
+            lambda: torch.ops.dlfuse.matmul_add_relu(A, B, c, 0))
 
 
 def framework_rows(args, t, row):

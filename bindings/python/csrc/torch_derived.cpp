@@ -50,10 +50,11 @@ struct Derived {
   std::optional<c10::OperatorHandle> handle;
   size_t num_args = 0;
   std::vector<int> in_arg, attr_arg, shape_arg;  // per input, attribute, output: torch argument
-  int needs_arg = kAbsent;                       // bool[] needs, where every output is optional
+  int needs_arg = kAbsent;                       // bool[] needs, where an output is optional
+  int transposed_arg = kAbsent;                  // bool[] transposed, where an output is a grad_<x>
   std::vector<int> grad_input;                   // per output grad_<x>: input x of this op, or kAbsent
   // Autograd, where the registry has <op>_backward: its derived operator and, per backward
-  // argument, where the value comes from.
+  // argument, where the value comes from (which of them a call keeps is its backward plan).
   const Derived* bwd = nullptr;
   std::vector<int> saved_from;  // backward input i >= 1: forward input k (k), output k (-2 - k)
   std::vector<int> attr_from;   // backward attribute j: the forward's of that name, or kAbsent
@@ -88,6 +89,19 @@ struct CallArgs {
   Tensor like;  // the first input given: the outputs' device and dtype
 };
 
+// Every attribute of a call, in schema order.
+void read_attrs(const Derived& d, c10::ArrayRef<IValue> args, dlfuse_attr_t* attrs) {
+  for (int32_t j = 0; j < d.sc.num_attrs; ++j) {
+    dlfuse_attr_t& a = attrs[j];
+    a = d.sc.attrs[j].default_value;
+    const IValue& v = args[size_t(d.attr_arg[size_t(j)])];
+    if (a.type == DLFUSE_ATTR_FLOAT64)
+      a.value.f64 = v.isDouble() ? v.toDouble() : double(v.toInt());
+    else
+      a.value.i64 = v.toInt();
+  }
+}
+
 void read_inputs(const Derived& d, c10::ArrayRef<IValue> args, CallArgs& c) {
   for (int32_t i = 0; i < d.sc.num_inputs; ++i) {
     const IValue& v = args[size_t(d.in_arg[size_t(i)])];
@@ -98,30 +112,40 @@ void read_inputs(const Derived& d, c10::ArrayRef<IValue> args, CallArgs& c) {
     if (!c.like.defined()) c.like = t;
   }
   TORCH_CHECK_VALUE(c.like.defined(), "dlfuse::", d.name, ": no input tensor given");
-  for (int32_t j = 0; j < d.sc.num_attrs; ++j) {
-    dlfuse_attr_t& a = c.attrs[size_t(j)];
-    a = d.sc.attrs[j].default_value;
-    const IValue& v = args[size_t(d.attr_arg[size_t(j)])];
-    if (a.type == DLFUSE_ATTR_FLOAT64)
-      a.value.f64 = v.isDouble() ? v.toDouble() : double(v.toInt());
-    else
-      a.value.i64 = v.toInt();
-  }
+  read_attrs(d, args, c.attrs.data());
 }
 
+// A bool[] argument with one entry per output, or none (`fill` for every output).
+std::vector<bool> per_output(const Derived& d, c10::ArrayRef<IValue> args, int arg, const char* what, bool fill) {
+  std::vector<bool> v(size_t(d.sc.num_outputs), fill);
+  if (arg == kAbsent) return v;
+  const c10::List<bool> given = args[size_t(arg)].toBoolList();
+  if (given.empty()) return v;
+  TORCH_CHECK_VALUE(given.size() == v.size(), "dlfuse::", d.name, ": ", what, " has ", given.size(),
+                    " entries; expected ", v.size(), " (one per output) or none");
+  for (size_t k = 0; k < v.size(); ++k) v[k] = given.get(k);
+  return v;
+}
+
+// Which outputs a call computes: every required one, and the optional ones `needs` names.
 std::vector<bool> read_needs(const Derived& d, c10::ArrayRef<IValue> args) {
-  std::vector<bool> needs(size_t(d.sc.num_outputs), true);
-  if (d.needs_arg == kAbsent) return needs;
-  const c10::List<bool> given = args[size_t(d.needs_arg)].toBoolList();
-  if (given.empty()) return needs;
-  TORCH_CHECK_VALUE(given.size() == needs.size(), "dlfuse::", d.name, ": needs has ", given.size(),
-                    " entries; expected ", needs.size(), " (one per output) or none");
-  for (size_t k = 0; k < needs.size(); ++k) needs[k] = given.get(k);
+  std::vector<bool> needs = per_output(d, args, d.needs_arg, "needs", true);
+  for (int32_t k = 0; k < d.sc.num_outputs; ++k)
+    if (!(d.sc.outputs[k].flags & DLFUSE_ARG_OPTIONAL)) needs[size_t(k)] = true;
   return needs;
+}
+
+// The transpose of a contiguous tensor of `shape` (ndim >= 2): a matmul operand's gradient in
+// the layout of `weight.t()`, decided when a graph is traced.
+Tensor empty_transposed(at::IntArrayRef shape, const at::TensorOptions& o) {
+  std::vector<int64_t> s = shape.vec();
+  std::swap(s[s.size() - 2], s[s.size() - 1]);
+  return at::empty(s, o).transpose(-2, -1);
 }
 
 std::vector<Tensor> make_outputs(const Derived& d, c10::ArrayRef<IValue> args, CallArgs& c) {
   const std::vector<bool> needs = read_needs(d, args);
+  const std::vector<bool> transposed = per_output(d, args, d.transposed_arg, "transposed", false);
   const int32_t n_out = d.sc.num_outputs;
   std::array<int32_t, DLFUSE_MAX_ARGS> ndims{};
   std::array<int64_t, DLFUSE_MAX_ARGS * DLFUSE_MAX_NDIM> shapes{};
@@ -140,6 +164,8 @@ std::vector<Tensor> make_outputs(const Derived& d, c10::ArrayRef<IValue> args, C
     const IValue* xv = x != kAbsent ? &args[size_t(d.in_arg[size_t(x)])] : nullptr;
     if (a != kAbsent && !args[size_t(a)].isNone())
       outs.push_back(at::empty(args[size_t(a)].toIntVector(), c.like.options()));
+    else if (transposed[ks] && inferred.size() >= 2)
+      outs.push_back(empty_transposed(inferred, c.like.options()));
     else if (t_operand_layout && xv && xv->isTensor() && xv->toTensor().sizes() == inferred &&
              xv->toTensor().is_non_overlapping_and_dense())
       outs.push_back(at::empty_like(xv->toTensor(), at::MemoryFormat::Preserve));
@@ -205,12 +231,53 @@ c10::List<IValue> backward_args(const Derived& d, const std::vector<IValue>& arg
   return l;
 }
 
+// Per backward output grad_<x>: whether the forward's input x is the transpose of a contiguous
+// tensor (`weight.t()`). A traced backward allocates that gradient so (`transposed`), which
+// autograd accumulates into the weight's .grad without a copy; decided when the graph is
+// traced, never from the strides of a later run's input.
+c10::List<bool> transposed_inputs(const Derived& d, const std::vector<IValue>& args) {
+  c10::List<bool> r;
+  for (int x : d.grad_of) {
+    const IValue* v = x != kAbsent ? &args[size_t(d.in_arg[size_t(x)])] : nullptr;
+    const bool t = v && v->isTensor() && v->toTensor().dim() >= 2 && !v->toTensor().is_contiguous() &&
+                   v->toTensor().transpose(-2, -1).is_contiguous();
+    r.push_back(t);
+  }
+  return r;
+}
+
+// What a call keeps for its backward, by libdlfuse's backward plan for its attributes, device
+// and dtype: bit i of keep = backward input i, bit k of write = forward output k.
+struct Plan {
+  uint32_t keep = 0, write = 0;
+};
+Plan backward_plan(const Derived& d, const std::vector<IValue>& args) {
+  std::array<dlfuse_attr_t, DLFUSE_MAX_ATTRS> attrs{};
+  read_attrs(d, args, attrs.data());
+  Tensor like;
+  for (int a : d.in_arg)
+    if (!like.defined() && args[size_t(a)].isTensor()) like = args[size_t(a)].toTensor();
+  TORCH_CHECK_VALUE(like.defined(), "dlfuse::", d.name, ": no input tensor given");
+  dlfuse_op_t bwd = nullptr;
+  Plan p;
+  check(lib().op_backward_plan(d.op, attrs.data(), d.sc.num_attrs, like.is_cuda() ? kDLCUDA : kDLCPU,
+                               dl_dtype(like.scalar_type()), &bwd, &p.keep, &p.write));
+  return p;
+}
+
 struct DerivedFn : torch::autograd::Function<DerivedFn> {
   // The last argument holds the forward inputs that are tensors, in input order: autograd's
   // edges (it is read by Function::apply, not here).
   static variable_list forward(AutogradContext* ctx, const Derived* d, std::vector<IValue>* args,
                                at::TensorList /*given*/) {
+    const Plan plan = backward_plan(*d, *args);
     Stack s(args->begin(), args->end());
+    if (d->needs_arg != kAbsent) {  // the optional outputs the backward reads are written too
+      std::vector<bool> needs = read_needs(*d, *args);
+      c10::List<bool> l;
+      for (size_t k = 0; k < needs.size(); ++k) l.push_back(needs[k] || (plan.write >> k & 1u));
+      s[size_t(d->needs_arg)] = std::move(l);
+    }
     {
       at::AutoDispatchBelowADInplaceOrView guard;
       d->handle->callBoxed(s);
@@ -221,11 +288,13 @@ struct DerivedFn : torch::autograd::Function<DerivedFn> {
     std::vector<int64_t> edge_of(size_t(d->sc.num_inputs), kAbsent);  // forward input -> edge
     for (int32_t i = 0, e = 0; i < d->sc.num_inputs; ++i)
       if ((*args)[size_t(d->in_arg[size_t(i)])].isTensor()) edge_of[size_t(i)] = e++;
-    for (size_t i = 1; i < d->saved_from.size(); ++i) saved.push_back(forward_tensor(*d, *args, outs, d->saved_from[i]));
+    for (size_t i = 1; i < d->saved_from.size(); ++i)
+      saved.push_back(plan.keep >> i & 1u ? forward_tensor(*d, *args, outs, d->saved_from[i]) : Tensor());
     ctx->save_for_backward(saved);
     ctx->saved_data["op"] = int64_t(reinterpret_cast<intptr_t>(d));
     ctx->saved_data["edge_of"] = edge_of;
     ctx->saved_data["args"] = backward_args(*d, *args, outs);
+    ctx->saved_data["transposed"] = transposed_inputs(*d, *args);
     ctx->set_materialize_grads(false);
     if (outs.size() > 1) ctx->mark_non_differentiable(variable_list(outs.begin() + 1, outs.end()));
     return outs;
@@ -255,11 +324,14 @@ struct DerivedFn : torch::autograd::Function<DerivedFn> {
       for (bool n : need) l.push_back(n);
       s[size_t(b.needs_arg)] = std::move(l);
     }
+    const bool is_traced = traced(grads[0]);
+    if (b.transposed_arg != kAbsent)
+      s[size_t(b.transposed_arg)] = is_traced ? ctx->saved_data["transposed"] : IValue(c10::List<bool>());
     struct Layout {  // restored on every way out
       explicit Layout(bool on) : was(t_operand_layout) { t_operand_layout = on; }
       ~Layout() { t_operand_layout = was; }
       bool was;
-    } layout(!traced(grads[0]));
+    } layout(!is_traced);
     b.handle->callBoxed(s);
     for (size_t j = 0; j < need.size(); ++j)
       if (need[j]) r[size_t(2 + edge_of[size_t(d->grad_of[j])])] = s[j].toTensor();
@@ -270,6 +342,15 @@ struct DerivedFn : torch::autograd::Function<DerivedFn> {
 struct AutogradKernel final : c10::OperatorKernel {
   explicit AutogradKernel(const Derived* d) : d(d) {}
   void operator()(const c10::OperatorHandle&, c10::DispatchKeySet, Stack* stack) {
+    const auto last = torch::jit::last(*stack, d->num_args);
+    bool grad = false;
+    for (int a : d->in_arg)
+      grad = grad || (last[size_t(a)].isTensor() && last[size_t(a)].toTensor().requires_grad());
+    if (!grad || !at::GradMode::is_enabled()) {  // no node: the kernel, as the call asked
+      at::AutoDispatchBelowADInplaceOrView guard;
+      d->handle->callBoxed(stack);
+      return;
+    }
     std::vector<IValue> args(stack->end() - ptrdiff_t(d->num_args), stack->end());
     torch::jit::drop(*stack, d->num_args);
     std::vector<Tensor> given;
@@ -301,6 +382,8 @@ void map_arguments(Derived& d) {
       d.in_arg[size_t(i)] = a;
     } else if (n == "needs") {
       d.needs_arg = a;
+    } else if (n == "transposed") {
+      d.transposed_arg = a;
     } else if (n.size() > 6 && n.compare(n.size() - 6, 6, "_shape") == 0) {
       for (int32_t o = 0; o < d.sc.num_outputs; ++o)
         if (grad_stem(d.sc.outputs[o].name) == n.substr(0, n.size() - 6)) d.shape_arg[size_t(o)] = a;
@@ -344,7 +427,8 @@ void wire_backward(Derived& d, const Derived& b) {
 
 void derive(const char* name, const char* torch_schema, const char* backward) {
   const Lib& L = lib();
-  TORCH_CHECK(L.op_call && L.op_schema && L.op_infer_outputs, "dlfuse: derived operators need libdlfuse of ABI >= 1.2");
+  TORCH_CHECK(L.op_call && L.op_schema && L.op_infer_outputs && L.op_backward_plan,
+              "dlfuse: derived operators need libdlfuse of ABI >= 1.2");
   auto d = std::make_unique<Derived>();
   d->name = name;
   check(L.op_get(L.reg, name, &d->op));

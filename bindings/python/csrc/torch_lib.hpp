@@ -1,6 +1,7 @@
-// What both files of dlfuse's C++ PyTorch operators share (torch_ops.cpp: the hand-written
-// operators; torch_derived.cpp: those derived from op schemas): libdlfuse's entry points as
-// the Python package loaded them, statuses as torch errors, torch tensors as DLTensors.
+// What both files of dlfuse's C++ PyTorch operators share (torch_ops.cpp: the library's entry
+// points; torch_derived.cpp: the operators, derived from op schemas): libdlfuse's entry
+// points as the Python package loaded them, statuses as torch errors, torch tensors as
+// DLTensors.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -22,22 +23,11 @@ using at::Tensor;
 struct Lib {
   dlfuse_registry_t reg = nullptr;
   decltype(&dlfuse_last_error) last_error = nullptr;
-  decltype(&dlfuse_matmul_add_relu) mar = nullptr;
-  decltype(&dlfuse_matmul_add_relu_backward) mar_bwd = nullptr;
-  decltype(&dlfuse_add_mul_activation) amc = nullptr;
-  decltype(&dlfuse_add_mul_activation_backward) amc_bwd = nullptr;
-  decltype(&dlfuse_add_mul_activation_backward_from_out) amc_bwd_out = nullptr;
-  decltype(&dlfuse_matmul_add_activation) maa = nullptr;
-  decltype(&dlfuse_matmul_add_activation_backward) maa_bwd = nullptr;
-  decltype(&dlfuse_matmul_add_residual) mres = nullptr;
-  decltype(&dlfuse_matmul_add_residual_backward) mres_bwd = nullptr;
   decltype(&dlfuse_op_get) op_get = nullptr;
-  decltype(&dlfuse_op_resolve) op_resolve = nullptr;
-  decltype(&dlfuse_registry_plugin_info) plugin_info = nullptr;
-  decltype(&dlfuse_registry_kernel_info) kernel_info = nullptr;
-  decltype(&dlfuse_op_call) op_call = nullptr;                  // ABI 1.2: derived operators
-  decltype(&dlfuse_op_schema) op_schema = nullptr;
+  decltype(&dlfuse_op_call) op_call = nullptr;
+  decltype(&dlfuse_op_schema) op_schema = nullptr;  // ABI 1.2 from here
   decltype(&dlfuse_op_infer_outputs) op_infer_outputs = nullptr;
+  decltype(&dlfuse_op_backward_plan) op_backward_plan = nullptr;
 };
 inline Lib g_lib;
 
@@ -56,11 +46,6 @@ inline void check(dlfuse_status_t st) {
   const std::string msg = "dlfuse status " + std::to_string(int(st)) + ": " + (m ? m : "");
   if (st == DLFUSE_STATUS_INVALID_ARGUMENT) TORCH_CHECK_VALUE(false, msg);
   TORCH_CHECK(false, msg);
-}
-
-template <class F> F need(F f, const char* name) {
-  TORCH_CHECK_NOT_IMPLEMENTED(f, "dlfuse: ", name, " needs libdlfuse of ABI >= 1.1; the loaded library is older");
-  return f;
 }
 
 // ---- torch tensors as DLTensors (no allocation, no ownership) -------------------------------

@@ -1,5 +1,5 @@
 """PyTorch: interop (CPU and, where present, CUDA with streams), autograd through the
-Functions and the torch.library ops, opcheck, torch.compile(fullgraph=True), a short DLRM
+derived functions and torch.library ops, opcheck, torch.compile(fullgraph=True), a short DLRM
 run. Skipped as a whole when torch is not installed; with DLFUSE_REQUIRE_CUDA=1 the CUDA
 cases fail instead of skipping when no CUDA plugin/GPU is there."""
 import os
@@ -118,13 +118,11 @@ def test_low_precision(dev, dtype):
     close(out, ref, dtype, scale=scale)
 
 
-@pytest.mark.parametrize("impl", ["op", "function"])
-def test_autograd_matmul_add_relu(dev, impl):
+def test_autograd_matmul_add_relu(dev):
     a = torch.randn(3, 10, 6, device=dev, requires_grad=True)
     b = torch.randn(6, 5, device=dev, requires_grad=True)
     bias = torch.randn(1, 5, device=dev, requires_grad=True)
-    fn = dft.matmul_add_relu if impl == "op" else dft.MatmulAddRelu.apply
-    out = fn(a, b, bias)
+    out = dft.matmul_add_relu(a, b, bias)
     g = torch.randn_like(out)
     out.backward(g)
     got = [t.grad.clone() for t in (a, b, bias)]
@@ -135,14 +133,12 @@ def test_autograd_matmul_add_relu(dev, impl):
         close(x, r.grad, scale=torch.full_like(r.grad, 10.0))
 
 
-@pytest.mark.parametrize("impl", ["op", "function"])
 @pytest.mark.parametrize("act", ["relu", "gelu_tanh", "silu", "sigmoid"])
-def test_autograd_add_mul_activation(dev, impl, act):
+def test_autograd_add_mul_activation(dev, act):
     x = torch.randn(9, 7, device=dev, requires_grad=True)
     y = torch.randn(9, 7, device=dev, requires_grad=True)
     bias = torch.randn(7, device=dev, requires_grad=True)
-    fn = dft.add_mul_activation if impl == "op" else dft.AddMulActivation.apply
-    out = fn(x, y, bias, 0.3, act)
+    out = dft.add_mul_activation(x, y, bias, 0.3, act)
     g = torch.randn_like(out)
     out.backward(g)
     got = [t.grad.clone() for t in (x, y, bias)]
@@ -165,22 +161,20 @@ def test_only_needed_grads(dev):
 
 
 def test_parameters_take_the_eager_path(dev, monkeypatch):
-    """A layer's weight and bias are nn.Parameters: a training step must not go through a
-    Python custom op (which costs more than the kernel on small tensors): with the C++
-    operators its backward is a C++ node, without them the call skips the dispatcher."""
+    """A layer's weight and bias are nn.Parameters: a training step must not go through the
+    dispatcher's Python layers (which cost more than the kernel on small tensors): the
+    function calls the operator's autograd kernel directly, a C++ node with the C++
+    operators."""
     lin = torch.nn.Linear(4, 3).to(dev)
     x = torch.randn(6, 4, device=dev, requires_grad=True)
+    called = []
+    f = dft.op_function("matmul_add_relu")
+    real = torch.ops.dlfuse.matmul_add_relu
+    monkeypatch.setattr(torch.ops.dlfuse, "matmul_add_relu", lambda *a: called.append(1) or real(*a))
+    out = f(x, lin.weight.t(), lin.bias)
+    assert not called
     if dft.CPP_OPS:
-        out = dft.matmul_add_relu(x, lin.weight.t(), lin.bias)
         assert "CppNode" in out.grad_fn.name(), out.grad_fn.name()
-    else:
-        assert dft._eager(x, lin.weight.t(), lin.bias)
-        called = []
-        real = torch.ops.dlfuse.matmul_add_relu
-        monkeypatch.setattr(torch.ops.dlfuse, "matmul_add_relu",
-                            lambda *a: called.append(1) or real(*a))
-        out = dft.matmul_add_relu(x, lin.weight.t(), lin.bias)
-        assert not called
     out.sum().backward()
     assert lin.weight.grad is not None and lin.bias.grad is not None
     close(out, torch.relu(x @ lin.weight.t() + lin.bias))
@@ -202,59 +196,53 @@ def test_opcheck(dev):
     a = torch.randn(5, 4, device=dev, requires_grad=True)
     b = torch.randn(4, 3, device=dev, requires_grad=True)
     bias = torch.randn(3, device=dev, requires_grad=True)
-    torch.library.opcheck(torch.ops.dlfuse.matmul_add_relu.default, (a, b, bias, False))
+    torch.library.opcheck(torch.ops.dlfuse.matmul_add_relu.default, (a, b, bias, 0))
     x = torch.randn(5, 3, device=dev, requires_grad=True)
-    torch.library.opcheck(torch.ops.dlfuse.add_mul_activation.default, (x, x.detach().clone(), bias, 0.5, 6))
+    torch.library.opcheck(torch.ops.dlfuse.add_mul_activation.default, (x, x.detach().clone(), bias, 6, 0.5))
 
 
-def test_matmul_backward_operand_layout(dev):
-    """operand_layout=True: grad_b in b's layout (weight.t(): the weight's, which autograd
-    accumulates into .grad without a copy), the same values as the contiguous default; the
-    fake kernel agrees (opcheck). The eager backward of dlfuse.torch's C++ operators uses it."""
+def test_eager_backward_in_operand_layout(dev):
+    """The eager backward allocates each gradient grad_<x> in x's layout where x is dense
+    (weight.t(): the weight's, which autograd accumulates into .grad without a copy): the same
+    values as the contiguous layout."""
     gen = torch.Generator().manual_seed(5)
-    a = torch.randn(6, 4, generator=gen).to(dev)
-    w = torch.randn(3, 4, generator=gen).to(dev)
+    a = torch.randn(6, 4, generator=gen).to(dev).requires_grad_()
+    w = torch.randn(3, 4, generator=gen).to(dev).requires_grad_()
     bias = torch.randn(3, generator=gen).to(dev)
-    b = w.t()
-    out = dft.matmul_add_relu(a, b, bias)
+    seen = []
+    h = w.register_hook(lambda grad: seen.append(grad.stride()))
+    out = dft.matmul_add_relu(a, w.t(), bias)
     g = torch.randn(6, 3, generator=gen).to(dev)
-    op = torch.ops.dlfuse.matmul_add_relu_backward.default
-    ga, gb, gc = op(g, a, b, out, [3], True, True, True, False, True)
-    ga0, gb0, gc0 = op(g, a, b, out, [3], True, True, True, False, False)
-    assert gb.stride() == b.stride() and gb0.is_contiguous() and ga.stride() == a.stride()
-    for x, y in ((ga, ga0), (gb, gb0), (gc, gc0)):
-        torch.testing.assert_close(x, y, rtol=0, atol=0)
-    torch.testing.assert_close(gb, a.t() @ (g * (out > 0)), rtol=1e-5, atol=1e-5)
-    torch.library.opcheck(op, (g, a, b, out, [3], True, True, True, False, True),
-                          test_utils=("test_schema", "test_faketensor"))
+    out.backward(g)
+    h.remove()
+    assert seen == [w.stride()], seen
+    torch.testing.assert_close(w.grad, ((g * (out > 0)).t() @ a).detach(), rtol=1e-5, atol=1e-5)
 
 
-def test_matmul_backward_transposed_b(dev):
-    """transposed_b=True: grad_b as the transpose of a contiguous tensor whatever b's strides
-    (the traced backward's layout for weight.t(), fixed at trace time), same values; the
-    fake kernel agrees (opcheck)."""
+def test_matmul_backward_transposed(dev):
+    """transposed=[False, True, False]: grad_b as the transpose of a contiguous tensor whatever
+    b's strides (the traced backward's layout for weight.t(), fixed at trace time), the same
+    values; the fake kernel agrees (opcheck). Every derived backward has the argument."""
     gen = torch.Generator().manual_seed(6)
     a = torch.randn(6, 4, generator=gen).to(dev)
     bias = torch.randn(3, generator=gen).to(dev)
     g = torch.randn(6, 3, generator=gen).to(dev)
     ops = torch.ops.dlfuse
+    flags = [False, True, False]
     for b in (torch.randn(3, 4, generator=gen).to(dev).t(), torch.randn(4, 3, generator=gen).to(dev)):
         out = dft.matmul_add_relu(a, b, bias)
-        args = (g, a, b, out, [3], True, True, True, False, False)
-        ga, gb, gc = ops.matmul_add_relu_backward.default(*args, True)
-        ga0, gb0, gc0 = ops.matmul_add_relu_backward.default(*args)
+        ga, gb, gc = ops.matmul_add_relu_backward.default(g, a, b, out, 0, [], flags, [3])
+        ga0, gb0, gc0 = ops.matmul_add_relu_backward.default(g, a, b, out, bias_shape=[3])
         assert gb.t().is_contiguous() and not gb.is_contiguous() and gb0.is_contiguous()
         for x, y in ((ga, ga0), (gb, gb0), (gc, gc0)):
             torch.testing.assert_close(x, y, rtol=0, atol=0)
-        torch.library.opcheck(ops.matmul_add_relu_backward.default, (*args, True),
+        torch.library.opcheck(ops.matmul_add_relu_backward.default, (g, a, b, out, 0, [], flags, [3]),
                               test_utils=("test_schema", "test_faketensor"))
         saved = dft.matmul_add_activation(a, b, bias, "relu")
-        gs = ops.matmul_add_activation_backward.default(g, a, b, saved, 1, False, [3], True, True, True,
-                                                        False, False, True)
+        gs = ops.matmul_add_activation_backward.default(g, a, b, saved, None, 1, 0, [], flags, [3])
         assert gs[1].t().is_contiguous() and not gs[1].is_contiguous()
         torch.testing.assert_close(gs[1], gb0, rtol=0, atol=0)
-        gs = ops.matmul_add_residual_backward.default(g, a, b, [3], [6, 3], True, True, True, True,
-                                                      False, False, True)
+        gs = ops.matmul_add_residual_backward.default(g, a, b, 0, [], flags + [False], [3], [6, 3])
         assert gs[1].t().is_contiguous() and not gs[1].is_contiguous()
         torch.testing.assert_close(gs[1], a.t() @ g, rtol=1e-5, atol=1e-5)
 

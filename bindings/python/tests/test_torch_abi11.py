@@ -3,9 +3,8 @@ add_mul_activation's backward from `out`. Forward values and gradients against f
 torch (torch.autograd.grad of the plain formula) for every activation, with broadcast
 bias/residual and batches; what autograd keeps for the backward; an in-place change of a
 saved output caught; opcheck; torch.compile(fullgraph=True). Each case runs through the
-three paths of docs/python.md: the public function on plain tensors (autograd Function via
-torch's C apply), Function.apply, and the public function under a torch-function mode
-(the torch.library custom ops). CPU: oneDNN for float32/float16/bfloat16, the test
+two paths of docs/python.md: the public function on plain tensors (the operator's autograd
+kernel directly) and the public function under a torch-function mode (the dispatcher). CPU: oneDNN for float32/float16/bfloat16, the test
 plugin for float64; CUDA where a plugin serves the op (docs/ops.md)."""
 import gc
 import os
@@ -26,7 +25,7 @@ OUT_FORM = {"identity", "relu", "sigmoid", "tanh"}
 TORCH_ACT = {"identity": lambda p: p, "relu": torch.relu, "sigmoid": torch.sigmoid,
              "tanh": torch.tanh, "gelu_erf": F.gelu,
              "gelu_tanh": lambda p: F.gelu(p, approximate="tanh"), "silu": F.silu}
-IMPLS = ["fast", "function", "custom_op"]
+IMPLS = ["fast", "dispatch"]
 # (rtol, atol) against float64 on the values the kernel saw, |err| <= atol + rtol * scale
 # with scale the float64 sum of |terms| (docs/ops.md, "Tolerances").
 TOL = {torch.float64: (1e-12, 1e-300), torch.float32: (2e-5, 1e-5),
@@ -40,30 +39,35 @@ class _ThroughMode(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def _call(impl, public, function, *args):
+def _call(impl, public, *args):
     if impl == "fast":
         return public(*args)
-    if impl == "function":
-        return function.apply(*args)
     with _ThroughMode():
         return public(*args)
 
 
 def _check_path(impl, out, op_name):
-    if dft.CPP_OPS and impl != "function":  # the C++ operator, its backward a C++ node
+    if dft.CPP_OPS:  # the C++ operator, its backward a C++ node
         assert "CppNode" in out.grad_fn.name(), out.grad_fn.name()
-        return
-    name = type(out.grad_fn).__name__
-    if impl == "custom_op":
-        assert f"dlfuse_{op_name}" in name, name
     else:
-        assert "dlfuse" not in name and name.endswith("Backward"), name
+        assert op_name in type(out.grad_fn).__name__, type(out.grad_fn).__name__
 
 
 def _saved_tensors(out):
-    """What the backward node saved; None for a C++ node (the C++ operators), which does not
-    show it: the tests then check what was freed instead."""
-    return getattr(out.grad_fn, "saved_tensors", None)
+    """What the backward node saved (None where the plan keeps nothing), without the Nones;
+    None for a C++ node (the C++ operators), which does not show it: the tests then check
+    what was freed instead."""
+    saved = getattr(out.grad_fn, "saved_tensors", None)
+    return None if saved is None else [t for t in saved if t is not None]
+
+
+def _keeps_out(device, dtype=torch.float32):
+    """Whether libdlfuse's backward plan keeps add_mul_activation's out (relu) on device: the
+    kernel serving the backward takes the out form."""
+    code, bits = {torch.float32: (2, 32), torch.float64: (2, 64)}[dtype]
+    dev = dlfuse._core.DEVICE_TYPES[device]
+    _bwd, keep, _write = dlfuse._ext.backward_plan("add_mul_activation", {"activation": 1}, dev, code, bits, None)
+    return keep == 0b10001
 
 
 def _need(op, device, dtype=torch.float32):
@@ -116,9 +120,8 @@ MM_CASES = [((5, 7), (7, 6), (6,)), ((3, 5, 7), (7, 6), (5, 1)), ((5, 7), (2, 7,
 
 def _check_matmul_add_activation(impl, act, device, dtype, gen, shapes):
     a, b, bias = _leaves(gen, shapes, device, dtype)
-    out = _call(impl, dft.matmul_add_activation, dft.MatmulAddActivation, a, b, bias, act)
-    if impl != "function":
-        _check_path(impl, out, "matmul_add_activation")
+    out = _call(impl, dft.matmul_add_activation, a, b, bias, act)
+    _check_path(impl, out, "matmul_add_activation")
     g = _rand(gen, out.shape, device, dtype)
     got = torch.autograd.grad(out, (a, b, bias), g)
 
@@ -153,13 +156,13 @@ def test_matmul_add_activation_dtypes(dev, dtype, act):
         _check_matmul_add_activation("fast", act, dev, dtype, gen, shapes)
 
 
-@pytest.mark.parametrize("impl", ["fast", "custom_op"])
+@pytest.mark.parametrize("impl", IMPLS)
 def test_matmul_add_activation_only_needed_grads(dev, impl):
     _need("matmul_add_activation", dev)
     gen = torch.Generator().manual_seed(3)
     a = _rand(gen, (6, 4), dev)                       # data: no grad
     b, bias = _leaves(gen, [(4, 3), (3,)], dev)
-    _call(impl, dft.matmul_add_activation, None, a, b, bias, "silu").sum().backward()
+    _call(impl, dft.matmul_add_activation, a, b, bias, "silu").sum().backward()
     assert a.grad is None and b.grad is not None and bias.grad is not None
     with torch.no_grad():                             # no grad: the extension directly
         out = dft.matmul_add_activation(a, b, bias, "silu")
@@ -181,7 +184,7 @@ def test_matmul_add_activation_saves_out_or_pre(dev, impl, act):
     _need("matmul_add_activation", dev)
     gen = torch.Generator().manual_seed(11)
     leaves, (a, b, bias) = _nonleaf(gen, [(5, 4), (4, 3), (3,)], dev)
-    out = _call(impl, dft.matmul_add_activation, dft.MatmulAddActivation, a, b, bias, act)
+    out = _call(impl, dft.matmul_add_activation, a, b, bias, act)
     saved = _saved_tensors(out)
     if saved is not None:
         assert len(saved) == 3
@@ -216,9 +219,8 @@ def test_add_mul_activation_grads_all_activations(dev, impl, act):
     for shapes in AM_CASES:
         x, y, bias = _leaves(gen, shapes, dev)
         x.data.mul_(2)
-        out = _call(impl, dft.add_mul_activation, dft.AddMulActivation, x, y, bias, 0.5, act)
-        if impl != "function":
-            _check_path(impl, out, "add_mul_activation")
+        out = _call(impl, dft.add_mul_activation, x, y, bias, 0.5, act)
+        _check_path(impl, out, "add_mul_activation")
         g = _rand(gen, out.shape, dev)
         got = torch.autograd.grad(out, (x, y, bias), g)
         x64, y64, b64 = (t.detach().double().requires_grad_() for t in (x, y, bias))
@@ -232,13 +234,16 @@ def test_add_mul_activation_grads_all_activations(dev, impl, act):
 
 
 def test_cpu_kernels_take_the_out_form():
-    """docs/ops.md: the oneDNN and test plugins serve add_mul_activation_backward from out;
-    a dtype no plugin serves has no out form (the forward fails anyway)."""
+    """docs/ops.md: the oneDNN and test plugins serve add_mul_activation_backward from out, so
+    the backward plan keeps out for relu on CPU; for silu it keeps x, y and bias; a device no
+    plugin serves gets the inputs form (the forward fails anyway)."""
     if not any(p.available and p.device == "cpu" for p in dlfuse.plugins()):
         pytest.skip("no CPU plugin")
-    assert dft._takes_out_form("cpu", torch.float32)
-    assert not dft._takes_out_form("cpu", torch.int32)
-    assert not dft._takes_out_form("vulkan", torch.float32)
+    assert _keeps_out("cpu")
+    _bwd, keep, write = dlfuse._ext.backward_plan("add_mul_activation", {"activation": "silu"}, 1, 2, 32, None)
+    assert (_bwd, keep, write) == ("add_mul_activation_backward", 0b01111, 1)
+    _bwd, keep, _write = dlfuse._ext.backward_plan("add_mul_activation", {"activation": 1}, 7, 2, 32, None)
+    assert keep == 0b01111
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -248,8 +253,8 @@ def test_add_mul_activation_keeps_only_out(dev, impl, act):
     drops them) where the kernel takes the out form; gelu/silu keep x, y and bias."""
     gen = torch.Generator().manual_seed(200 + ACTS.index(act))
     leaves, (x, y, bias) = _nonleaf(gen, [(8, 6), (8, 6), (6,)], dev)
-    out = _call(impl, dft.add_mul_activation, dft.AddMulActivation, x, y, bias, 0.5, act)
-    from_out = act in OUT_FORM and dft._amc_out_ok(out)
+    out = _call(impl, dft.add_mul_activation, x, y, bias, 0.5, act)
+    from_out = act in OUT_FORM and _keeps_out(dev)
     if dev == "cpu":
         assert from_out == (act in OUT_FORM)
     saved = _saved_tensors(out)
@@ -278,7 +283,7 @@ def test_add_mul_activation_partial_grads(dev, impl, needs):
     """Only the inputs that require grad get one, of their own (broadcast) shape."""
     gen = torch.Generator().manual_seed(250)
     x, y, bias = (_rand(gen, s, dev).requires_grad_(n) for s, n in zip(AM_CASES[1], needs))
-    out = _call(impl, dft.add_mul_activation, dft.AddMulActivation, x, y, bias, -0.7, "sigmoid")
+    out = _call(impl, dft.add_mul_activation, x, y, bias, -0.7, "sigmoid")
     g = _rand(gen, out.shape, dev)
     out.backward(g)
     x64, y64, b64 = (t.detach().double().requires_grad_() for t in (x, y, bias))
@@ -300,49 +305,16 @@ def test_in_place_change_of_saved_out_is_caught(dev, impl, op):
     gen = torch.Generator().manual_seed(5)
     if op == "add_mul_activation":
         x, y, bias = _leaves(gen, [(4, 6), (4, 6), (6,)], dev)
-        out = _call(impl, dft.add_mul_activation, dft.AddMulActivation, x, y, bias, 1.0, "tanh")
-        if not dft._amc_out_ok(out):
+        out = _call(impl, dft.add_mul_activation, x, y, bias, 1.0, "tanh")
+        if not _keeps_out(dev):
             pytest.skip("this device's kernel reads x, y, bias, not out")
     else:
         _need("matmul_add_activation", dev)
         a, b, bias = _leaves(gen, [(4, 5), (5, 6), (6,)], dev)
-        out = _call(impl, dft.matmul_add_activation, dft.MatmulAddActivation, a, b, bias, "tanh")
+        out = _call(impl, dft.matmul_add_activation, a, b, bias, "tanh")
     out.mul_(2)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         out.sum().backward()
-
-
-@pytest.mark.parametrize("impl", ["fast", "custom_op"])
-@pytest.mark.parametrize("act", sorted(OUT_FORM))
-def test_add_mul_out_form_refused_later_falls_back(dev, impl, act, monkeypatch):
-    """A forward saved out, then the kernel serving the backward refuses the out form (a
-    plugin loaded or preferred in between): the backward computes the out form's formulas
-    with torch ops, and the next forward asks the registry again."""
-    gen = torch.Generator().manual_seed(300)
-    x, y, bias = _leaves(gen, [(3, 4, 6), (4, 1), (6,)], dev)
-    if dft.CPP_OPS:
-        pytest.skip("the C++ operators' backward does not call dlfuse.torch's Python (the "
-                    "fallback is amc_grads_from_out_torch in csrc/torch_ops.cpp)")
-    out = _call(impl, dft.add_mul_activation, dft.AddMulActivation, x, y, bias, 0.5, act)
-    if not dft._amc_out_ok(out):
-        pytest.skip("this device's kernel reads x, y, bias, not out")
-    real = dft._amc_bwd_c
-
-    def refuse_out(*args, **kw):
-        if kw.get("out") is not None:
-            raise dlfuse.UnsupportedError(2, "[UNSUPPORTED] refused for the test")
-        return real(*args, **kw)
-
-    monkeypatch.setattr(dft, "_amc_bwd_c", refuse_out)
-    g = _rand(gen, out.shape, dev)
-    got = torch.autograd.grad(out, (x, y, bias), g)
-    assert dft._out_form_cache == {}
-    x64, y64, b64 = (t.detach().double().requires_grad_() for t in (x, y, bias))
-    pre64 = _am(x64, y64, b64)
-    want = torch.autograd.grad(TORCH_ACT[act](pre64), (x64, y64, b64), g.double())
-    slope = _act_slope(act, pre64)
-    for v, w, s in zip(got, want, _abs_sum_scales(_am, (x, y, bias), g.double().abs() * slope)):
-        close(v, w, s)
 
 
 def _mres(a, b, bias, r):
@@ -366,9 +338,8 @@ def test_matmul_add_residual_values_and_grads(dev, impl, dtype):
     gen = torch.Generator().manual_seed(400)
     for shapes in RES_CASES:
         a, b, bias, r = _leaves(gen, shapes, dev, dtype)
-        out = _call(impl, dft.matmul_add_residual, dft.MatmulAddResidual, a, b, bias, r)
-        if impl != "function":
-            _check_path(impl, out, "matmul_add_residual")
+        out = _call(impl, dft.matmul_add_residual, a, b, bias, r)
+        _check_path(impl, out, "matmul_add_residual")
         g = _rand(gen, out.shape, dev, dtype)
         got = torch.autograd.grad(out, (a, b, bias, r), g)
         xs = [t.detach().double().requires_grad_() for t in (a, b, bias, r)]
@@ -379,12 +350,12 @@ def test_matmul_add_residual_values_and_grads(dev, impl, dtype):
             close(v, w, s, dtype)
 
 
-@pytest.mark.parametrize("impl", ["fast", "custom_op"])
+@pytest.mark.parametrize("impl", IMPLS)
 def test_matmul_add_residual_keeps_a_and_b_only(dev, impl):
     _need("matmul_add_residual", dev)
     gen = torch.Generator().manual_seed(9)
     leaves, (a, b, bias, r) = _nonleaf(gen, [(5, 4), (4, 3), (3,), (5, 3)], dev)
-    out = _call(impl, dft.matmul_add_residual, dft.MatmulAddResidual, a, b, bias, r)
+    out = _call(impl, dft.matmul_add_residual, a, b, bias, r)
     saved = _saved_tensors(out)
     assert saved is None or len(saved) == 2
     del saved
@@ -407,33 +378,46 @@ def test_opcheck_abi11(dev):
     gen = torch.Generator().manual_seed(1)
     a, b, bias = _leaves(gen, [(5, 4), (4, 3), (3,)], dev)
     plain = [t.detach() for t in (a, b, bias)]
-    for act, save_pre in [(0, False), (1, False), (3, False), (4, True), (6, True), (5, False)]:
-        torch.library.opcheck(torch.ops.dlfuse.matmul_add_activation.default,
-                              (*plain, act, save_pre, False))
-        if save_pre or act < 4:   # with grad: gelu and silu need pre
-            torch.library.opcheck(torch.ops.dlfuse.matmul_add_activation.default,
-                                  (a, b, bias, act, save_pre, False))
+    for act, needs in [(0, [True, False]), (1, []), (3, [True, False]), (4, [True, True]), (6, []),
+                       (5, [True, False])]:
+        torch.library.opcheck(torch.ops.dlfuse.matmul_add_activation.default, (*plain, act, 0, needs))
+        if dft.CPP_OPS or act < 4 or needs != [True, False]:  # else refused: the backward reads pre
+            torch.library.opcheck(torch.ops.dlfuse.matmul_add_activation.default, (a, b, bias, act, 0, needs))
     r = _leaves(gen, [(5, 1)], dev)[0]
-    torch.library.opcheck(torch.ops.dlfuse.matmul_add_residual.default, (a, b, bias, r, False))
+    torch.library.opcheck(torch.ops.dlfuse.matmul_add_residual.default, (a, b, bias, r, 0))
     x, y = _leaves(gen, [(5, 3), (1, 3)], dev)
     for act in (1, 2, 6):   # relu and sigmoid from out (where served), silu from x, y, bias
-        torch.library.opcheck(torch.ops.dlfuse.add_mul_activation.default, (x, y, bias, 0.5, act))
+        torch.library.opcheck(torch.ops.dlfuse.add_mul_activation.default, (x, y, bias, act, 0.5))
     g, out = _rand(gen, (5, 3), dev), _rand(gen, (5, 3), dev)
-    if dft._amc_out_ok(out):
-        torch.library.opcheck(torch.ops.dlfuse.add_mul_activation_backward_from_out.default,
-                              (g, out, 0.5, 2, [5, 3], [1, 3], [3], True, True, False))
+    if _keeps_out(dev):
+        torch.library.opcheck(torch.ops.dlfuse.add_mul_activation_backward.default,
+                              (g, None, None, None, out, 2, 0.5, [True, True, False], [], [5, 3], [1, 3], [3]))
     torch.library.opcheck(torch.ops.dlfuse.matmul_add_residual_backward.default,
-                          (g, a.detach(), b.detach(), [3], [5, 1], True, False, True, True, False))
+                          (g, a.detach(), b.detach(), 0, [True, False, True, True], [], [3], [5, 1]))
     torch.library.opcheck(torch.ops.dlfuse.matmul_add_activation_backward.default,
-                          (g, a.detach(), b.detach(), out, 3, False, [3], True, True, True, False))
+                          (g, a.detach(), b.detach(), out, None, 3, 0, [], [], [3]))
 
 
-def test_custom_op_without_pre_refuses_a_gelu_gradient(dev):
+def test_backward_plan_writes_pre_where_the_gradient_reads_it(dev):
+    """The operator asked for `out` alone (needs) still writes `pre` when an input requires
+    grad and the activation's derivative reads it (gelu, silu): the backward plan's outputs.
+    With the C++ operators their autograd adds it; the Python operators refuse, naming it."""
     _need("matmul_add_activation", dev)
     gen = torch.Generator().manual_seed(2)
     a, b, bias = _leaves(gen, [(5, 4), (4, 3), (3,)], dev)
-    with pytest.raises(RuntimeError, match="save_pre=True"):
-        torch.ops.dlfuse.matmul_add_activation(a, b, bias, 4, False, False)
+    if not dft.CPP_OPS:
+        with pytest.raises(RuntimeError, match="reads output 'pre'"):
+            torch.ops.dlfuse.matmul_add_activation(a, b, bias, 4, 0, [True, False])
+        return
+    out, pre = torch.ops.dlfuse.matmul_add_activation(a, b, bias, 4, 0, [True, False])
+    assert pre.shape == out.shape
+    got = torch.autograd.grad(out.sum(), (a, b, bias))
+    a64, b64, bias64 = (t.detach().double().requires_grad_() for t in (a, b, bias))
+    want = torch.autograd.grad(F.gelu(a64 @ b64 + bias64).sum(), (a64, b64, bias64))
+    for x, w in zip(got, want):
+        torch.testing.assert_close(x.double(), w, rtol=1e-4, atol=1e-5)
+    with torch.no_grad():  # no gradient: pre is not written
+        assert torch.ops.dlfuse.matmul_add_activation(a, b, bias, 4, 0, [True, False])[1].shape == (0,)
 
 
 def test_torch_compile_fullgraph_abi11(dev):
@@ -522,37 +506,38 @@ def test_fused_linear(dev, act):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
 
 
-_OUT_FORM_FALLBACK = r"""
+_OUT_FORM_REFUSED = r"""
 import sys, torch, dlfuse, dlfuse.torch as dft
 dlfuse.load_plugin(sys.argv[1])
 reg = dlfuse.registry()
 gen = torch.Generator().manual_seed(31)
 x, y, b = (torch.randn(*s, generator=gen).requires_grad_() for s in ((3, 4, 6), (4, 1), (6,)))
-act_fns = {"identity": lambda p: p, "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh}
-for act, fn in act_fns.items():
-    out = dft.add_mul_activation(x, y, b, 0.5, act)
-    assert reg.resolve("add_mul_activation_backward") != "unit_echo"
+for act in ("identity", "relu", "sigmoid", "tanh"):
+    out = dft.add_mul_activation(x, y, b, 0.5, act)    # keeps out alone
     reg.prefer("unit_echo", "add_mul_activation_backward")  # its kernel does not take `out`
-    assert reg.resolve("add_mul_activation_backward") == "unit_echo"
     g = torch.randn(out.shape, generator=gen)
+    try:
+        torch.autograd.grad(out, (x, y, b), g)
+    except (RuntimeError, dlfuse.Error) as e:
+        assert "DLFUSE_KERNEL_TAKES_V1_1_INPUTS" in str(e), str(e)
+    else:
+        raise AssertionError("the backward ran with `out` on a kernel that does not take it")
+    # a forward after the preference keeps x, y and bias (its plan asks the registry), and
+    # the test plugin serves the backward: the gradients' shapes are x's, y's and b's
+    out = dft.add_mul_activation(x, y, b, 0.5, act)
     got = torch.autograd.grad(out, (x, y, b), g)
+    assert [t.shape for t in got] == [x.shape, y.shape, b.shape]
     reg.prefer(None, "add_mul_activation_backward")
-    x64, y64, b64 = (t.detach().double().requires_grad_() for t in (x, y, b))
-    want = torch.autograd.grad(fn(x64 + b64 + 0.5 * y64), (x64, y64, b64), g.double())
-    for v, w in zip(got, want):
-        torch.testing.assert_close(v.double(), w, rtol=1e-5, atol=1e-5)
-print("fallback OK")
+print("refused OK")
 """
 
 
-def test_out_form_refused_by_a_preferred_plugin_falls_back():
-    """A forward saved `out` (the CPU kernel takes the out form), then a plugin whose kernel
-    lacks DLFUSE_KERNEL_TAKES_V1_1_INPUTS is preferred for the backward, which the registry
-    then refuses `out`: the backward computes the out form's formulas itself (ATen ops in
-    the C++ operators' amc_grads_from_out_torch, torch ops in the Python path) and matches
-    float64. A real registry change, unlike the monkeypatched test above, and so it covers
-    the C++ operators too. In a subprocess: the preference and the loaded test plugin must
-    not leak into other tests."""
+def test_out_form_refused_by_a_preferred_plugin_is_an_error():
+    """A forward kept `out` alone (the CPU kernel takes the out form), then a plugin whose
+    kernel lacks DLFUSE_KERNEL_TAKES_V1_1_INPUTS is preferred for the backward: the registry
+    refuses `out` and the backward raises its message; the next forward's plan keeps the
+    inputs instead. In a subprocess: the preference and the loaded test plugin must not leak
+    into other tests."""
     import subprocess
     import sys
     v10 = os.path.join(os.environ.get("DLFUSE_TEST_PLUGIN_DIR", "/nonexistent"), "..", "unit_plugins",
@@ -564,9 +549,9 @@ def test_out_form_refused_by_a_preferred_plugin_falls_back():
             raise dlfuse.Error(3, "none")
     except dlfuse.Error:
         pytest.skip("no CPU plugin")
-    r = subprocess.run([sys.executable, "-c", _OUT_FORM_FALLBACK, os.path.abspath(v10)],
+    r = subprocess.run([sys.executable, "-c", _OUT_FORM_REFUSED, os.path.abspath(v10)],
                        capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0 and "fallback OK" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "refused OK" in r.stdout, r.stdout + r.stderr
 
 
 def _plain_mlp(fused, x):
@@ -626,7 +611,7 @@ def test_derived_mlp_op_differentiates_its_first_output_only(dev):
     mlp = dft.FusedMLP((4, 6, 3), device=dev)
     x = torch.randn(5, 4, device=dev, requires_grad=True)
     w, b, pad = [l.weight.t() for l in mlp.layers], [l.bias for l in mlp.layers], [None] * 5
-    out, h0, *unused = dft.mlp(x, *w, *pad, *b, *pad, 1)
+    out, h0, *unused = torch.ops.dlfuse.mlp(x, *w, *pad, *b, *pad, 1)  # every output
     assert out.requires_grad and not h0.requires_grad and h0.shape == (5, 6)
     assert all(u.shape == (0,) for u in unused)
     # the autograd node is C++ where the C++ operators are loaded (csrc/torch_derived.cpp)
@@ -636,7 +621,7 @@ def test_derived_mlp_op_differentiates_its_first_output_only(dev):
     (want,) = torch.autograd.grad(_plain_mlp(mlp, x_ref).sum(), [x_ref])
     torch.testing.assert_close(gx, want, rtol=1e-4, atol=1e-5)
     with pytest.raises(dlfuse.InvalidArgumentError, match="w1"):
-        dft.mlp(x, w[0], torch.randn(7, 3, device=dev), *pad, *b, *pad, 1)
+        dft.mlp(x, w[0], torch.randn(7, 3, device=dev), *pad, *b, *pad, activation=1)
 
 
 def test_derived_backward_writes_weight_gradients_in_the_weights_layout(dev):

@@ -23,7 +23,7 @@ assert "Tensor x, Tensor y, float scale=1" in str(f.op.default._schema), f.op.de
 for dt in (torch.float32, torch.float64):
     x = torch.randn(3, 4, dtype=dt, requires_grad=True)
     y = torch.randn(4, dtype=dt, requires_grad=True)
-    out = f(x, y, 2.5)
+    out = f(x, y, scale=2.5)
     torch.testing.assert_close(out, x + 2.5 * y)
     g = torch.randn(3, 4, dtype=dt)
     out.backward(g)                                   # through testref_scale_add_backward
@@ -38,19 +38,27 @@ y = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
 torch.testing.assert_close(gy, torch.ones_like(y))
 
 # the backward op directly: needs and the gradients' shapes
-gx, gy = torch.ops.dlfuse.testref_scale_add_backward(torch.ones(3, 4), 2.0, [True, True], [3, 1], [4])
+gx, gy = torch.ops.dlfuse.testref_scale_add_backward(torch.ones(3, 4), 2.0, [True, True], [], [3, 1], [4])
 assert gx.shape == (3, 1) and gy.shape == (4,)
 torch.testing.assert_close(gy, torch.full((4,), 6.0))
 
 # traced as one opaque call, fake kernel included
 def step(a, b):
-    return (f(a, b, 3.0) * 2).sum()
+    return (f(a, b, scale=3.0) * 2).sum()
 a = torch.randn(5, 6, requires_grad=True)
 b = torch.randn(6, requires_grad=True)
 ca, cb = torch.autograd.grad(torch.compile(step, fullgraph=True, backend="aot_eager")(a, b), (a, b))
 torch.testing.assert_close(ca, torch.full_like(a, 2.0))
 torch.testing.assert_close(cb, torch.full_like(b, 30.0))
 torch.library.opcheck(torch.ops.dlfuse.testref_scale_add.default, (a.detach(), b.detach(), 3.0))
+
+# attributes are keyword arguments; a positional one is refused
+try:
+    f(a, b, 3.0)
+except TypeError:
+    pass
+else:
+    raise AssertionError("a positional attribute was taken")
 
 # a bad call names the argument
 try:

@@ -447,32 +447,6 @@ def to_device(array, device, registry=None, stream=None):
     return t
 
 
-def kernel_takes_out_form(device_type, dtype):
-    """Whether the kernel add_mul_activation_backward resolves to for (device type name,
-    dtype; a name or any dtype object whose str ends in it) takes `out` (ABI 1.1)."""
-    dl = _DTYPE_BY_NAME.get(str(dtype).rsplit(".", 1)[-1])
-    dev = DEVICE_TYPES.get(device_type)
-    if dl is None or dev is None or abi_version() < (1, 1):
-        return False
-    reg = registry()
-    op = "add_mul_activation_backward"
-    try:
-        idx = _ext.resolve(reg.handle, op, dev, dl[0], dl[1])
-    except Error:
-        return False  # no kernel: the forward fails anyway
-    for k in range(reg.plugin(idx).num_kernels):
-        try:
-            kop, kdev, dtypes, _prio, flags = _ext.kernel_info(reg.handle, idx, k)
-        except Error:
-            continue
-        if kop == op and kdev == dev and tuple(dl) in dtypes:
-            return bool(flags & _ext.KERNEL_TAKES_V1_1_INPUTS)
-    return False
-
-
-# ---- the ops (compiled) ---------------------------------------------------------------------
-
-
 def _act(activation):
     if isinstance(activation, str):
         try:

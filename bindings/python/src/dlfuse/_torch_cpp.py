@@ -1,7 +1,7 @@
-"""Loads dlfuse's C++ PyTorch operators (libdlfuse_torch.so, csrc/torch_ops.cpp) when they
-were built for the running torch: then ``torch.ops.dlfuse.*`` and their autograd are C++,
-and dlfuse.torch calls them directly. Otherwise dlfuse.torch defines the same operators in
-Python (torch.library.custom_op), slower per call but the same results.
+"""Loads dlfuse's C++ PyTorch operators (libdlfuse_torch.so, csrc/torch_ops.cpp and
+csrc/torch_derived.cpp) when they were built for the running torch: then the kernels and
+autograd of ``torch.ops.dlfuse.*`` are C++. Otherwise dlfuse.torch defines the same operators
+in Python (torch.library), slower per call but the same results.
 
 DLFUSE_TORCH_OPS=python forces the Python operators (a debugging and comparison aid).
 """
