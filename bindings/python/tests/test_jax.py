@@ -484,9 +484,9 @@ def test_mlp_jit_and_grad(rng, device):
     def fused(x, ws, bs):
         return djx.mlp(x, *ws, *pad, *bs, *pad, activation="relu", output_activation="sigmoid")
 
-    def plain(x, ws, bs):
+    def plain(x, ws, bs):  # full float32 matmuls: JAX's default on a GPU is TF32
         for i, (w, b) in enumerate(zip(ws, bs)):
-            z = x @ w + b
+            z = jnp.matmul(x, w, precision=jax.lax.Precision.HIGHEST) + b
             x = jax.nn.relu(z) if i < len(ws) - 1 else jax.nn.sigmoid(z)
         return x
 
@@ -494,7 +494,8 @@ def test_mlp_jit_and_grad(rng, device):
     # outputs= asks for hidden layers' outputs too (optional outputs: not returned by default)
     out, h0 = djx.mlp(x, *ws, *pad, *bs, *pad, activation="relu", output_activation="sigmoid",
                       outputs=("out", "h0"))
-    np.testing.assert_allclose(f64(h0), f64(jax.nn.relu(x @ ws[0] + bs[0])), rtol=1e-4, atol=1e-5)
+    h0_ref = jax.nn.relu(jnp.matmul(x, ws[0], precision=jax.lax.Precision.HIGHEST) + bs[0])
+    np.testing.assert_allclose(f64(h0), f64(h0_ref), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(f64(out), f64(plain(x, ws, bs)), rtol=1e-4, atol=1e-5)
     with pytest.raises(TypeError, match="outputs names 'h9'"):
         djx.mlp(x, *ws, *pad, *bs, *pad, activation="relu", outputs=("h9",))

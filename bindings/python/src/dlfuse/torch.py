@@ -267,15 +267,14 @@ _function_modes = torch._C._is_torch_function_mode_enabled
 
 _TEMPLATE = '''
 def {name}({params}):
-    _ins = ({ins},)
-    _attrs = ({attrs},)
     if outputs is None and not _compiling(){plain} and not _functorch_on() and not _dispatch_modes() \\
             and not _function_modes():
         if {grad}:
-            return _f.autograd(_ins, _attrs{shapes})
-        _i = _c(*_ins) if _g.FORCE_CONTIGUOUS else _ins
-        return _fast({fast_kw}stream=_stream({first}))
-    return _f.dispatch(_ins, _attrs, outputs{shapes})
+            return _f.autograd(({ins},), ({attrs},){shapes})
+        if _g.FORCE_CONTIGUOUS:
+            {ins}, = _c({ins})
+        return _fast({fast_kw})
+    return _f.dispatch(({ins},), ({attrs},), outputs{shapes})
 '''
 
 
@@ -290,6 +289,8 @@ class _Function:
         positional, defaults = _core.FRONTEND_SIGNATURES.get(name, ((), {}))
         req = [i for i, o in enumerate(d.optional_out) if not o]
         self.wanted = req or list(range(len(d.out_names)))
+        self._single = len(d.out_names) == 1
+        self._cpp_needs = [not o for o in d.optional_out] if req else []
         self.fn = self._generate(positional, defaults)
 
     def _generate(self, positional, defaults):
@@ -314,20 +315,23 @@ class _Function:
 
         def conv(n):
             is_float, _r, _d, key = attr[n]
-            return f"_act({n})" if key in _ACTIVATION_KEYS else f"float({n})" if is_float else f"int({n})"
+            if key in _ACTIVATION_KEYS:
+                return f"({n} if type({n}) is int else _act({n}))"
+            return f"float({n})" if is_float else f"int({n})"
         ins = d.in_names
         plain = "".join(f" and type({n}) in _PLAIN" if not f & _OPTIONAL else
                         f" and ({n} is None or type({n}) in _PLAIN)" for n, f, _s in d.inputs)
         grad = "_grad_on() and (" + " or ".join(
             f"{n}.requires_grad" if not f & _OPTIONAL else f"({n} is not None and {n}.requires_grad)"
             for n, f, _s in d.inputs) + ")" if self.derived_backward() else "False"
-        shapes = "".join(f", {p}" for _i, p in d.shape_params)
+        # The extension converts the attributes itself (names of activations, truth values);
+        # where torch has the DLPack exchange API it also takes torch's current stream.
+        fast_kw = "".join(f"{n}={n}, " for n in ins + d.attr_names) + "".join(f"{p}={p}, " for _i, p in d.shape_params)
+        fast_kw += "" if _XAPI else f"stream=_stream({ins[0]})"
         src = _TEMPLATE.format(
             name=self.name, params=", ".join(params), ins=", ".join(ins),
-            attrs=", ".join(conv(n) for n in d.attr_names), plain=plain, grad=grad, shapes=shapes,
-            first=ins[0], fast_kw="".join(f"{n}=_i[{k}], " for k, n in enumerate(ins)) +
-            "".join(f"{n}=_attrs[{k}], " for k, n in enumerate(d.attr_names)) +
-            "".join(f"{p}={p}, " for _i, p in d.shape_params))
+            attrs=", ".join(conv(n) for n in d.attr_names), plain=plain, grad=grad,
+            shapes="".join(f", {p}" for _i, p in d.shape_params), fast_kw=fast_kw)
         ns = dict(_f=self, _g=sys.modules[__name__], _fast=_core.op_function(self.name), _c=_c, _stream=_stream, _act=_act,
                   _PLAIN=_PLAIN, _compiling=_compiling, _grad_on=_grad_on, _functorch_on=_functorch_on,
                   _dispatch_modes=_dispatch_modes, _function_modes=_function_modes)
@@ -374,13 +378,17 @@ class _Function:
     def autograd(self, ins, attrs, *shapes):
         """Eager, plain tensors, a gradient needed: the operator's autograd kernel, skipping
         the dispatcher's Python layers."""
-        needs, wanted = self._needs(None, ins, attrs, True)
         if FORCE_CONTIGUOUS:
             ins = _c(*ins)
+        if CPP_OPS:  # the C++ autograd writes the outputs the backward plan needs itself
+            needs, wanted = self._cpp_needs, self.wanted
+        else:
+            needs, wanted = self._needs(None, ins, attrs, True)
         try:
-            return self._pick(self.default(*self._args(ins, attrs, needs, shapes)), wanted)
+            res = self.default(*self._args(ins, attrs, needs, shapes))
         except _ERRS as e:
             _reraise(e)
+        return res if self._single else self._pick(res, wanted)
 
     def dispatch(self, ins, attrs, outputs, *shapes):
         """Anything else (torch.compile, subclasses, modes, functorch, `outputs` given): the
