@@ -1474,6 +1474,16 @@ static int attrs_by_name(const char* name, const dlfuse_op_schema_t* sc, PyObjec
   return 0;
 }
 
+/* The handle and schema of op `name` (ABI 1.2), or -1 with the exception set. */
+static int op_with_schema(void* h, const char* name, dlfuse_op_t* op, dlfuse_op_schema_t* sc) {
+  int st = S.op_get((dlfuse_registry_t)h, name, op);
+  if (st) return raise_status(st, NULL);
+  memset(sc, 0, sizeof *sc);
+  sc->struct_size = sizeof *sc;
+  if ((st = S.op_schema(*op, sc)) != 0) return raise_status(st, NULL);
+  return 0;
+}
+
 /* backward_plan(op, attrs, device_type, code, bits, registry) -> (backward op, keep, write):
  * dlfuse_op_backward_plan for a call of op with attributes by name on that device type and
  * dtype: bit i of keep = backward input i is passed, bit k of write = forward output k is
@@ -1494,23 +1504,17 @@ static PyObject* py_backward_plan(PyObject* self, PyObject* const* args, Py_ssiz
     return NULL;
   }
   dlfuse_op_t op = NULL, bwd = NULL;
-  int st = S.op_get((dlfuse_registry_t)h, name, &op);
-  if (st) return raise_status(st, NULL), NULL;
-  dlfuse_op_schema_t sc;
-  memset(&sc, 0, sizeof sc);
-  sc.struct_size = sizeof sc;
-  if ((st = S.op_schema(op, &sc)) != 0) return raise_status(st, NULL), NULL;
+  dlfuse_op_schema_t sc, bsc;
   dlfuse_attr_t attrs[DLFUSE_MAX_ATTRS];
   int32_t nattrs = 0;
-  if (attrs_by_name(name, &sc, args[1], attrs, &nattrs) < 0) return NULL;
+  if (op_with_schema(h, name, &op, &sc) < 0 || attrs_by_name(name, &sc, args[1], attrs, &nattrs) < 0) return NULL;
   const DLDataType dtype = {(uint8_t)code, (uint8_t)bits, 1};
   uint32_t keep = 0, write = 0;
-  if ((st = S.op_backward_plan(op, attrs, nattrs, device, dtype, &bwd, &keep, &write)) != 0)
-    return raise_status(st, NULL), NULL;
-  dlfuse_op_schema_t bsc;
+  const int st = S.op_backward_plan(op, attrs, nattrs, device, dtype, &bwd, &keep, &write);
+  if (st) return raise_status(st, NULL), NULL;
   memset(&bsc, 0, sizeof bsc);
   bsc.struct_size = sizeof bsc;
-  if ((st = S.op_schema(bwd, &bsc)) != 0) return raise_status(st, NULL), NULL;
+  if (S.op_schema(bwd, &bsc) != 0) return raise_status(DLFUSE_STATUS_INTERNAL, NULL), NULL;
   return Py_BuildValue("(sII)", bsc.name, keep, write);
 }
 
@@ -1534,12 +1538,9 @@ static PyObject* py_infer(PyObject* self, PyObject* const* args, Py_ssize_t narg
     return NULL;
   }
   dlfuse_op_t op = NULL;
-  int st = S.op_get((dlfuse_registry_t)h, name, &op);
-  if (st) return raise_status(st, NULL), NULL;
   dlfuse_op_schema_t sc;
-  memset(&sc, 0, sizeof sc);
-  sc.struct_size = sizeof sc;
-  if ((st = S.op_schema(op, &sc)) != 0) return raise_status(st, NULL), NULL;
+  int st;
+  if (op_with_schema(h, name, &op, &sc) < 0) return NULL;
   PyObject* seq = PySequence_Fast(args[1], "infer: shapes must be a sequence (None where an input is absent)");
   if (!seq) return NULL;
   PyObject* r = NULL;

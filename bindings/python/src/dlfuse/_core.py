@@ -516,6 +516,14 @@ def op_function(name):
     return f
 
 
+def require_op(name, front_end):
+    """AttributeError for `front_end` (dlfuse.torch, dlfuse.jax) unless the default registry
+    has an op `name` with a schema."""
+    if name not in op_names():
+        raise AttributeError(f"{front_end}: no op named {name!r} in the default registry "
+                             f"(dlfuse.op_names() lists them)")
+
+
 def op_names(registry=None):
     """The ops with a schema in `registry` (default: the default one): the core ops, then
     the ops its plugins declare."""

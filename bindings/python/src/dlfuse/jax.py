@@ -214,9 +214,7 @@ def op_function(name):
     required ones, or every one where all are optional)."""
     f = _functions.get(name)
     if f is None:
-        if name not in _core.op_names():
-            raise AttributeError(f"dlfuse.jax: no op named {name!r} in the default registry "
-                                 f"(dlfuse.op_names() lists them)")
+        _core.require_op(name, "dlfuse.jax")
         op = _Op(name)
 
         def f(*args, **kwargs):
@@ -226,6 +224,7 @@ def op_function(name):
                      f"outputs {list(op.sc.outputs)} (returns {list(op.required)} by default)")
         f.op = op
         f = _functions.setdefault(name, f)
+        globals().setdefault(name, f)  # a module attribute from now on, not __getattr__
     return f
 
 

@@ -414,11 +414,12 @@ def op_function(name):
     with _define_lock:
         f = _functions.get(name)
         if f is None:
-            if name not in _core.op_names():
-                raise AttributeError(f"dlfuse.torch: no op named {name!r} in the default registry "
-                                     f"(dlfuse.op_names() lists them)")
+            _core.require_op(name, "dlfuse.torch")
             f = _Function(name)
             _functions[name] = f
+            # a module attribute from now on: dlfuse.torch.<op> then costs a dict lookup, not
+            # __getattr__ and a listing of the registry's ops per call
+            globals().setdefault(name, f.fn)
     return f.fn
 
 
