@@ -294,7 +294,7 @@ struct DerivedFn : torch::autograd::Function<DerivedFn> {
     ctx->saved_data["op"] = int64_t(reinterpret_cast<intptr_t>(d));
     ctx->saved_data["edge_of"] = edge_of;
     ctx->saved_data["args"] = backward_args(*d, *args, outs);
-    ctx->saved_data["transposed"] = transposed_inputs(*d, *args);
+    if (traced(outs[0])) ctx->saved_data["transposed"] = transposed_inputs(*d, *args);  // eager: layout below
     ctx->set_materialize_grads(false);
     if (outs.size() > 1) ctx->mark_non_differentiable(variable_list(outs.begin() + 1, outs.end()));
     return outs;
@@ -325,8 +325,10 @@ struct DerivedFn : torch::autograd::Function<DerivedFn> {
       s[size_t(b.needs_arg)] = std::move(l);
     }
     const bool is_traced = traced(grads[0]);
-    if (b.transposed_arg != kAbsent)
-      s[size_t(b.transposed_arg)] = is_traced ? ctx->saved_data["transposed"] : IValue(c10::List<bool>());
+    if (b.transposed_arg != kAbsent) {
+      auto it = ctx->saved_data.find("transposed");
+      s[size_t(b.transposed_arg)] = is_traced && it != ctx->saved_data.end() ? it->second : IValue(c10::List<bool>());
+    }
     struct Layout {  // restored on every way out
       explicit Layout(bool on) : was(t_operand_layout) { t_operand_layout = on; }
       ~Layout() { t_operand_layout = was; }
