@@ -28,7 +28,8 @@
 // thread's first call. Each dlfuse_op_call is also given to dlfuse_op_infer_outputs with the
 // same inputs and attributes: a refusal is a status with a message, and a call that passed
 // validation must pass inference, each output it was given having the inferred shape (a
-// REDUCIBLE one: a shape that broadcasts to it). Paths of the plugins come from the
+// REDUCIBLE one: a shape that broadcasts to it), and its attributes to dlfuse_op_backward_plan
+// (check_backward_plan). Paths of the plugins come from the
 // environment (FUZZ_ORACLE_PLUGIN, FUZZ_TESTREF_PLUGIN) or from the build (compile
 // definitions).
 #include <dlfcn.h>
@@ -637,6 +638,43 @@ void check_inference(const Call& c, dlfuse_status_t call_status) {
   }
 }
 
+// The backward plan on a generic call's attributes, device type and dtype: a status with a
+// message; for a call that passed validation of an op with a backward, a plan that keeps
+// grad_out, names only the backward's inputs and writes every required output.
+void check_backward_plan(const Call& c, dlfuse_status_t call_status) {
+  dlfuse_op_t op = g_oracle_ops[c.op];
+  dlfuse_op_schema_t s{};
+  s.struct_size = sizeof s;
+  if (!op || dlfuse_op_schema(op, &s) != DLFUSE_STATUS_OK) return;
+  const DLTensor* like = nullptr;
+  for (size_t i = 0; !c.in_null && i < c.in.size() && i < size_t(c.n_in) && !like; ++i) like = c.in[i];
+  dlfuse_op_t bwd = nullptr;
+  uint32_t keep = 0, write = 0;
+  const dlfuse_status_t st = dlfuse_op_backward_plan(
+      op, c.attrs_null ? nullptr : c.attrs.data(), c.n_attrs, like ? int32_t(like->device.device_type) : kDLCPU,
+      like ? like->dtype : DLDataType{kDLFloat, 32, 1}, &bwd, &keep, &write);
+  expect_status(st, "dlfuse_op_backward_plan");
+  const size_t len = std::strlen(s.name);
+  const bool is_backward = len > 9 && std::strcmp(s.name + len - 9, "_backward") == 0;
+  if (st != DLFUSE_STATUS_OK) {
+    if (call_status != DLFUSE_STATUS_OK || is_backward) return;
+    std::fprintf(stderr, "fuzz_validation: %s passed validation, but its backward plan failed: %s\n", s.name,
+                 dlfuse_last_error());
+    std::abort();
+  }
+  dlfuse_op_schema_t b{};
+  b.struct_size = sizeof b;
+  uint32_t required = 0;
+  for (int32_t k = 0; k < s.num_outputs; ++k)
+    if (!(s.outputs[k].flags & DLFUSE_ARG_OPTIONAL)) required |= 1u << k;
+  if (dlfuse_op_schema(bwd, &b) != DLFUSE_STATUS_OK || !(keep & 1u) || (keep >> b.num_inputs) != 0 ||
+      (write & required) != required || (write >> s.num_outputs) != 0) {
+    std::fprintf(stderr, "fuzz_validation: %s: backward plan keep 0x%x write 0x%x does not fit its schemas\n",
+                 s.name, keep, write);
+    std::abort();
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -717,7 +755,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   expect_status(first_status, kOpNames[c.op]);
   if (first_status == DLFUSE_STATUS_OK) ++g_valid[c.op];
   expect_same(first, outcome_of(run(g_oracle_reg, c)), "the same call again");
-  if (c.kind == kGeneric) check_inference(c, first_status);
+  if (c.kind == kGeneric) {
+    check_inference(c, first_status);
+    check_backward_plan(c, first_status);
+  }
   if (p.ConsumeIntegral<uint8_t>() < 4) {
     Outcome fresh{};
     std::thread([&] { fresh = outcome_of(run(g_oracle_reg, c)); }).join();
