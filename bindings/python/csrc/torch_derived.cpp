@@ -14,6 +14,7 @@
 
 #include <array>
 #include <cctype>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -143,15 +144,47 @@ Tensor empty_transposed(at::IntArrayRef shape, const at::TensorOptions& o) {
   return at::empty(s, o).transpose(-2, -1);
 }
 
+// The output shapes of an op's last call on this thread, by its input shapes and attributes:
+// a training loop repeats its shapes, and dlfuse_op_infer_outputs costs ~3k instructions a
+// call. Output shapes are a function of the input shapes and attributes alone (the call
+// itself is still validated in full by the registry).
+struct ShapeMemo {
+  std::vector<int64_t> key;  // per input: ndim (-1: absent) and dims; then each attribute's bits
+  std::array<int32_t, DLFUSE_MAX_ARGS> ndims{};
+  std::array<int64_t, DLFUSE_MAX_ARGS * DLFUSE_MAX_NDIM> shapes{};
+};
+
+const ShapeMemo& output_shapes(const Derived& d, const CallArgs& c) {
+  thread_local std::map<const Derived*, ShapeMemo> memos;
+  thread_local std::vector<int64_t> key;
+  key.clear();
+  for (int32_t i = 0; i < d.sc.num_inputs; ++i) {
+    const DLTensor* t = c.in[size_t(i)];
+    key.push_back(t ? t->ndim : -1);
+    for (int32_t k = 0; t && k < t->ndim; ++k) key.push_back(t->shape[k]);
+  }
+  for (int32_t j = 0; j < d.sc.num_attrs; ++j) {
+    int64_t bits;  // an INT64 value, or a FLOAT64's bits
+    std::memcpy(&bits, &c.attrs[size_t(j)].value, sizeof bits);
+    key.push_back(bits);
+  }
+  ShapeMemo& m = memos[&d];
+  if (m.key == key) return m;
+  std::array<DLDataType, DLFUSE_MAX_ARGS> dtypes{};
+  m.key.clear();  // stays empty if inference refuses the call
+  check(lib().op_infer_outputs(d.op, c.in.data(), d.sc.num_inputs, c.attrs.data(), d.sc.num_attrs, d.sc.num_outputs,
+                               m.ndims.data(), m.shapes.data(), dtypes.data()));
+  m.key = key;
+  return m;
+}
+
 std::vector<Tensor> make_outputs(const Derived& d, c10::ArrayRef<IValue> args, CallArgs& c) {
   const std::vector<bool> needs = read_needs(d, args);
   const std::vector<bool> transposed = per_output(d, args, d.transposed_arg, "transposed", false);
   const int32_t n_out = d.sc.num_outputs;
-  std::array<int32_t, DLFUSE_MAX_ARGS> ndims{};
-  std::array<int64_t, DLFUSE_MAX_ARGS * DLFUSE_MAX_NDIM> shapes{};
-  std::array<DLDataType, DLFUSE_MAX_ARGS> dtypes{};
-  check(lib().op_infer_outputs(d.op, c.in.data(), d.sc.num_inputs, c.attrs.data(), d.sc.num_attrs, n_out,
-                               ndims.data(), shapes.data(), dtypes.data()));
+  const ShapeMemo& memo = output_shapes(d, c);
+  const auto& ndims = memo.ndims;
+  const auto& shapes = memo.shapes;
   std::vector<Tensor> outs;
   for (int32_t k = 0; k < n_out; ++k) {
     const size_t ks = size_t(k);
