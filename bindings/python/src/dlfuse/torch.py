@@ -205,7 +205,7 @@ def _define(name):
 def _register_autograd(qual, d, b):
     """The Python form of csrc/torch_derived.cpp's autograd (where the C++ operators are not
     loaded): the rules above; the forward's optional outputs that the plan keeps were asked
-    for by the function (_Function.needs)."""
+    for by the function (_Function._needs)."""
     bwd_op = getattr(torch.ops.dlfuse, b.name)
     grad_of = [n[5:] if n.startswith("grad_") else n for n in b.out_names]
     n_extra = len(d.attrs) + d.has_needs + d.has_transposed + len(d.shape_params)
