@@ -802,6 +802,14 @@ static int find_schema(void* h, const char* name, dlfuse_op_schema_t* sc) {
   return raise_status(DLFUSE_STATUS_NOT_FOUND, msg);
 }
 
+/* The handle and schema of op `name` (ABI 1.2), or -1 with the exception set: NOT_FOUND for
+ * a name with no schema, UNSUPPORTED where no plugin offers the op (as OpFunction). */
+static int op_with_schema(void* h, const char* name, dlfuse_op_t* op, dlfuse_op_schema_t* sc) {
+  if (find_schema(h, name, sc) < 0) return -1;
+  int st = S.op_get((dlfuse_registry_t)h, name, op);
+  return st ? raise_status(st == DLFUSE_STATUS_NOT_FOUND ? DLFUSE_STATUS_UNSUPPORTED : st, NULL) : 0;
+}
+
 /* Python attribute value -> dlfuse_attr_t by the schema's type. */
 static int attr_value(const char* fn, const dlfuse_attr_schema_t* as, PyObject* value, dlfuse_attr_t* a) {
   *a = as->default_value;
@@ -1331,17 +1339,8 @@ static PyObject* py_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs
   const char* name = PyUnicode_AsUTF8(args[0]);
   if (!name) return NULL;
   dlfuse_op_t op = NULL;
-  int st = S.op_get((dlfuse_registry_t)h, name, &op);
-  if (st) return raise_status(st, NULL), NULL;
-  if (!S.op_schema) {
-    PyErr_SetString(PyExc_NotImplementedError, "dlfuse: call() needs libdlfuse of ABI >= 1.2; the loaded library is older");
-    return NULL;
-  }
   dlfuse_op_schema_t sc;
-  memset(&sc, 0, sizeof sc);
-  sc.struct_size = sizeof sc;
-  st = S.op_schema(op, &sc);
-  if (st) return raise_status(st, NULL), NULL;
+  if (op_with_schema(h, name, &op, &sc) < 0) return NULL;
   Sig* g = PyMem_Calloc(1, sizeof(Sig));
   if (!g) return PyErr_NoMemory();
   PyObject* r = NULL;
@@ -1471,16 +1470,6 @@ static int attrs_by_name(const char* name, const dlfuse_op_schema_t* sc, PyObjec
     if (attr_value(name, &sc->attrs[found], value, &attrs[*n]) < 0) return -1;
     ++*n;
   }
-  return 0;
-}
-
-/* The handle and schema of op `name` (ABI 1.2), or -1 with the exception set. */
-static int op_with_schema(void* h, const char* name, dlfuse_op_t* op, dlfuse_op_schema_t* sc) {
-  int st = S.op_get((dlfuse_registry_t)h, name, op);
-  if (st) return raise_status(st, NULL);
-  memset(sc, 0, sizeof *sc);
-  sc->struct_size = sizeof *sc;
-  if ((st = S.op_schema(*op, sc)) != 0) return raise_status(st, NULL);
   return 0;
 }
 

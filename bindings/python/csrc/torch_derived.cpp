@@ -15,6 +15,7 @@
 #include <torch/library.h>
 
 #include <array>
+#include <atomic>
 #include <cctype>
 #include <cstring>
 #include <map>
@@ -47,7 +48,6 @@ std::string grad_stem(const std::string& n) { return n.rfind("grad_", 0) == 0 ? 
 // the torch operator's arguments.
 struct Derived {
   std::string name;
-  dlfuse_op_t op = nullptr;
   dlfuse_op_schema_t sc{};
   std::optional<c10::OperatorHandle> handle;
   size_t num_args = 0;
@@ -62,6 +62,20 @@ struct Derived {
   std::vector<int> attr_from;   // backward attribute j: the forward's of that name, or kAbsent
   std::vector<int> grad_of;     // backward output j (grad_<x>): forward input x, or kAbsent
   std::vector<int> shape_from;  // backward output j's `<x>_shape`: as saved_from, or kAbsent
+
+  // The op's handle, looked up on first use: an op no plugin offers (yet) is defined all the
+  // same, and its call raises UNSUPPORTED (as dlfuse._ext does: the op exists, nothing serves
+  // it); a plugin loaded later may offer it.
+  dlfuse_op_t op() const {
+    dlfuse_op_t h = op_.load(std::memory_order_acquire);
+    if (!h) {
+      const dlfuse_status_t st = lib().op_get(lib().reg, name.c_str(), &h);
+      check(st == DLFUSE_STATUS_NOT_FOUND ? DLFUSE_STATUS_UNSUPPORTED : st);
+      op_.store(h, std::memory_order_release);
+    }
+    return h;
+  }
+  mutable std::atomic<dlfuse_op_t> op_{nullptr};
 
   int input(const std::string& n) const { return find(sc.inputs, sc.num_inputs, n); }
   int output(const std::string& n) const { return find(sc.outputs, sc.num_outputs, n); }
@@ -173,7 +187,7 @@ const ShapeMemo& output_shapes(const Derived& d, const CallArgs& c) {
   if (m.key == key) return m;
   std::array<DLDataType, DLFUSE_MAX_ARGS> dtypes{};
   m.key.clear();  // stays empty if inference refuses the call
-  check(lib().op_infer_outputs(d.op, c.in.data(), d.sc.num_inputs, c.attrs.data(), d.sc.num_attrs, d.sc.num_outputs,
+  check(lib().op_infer_outputs(d.op(), c.in.data(), d.sc.num_inputs, c.attrs.data(), d.sc.num_attrs, d.sc.num_outputs,
                                m.ndims.data(), m.shapes.data(), dtypes.data()));
   m.key = key;
   return m;
@@ -216,7 +230,7 @@ void run(const Derived& d, Stack* stack) {
   CallArgs c;
   read_inputs(d, args, c);
   std::vector<Tensor> outs = make_outputs(d, args, c);
-  check(lib().op_call(d.op, c.in.data(), d.sc.num_inputs, c.out.data(), d.sc.num_outputs, c.attrs.data(),
+  check(lib().op_call(d.op(), c.in.data(), d.sc.num_inputs, c.out.data(), d.sc.num_outputs, c.attrs.data(),
                       d.sc.num_attrs, stream_of(c.like)));
   torch::jit::drop(*stack, d.num_args);
   for (Tensor& t : outs) stack->emplace_back(std::move(t));
@@ -279,16 +293,25 @@ c10::List<bool> transposed_inputs(const Derived& d, c10::ArrayRef<IValue> args) 
 
 // What a call keeps for its backward, by libdlfuse's backward plan for its attributes, device
 // and dtype: bit i of keep = backward input i, bit k of write = forward output k.
+// NOT_FOUND (no plugin offers the backward) is not an error here: the forward runs as asked
+// and the node raises it if a backward runs (`unavailable`), as torch does for an op without
+// a derivative.
 struct Plan {
   uint32_t keep = 0, write = 0;
+  std::string unavailable;  // the registry's message where no plugin offers the backward
 };
 Plan backward_plan(const Derived& d, c10::ArrayRef<IValue> args, const Tensor& like) {
   std::array<dlfuse_attr_t, DLFUSE_MAX_ATTRS> attrs{};
   read_attrs(d, args, attrs.data());
   dlfuse_op_t bwd = nullptr;
   Plan p;
-  check(lib().op_backward_plan(d.op, attrs.data(), d.sc.num_attrs, like.is_cuda() ? kDLCUDA : kDLCPU,
-                               dl_dtype(like.scalar_type()), &bwd, &p.keep, &p.write));
+  const dlfuse_status_t st = lib().op_backward_plan(d.op(), attrs.data(), d.sc.num_attrs,
+                                                    like.is_cuda() ? kDLCUDA : kDLCPU, dl_dtype(like.scalar_type()),
+                                                    &bwd, &p.keep, &p.write);
+  if (st == DLFUSE_STATUS_NOT_FOUND)
+    p.unavailable = "dlfuse status " + std::to_string(int(st)) + ": " + lib().last_error();
+  else
+    check(st);
   return p;
 }
 
@@ -299,6 +322,7 @@ struct DerivedNode final : torch::autograd::Node {
   std::vector<IValue> pre;                            // the backward's arguments by backward_args
   std::vector<int64_t> edge_of;                       // forward input -> its edge, or kAbsent
   std::optional<c10::List<bool>> transposed;          // traced graphs: transposed_inputs
+  std::string unavailable;                            // Plan::unavailable: raised by apply
 
   std::string name() const override { return "dlfuse::" + d->name + "Backward"; }
   void release_variables() override {
@@ -321,6 +345,7 @@ variable_list DerivedNode::apply(variable_list&& grads) {
   std::lock_guard<std::mutex> lock(mutex_);
   variable_list r(num_outputs());                      // one per forward input tensor
   if (grads.empty() || !grads[0].defined()) return r;  // the first output took no part
+  TORCH_CHECK(unavailable.empty(), unavailable);
   const Derived& b = *d->bwd;
   Stack s(pre.begin(), pre.end());
   s[size_t(b.in_arg[0])] = grads[0];
@@ -367,6 +392,10 @@ void forward_with_node(const Derived& d, Stack* stack, const std::vector<Tensor>
   node->d = &d;
   node->set_next_edges(torch::autograd::collect_next_edges(given));
   torch::autograd::set_history(outs[0].toTensor(), node);  // before saving outputs: no cycle
+  if (!plan.unavailable.empty()) {
+    node->unavailable = plan.unavailable;
+    return;
+  }
   node->edge_of.assign(size_t(d.sc.num_inputs), kAbsent);
   for (int32_t i = 0, e = 0; i < d.sc.num_inputs; ++i)
     if (args[size_t(d.in_arg[size_t(i)])].isTensor()) node->edge_of[size_t(i)] = e++;
@@ -465,15 +494,27 @@ void wire_backward(Derived& d, const Derived& b) {
   }
 }
 
+// The schema of op `name` from the registry's list (no plugin need offer the op).
+dlfuse_op_schema_t schema_named(const char* name) {
+  const Lib& L = lib();
+  int32_t count = 0;
+  check(L.registry_op_count(L.reg, &count));
+  for (int32_t i = 0; i < count; ++i) {
+    dlfuse_op_schema_t sc{};
+    sc.struct_size = sizeof sc;
+    check(L.registry_op_schema(L.reg, i, &sc));
+    if (std::strcmp(sc.name, name) == 0) return sc;
+  }
+  TORCH_CHECK(false, "dlfuse::", name, ": the registry has no schema of that name");
+}
+
 void derive(const char* name, const char* torch_schema, const char* backward) {
   const Lib& L = lib();
-  TORCH_CHECK(L.op_call && L.op_schema && L.op_infer_outputs && L.op_backward_plan,
+  TORCH_CHECK(L.op_call && L.registry_op_count && L.registry_op_schema && L.op_infer_outputs && L.op_backward_plan,
               "dlfuse: derived operators need libdlfuse of ABI >= 1.2");
   auto d = std::make_unique<Derived>();
   d->name = name;
-  check(L.op_get(L.reg, name, &d->op));
-  d->sc.struct_size = sizeof d->sc;
-  check(L.op_schema(d->op, &d->sc));
+  d->sc = schema_named(name);
   const Derived* b = nullptr;
   if (backward) {
     std::lock_guard<std::mutex> lk(g_mu);

@@ -25,7 +25,8 @@ struct Lib {
   decltype(&dlfuse_last_error) last_error = nullptr;
   decltype(&dlfuse_op_get) op_get = nullptr;
   decltype(&dlfuse_op_call) op_call = nullptr;
-  decltype(&dlfuse_op_schema) op_schema = nullptr;  // ABI 1.2 from here
+  decltype(&dlfuse_registry_op_count) registry_op_count = nullptr;  // ABI 1.2 from here
+  decltype(&dlfuse_registry_op_schema) registry_op_schema = nullptr;
   decltype(&dlfuse_op_infer_outputs) op_infer_outputs = nullptr;
   decltype(&dlfuse_op_backward_plan) op_backward_plan = nullptr;
 };

@@ -27,7 +27,8 @@ extern "C" __attribute__((visibility("default"))) int dlfuse_torch_ops_init(cons
   bind(h, "dlfuse_last_error", L.last_error);
   bind(h, "dlfuse_op_get", L.op_get);
   bind(h, "dlfuse_op_call", L.op_call);
-  bind(h, "dlfuse_op_schema", L.op_schema);
+  bind(h, "dlfuse_registry_op_count", L.registry_op_count);
+  bind(h, "dlfuse_registry_op_schema", L.registry_op_schema);
   bind(h, "dlfuse_op_infer_outputs", L.op_infer_outputs);
   bind(h, "dlfuse_op_backward_plan", L.op_backward_plan);
   if (!L.last_error || !L.op_get || !L.op_call) {

@@ -81,3 +81,59 @@ def test_a_plugin_op_gets_a_derived_torch_op():
     r = subprocess.run([sys.executable, "-c", SCRIPT, PLUGIN], capture_output=True, text=True,
                        timeout=600, env=env)
     assert r.returncode == 0 and "derived OK" in r.stdout, r.stdout + r.stderr
+
+
+PARTIAL = r"""
+import sys, torch, dlfuse, dlfuse.torch as dft
+x = torch.randn(3, 4, requires_grad=True)
+y, bias = torch.randn(3, 4), torch.randn(4)
+try:
+    dft.matmul_add_relu(torch.ones(2, 2), torch.ones(2, 2), torch.ones(2, requires_grad=True))
+except dlfuse.UnsupportedError as e:
+    assert "matmul_add_relu" in str(e), e
+else:
+    raise AssertionError("an op no plugin offers ran")
+if sys.argv[1] == "forward-only":
+    out = dft.add_mul_activation(x, y, bias, 0.5, "relu")       # the forward runs, with a node
+    torch.testing.assert_close(out, torch.relu(x + bias + 0.5 * y))
+    assert out.requires_grad
+    try:
+        out.sum().backward()
+    except RuntimeError as e:
+        assert "add_mul_activation_backward" in str(e), e
+    else:
+        raise AssertionError("a backward no plugin offers ran")
+    with torch.no_grad():
+        dft.add_mul_activation(x, y, bias, 0.5, "relu")
+    try:  # no grad: the package's own path
+        dft.matmul_add_relu(torch.ones(2, 2), torch.ones(2, 2), torch.ones(2))
+    except dlfuse.UnsupportedError as e:
+        assert "matmul_add_relu" in str(e), e
+    else:
+        raise AssertionError("an op no plugin offers ran")
+print("partial OK")
+"""
+
+
+@pytest.mark.parametrize("plugins", ["none", "forward-only"])
+def test_a_registry_without_some_ops(plugins, tmp_path):
+    """dlfuse.torch imports whatever its registry's plugins offer: a call of an op no plugin
+    offers raises UnsupportedError; where a plugin offers a forward but not its backward (the
+    cxx_plugin example: add_mul_activation alone), the forward runs with grad and the
+    backward raises naming the missing op. A copy of libdlfuse without the plugin folder
+    beside it, so that only DLFUSE_PLUGIN_PATH's plugins load."""
+    import shutil
+    import dlfuse
+    example = os.environ.get("DLFUSE_EXAMPLE_PLUGIN", "")
+    if plugins == "forward-only" and not os.path.exists(example):
+        pytest.skip("DLFUSE_EXAMPLE_PLUGIN not built")
+    lib = dlfuse._core._load_library()
+    copy = tmp_path / os.path.basename(lib)
+    shutil.copy(lib, copy)
+    env = dict(os.environ, DLFUSE_LIBRARY=str(copy),
+               DLFUSE_PLUGIN_PATH=example if plugins == "forward-only" else str(tmp_path / "none"))
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(dlfuse.__path__[0])] +
+                                        ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    r = subprocess.run([sys.executable, "-c", PARTIAL, plugins], capture_output=True, text=True,
+                       timeout=600, env=env)
+    assert r.returncode == 0 and "partial OK" in r.stdout, r.stdout + r.stderr

@@ -216,7 +216,12 @@ def _register_autograd(qual, d, b):
         ctx.mark_non_differentiable(*outs[1:])
         ins = inputs[:len(d.in_names)]
         attrs = dict(zip(d.attr_names, inputs[len(d.in_names):len(d.in_names) + len(d.attrs)]))
-        keep, _write = d.plan(ins, attrs)
+        try:
+            keep, _write = d.plan(ins, attrs)
+        except _core.NotFoundError as e:  # no plugin offers the backward: it raises, not the forward
+            ctx.unavailable = e
+            return
+        ctx.unavailable = None
         computed = d.split(inputs)[2]
         by_name = dict(zip(d.in_names, ins))
         by_name.update(zip(d.out_names, outs))
@@ -237,6 +242,8 @@ def _register_autograd(qual, d, b):
     def backward(ctx, *grads):
         if grads[0] is None:  # the first output took no part in what is differentiated
             return (None,) * (len(d.in_names) + n_extra)
+        if ctx.unavailable is not None:
+            raise ctx.unavailable
         needs_in = dict(zip(d.in_names, ctx.needs_input_grad))
         needs = [bool(needs_in.get(n, False)) for n in grad_of]
         extra = ([needs] if b.has_needs else []) + ([ctx.transposed] if b.has_transposed else [])
@@ -362,7 +369,10 @@ class _Function:
             wanted = [d.out_names.index(n) for n in names]
         needs = [i in wanted or not o for i, o in enumerate(d.optional_out)]
         if grad and not CPP_OPS:  # the C++ autograd adds them itself
-            _keep, write = d.plan(ins, dict(zip(d.attr_names, attrs)))
+            try:
+                _keep, write = d.plan(ins, dict(zip(d.attr_names, attrs)))
+            except _core.NotFoundError:  # no backward offered: its node raises if it runs
+                write = 0
             needs = [n or bool(write >> i & 1) for i, n in enumerate(needs)]
         return needs, wanted
 
