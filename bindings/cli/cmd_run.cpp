@@ -46,7 +46,7 @@ CaseSpec make_spec(OpKind op, const RunConfig& c) {
     s.N = mkn[2];
     s.a_batch = s.b_batch = batch;
     s.bias_shape = {s.N};
-    s.residual_shape = {s.M, s.N};  // matmul_add_residual(_backward): broadcast over any batch
+    s.residual_shape = {s.M, s.N};  // the residual op and its backward: broadcast over any batch
   } else {
     std::vector<long long> mn = c.shape.empty() ? std::vector<long long>{512, 512} : c.shape;
     if (mn.size() == 3) mn = {mn[0], mn[2]};  // `run all --shape M,K,N`: the M x N output
