@@ -1,11 +1,10 @@
-// Operators derived from dlfuse op schemas: every op dlfuse.torch has no hand-written
-// function for (an op of ops.def such as mlp, a plugin's own op) gets torch.ops.dlfuse.<op>
-// with one boxed kernel and one autograd wrapper shared by all, so that an eager call and its
-// backward run in torch's dispatcher and autograd engine with no Python on the way
-// (docs/python.md, "Every other op"). dlfuse.torch writes the torch schema of each
-// (_Derived.torch_schema) and its fake kernel; this file finds the op's inputs, attributes,
-// `needs` and `<x>_shape` among the torch arguments by their names in that schema, so the
-// two cannot disagree on the layout.
+// Operators derived from dlfuse op schemas: every op of the registry (ops.def's, a plugin's
+// own) gets torch.ops.dlfuse.<op> with one boxed kernel and one autograd node type shared by
+// all, so that an eager call and its backward run in torch's dispatcher and autograd engine
+// with no Python on the way (docs/python.md, "The C++ operators"). dlfuse.torch writes the
+// torch schema of each (_Derived.torch_schema) and its fake kernel; this file finds the op's
+// inputs, attributes, `needs` and `<x>_shape` among the torch arguments by their names in
+// that schema, so the two cannot disagree on the layout.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
