@@ -805,9 +805,18 @@ static int find_schema(void* h, const char* name, dlfuse_op_schema_t* sc) {
 /* The handle and schema of op `name` (ABI 1.2), or -1 with the exception set: NOT_FOUND for
  * a name with no schema, UNSUPPORTED where no plugin offers the op (as OpFunction). */
 static int op_with_schema(void* h, const char* name, dlfuse_op_t* op, dlfuse_op_schema_t* sc) {
-  if (find_schema(h, name, sc) < 0) return -1;
   int st = S.op_get((dlfuse_registry_t)h, name, op);
-  return st ? raise_status(st == DLFUSE_STATUS_NOT_FOUND ? DLFUSE_STATUS_UNSUPPORTED : st, NULL) : 0;
+  if (st == DLFUSE_STATUS_NOT_FOUND) {  /* the registry's list tells the two apart */
+    char msg[512];
+    const char* why = S.last_error ? S.last_error() : NULL;
+    snprintf(msg, sizeof msg, "%s", why ? why : "");
+    if (find_schema(h, name, sc) < 0) return -1;
+    return raise_status(DLFUSE_STATUS_UNSUPPORTED, msg);
+  }
+  if (st) return raise_status(st, NULL);
+  memset(sc, 0, sizeof *sc);
+  sc->struct_size = sizeof *sc;
+  return (st = S.op_schema(*op, sc)) != 0 ? raise_status(st, NULL) : 0;
 }
 
 /* Python attribute value -> dlfuse_attr_t by the schema's type. */

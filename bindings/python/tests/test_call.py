@@ -48,6 +48,20 @@ def test_declared_op_is_validated_by_its_schema(example_registry):
         dlfuse.call("no_such_op", x, registry=example_registry)
 
 
+@needs_example
+def test_an_op_no_plugin_offers_is_unsupported_an_unknown_name_not_found(example_registry):
+    """The registry of the example plugin alone has matmul_add_relu's schema and nothing
+    serving it: UNSUPPORTED, as the op's generated function says; a name with no schema is
+    NOT_FOUND."""
+    a, bias = np.ones((2, 2), np.float32), np.ones(2, np.float32)
+    with pytest.raises(dlfuse.UnsupportedError, match="matmul_add_relu"):
+        dlfuse.call("matmul_add_relu", a, a, bias, registry=example_registry)
+    with pytest.raises(dlfuse.UnsupportedError, match="matmul_add_relu"):
+        dlfuse.matmul_add_relu(a, a, bias, registry=example_registry)
+    with pytest.raises(dlfuse.NotFoundError, match="no_such_op"):
+        dlfuse.call("no_such_op", a, registry=example_registry)
+
+
 def test_core_op_by_name_allocates_inferred_outputs(cpu_f32, rng):
     a = rng.standard_normal((2, 3, 5)).astype(np.float32)
     b = rng.standard_normal((5, 4)).astype(np.float32)
