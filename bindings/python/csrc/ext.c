@@ -805,6 +805,11 @@ static int find_schema(void* h, const char* name, dlfuse_op_schema_t* sc) {
 /* The handle and schema of op `name` (ABI 1.2), or -1 with the exception set: NOT_FOUND for
  * a name with no schema, UNSUPPORTED where no plugin offers the op (as OpFunction). */
 static int op_with_schema(void* h, const char* name, dlfuse_op_t* op, dlfuse_op_schema_t* sc) {
+  if (!S.op_schema) {
+    PyErr_Format(PyExc_NotImplementedError,
+                 "dlfuse: %s needs libdlfuse of ABI >= 1.2 (op schemas); the loaded library is older", name);
+    return -1;
+  }
   int st = S.op_get((dlfuse_registry_t)h, name, op);
   if (st == DLFUSE_STATUS_NOT_FOUND) {  /* the registry's list tells the two apart */
     char msg[512];
