@@ -308,7 +308,7 @@ Plan backward_plan(const Derived& d, c10::ArrayRef<IValue> args, const Tensor& l
                                                     like.is_cuda() ? kDLCUDA : kDLCPU, dl_dtype(like.scalar_type()),
                                                     &bwd, &p.keep, &p.write);
   if (st == DLFUSE_STATUS_NOT_FOUND)
-    p.unavailable = "dlfuse status " + std::to_string(int(st)) + ": " + lib().last_error();
+    p.unavailable = status_message(st);
   else
     check(st);
   return p;

@@ -41,10 +41,13 @@ template <class F> inline void bind(void* h, const char* name, F& f) { f = reint
 
 // The status as an exception whose message dlfuse.torch maps back to dlfuse's error class:
 // "dlfuse status <n>: <libdlfuse's message>".
+inline std::string status_message(dlfuse_status_t st) {
+  const char* m = g_lib.last_error ? g_lib.last_error() : "";
+  return "dlfuse status " + std::to_string(int(st)) + ": " + (m ? m : "");
+}
 inline void check(dlfuse_status_t st) {
   if (st == DLFUSE_STATUS_OK) return;
-  const char* m = g_lib.last_error ? g_lib.last_error() : "";
-  const std::string msg = "dlfuse status " + std::to_string(int(st)) + ": " + (m ? m : "");
+  const std::string msg = status_message(st);
   if (st == DLFUSE_STATUS_INVALID_ARGUMENT) TORCH_CHECK_VALUE(false, msg);
   TORCH_CHECK(false, msg);
 }
