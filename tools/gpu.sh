@@ -10,6 +10,8 @@
 #                  the CUDA plugin (also with its small forms off: DLFUSE_CUDA_SMALL_GEMM=0
 #                  DLFUSE_CUDA_SMALL_BACKWARD=0) and the OpenCL plugin
 #                  (every device: NVIDIA OpenCL, PoCL), plus forced float16 on the OpenCL GPU
+#   grid           the conformance grid of GEMM shapes with rows not 16-byte aligned (--grid) on
+#                  the CUDA plugin, every matmul op and dtype, one process each
 #   memcheck       compute-sanitizer memcheck over the CUDA plugin's bfloat16 conformance and its
 #                  float32 cases of 2^26 elements or more (--large)
 #   cuda-checks    the CUDA plugin as built holds device code for every listed architecture, is
@@ -93,6 +95,24 @@ job_conform() {
   done
   for f in "$J"/*.1.log; do summary "$(basename "$f" .1.log) round 1: $(grep -hE 'passed, [0-9]+ failed' "$f" | head -1)"; done
   summary "conform: $n rounds each, $(cat "$J"/*.log | grep -cE '^FAIL') failing rows"
+  return $rc
+}
+
+job_grid() {
+  # The padded-copy GEMM paths over many shapes; the float64 reference dominates, so the
+  # (op, dtype) pairs run side by side.
+  local op dt rc=0 pids=()
+  for op in matmul_add_relu matmul_add_activation matmul_add_residual; do
+    for op in "$op" "${op}_backward"; do
+      for dt in float32 float16 bfloat16; do
+        timeout 580 "$CLI" conform "$PLUGINS/libdlfuse_cuda.so" --op "$op" --dtype "$dt" --grid --case grid_ \
+          --sweep 0 --threads 0 --no-bad-inputs >"$J/$op.$dt.log" 2>&1 &
+        pids+=($!)
+      done
+    done
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  for f in "$J"/*.log; do summary "grid $(basename "$f" .log): $(grep -hE 'passed, [0-9]+ failed' "$f" | head -1)"; done
   return $rc
 }
 

@@ -28,6 +28,8 @@ const char* const kUsage =
     "      --seed S|random  --sweep N  --repeat N  --threads N  --no-stale-memory\n"
     "      --nondeterministic OP[,OP...]|all  (docs/plugin-guide.md, section 7)\n"
     "      --large                      also the cases of 2^26 elements or more (GPU plugins)\n"
+    "      --grid                       also a grid of GEMM shapes with rows not 16-byte aligned\n"
+    "                                   (GPU plugins' padded-copy paths; minutes on a CPU)\n"
     "  version                          versions of the tool and the ABI\n"
     "  --help                           this text\n"
     "\n"

@@ -13,7 +13,8 @@ namespace dlfuse_cli {
 
 const std::set<std::string> kConformValued = {"--dtype",  "--op",     "--case",    "--device-id",       "--seed",
                                               "--sweep", "--repeat", "--threads", "--nondeterministic"};
-const std::set<std::string> kConformFlags = {"--verbose", "--no-bad-inputs", "--no-stale-memory", "--large"};
+const std::set<std::string> kConformFlags = {"--verbose", "--no-bad-inputs", "--no-stale-memory", "--large",
+                                             "--grid"};
 
 namespace {
 
@@ -56,6 +57,7 @@ int cmd_conform(const Args& args) {
   opts.verbose = args.has("--verbose");
   opts.bad_inputs = !args.has("--no-bad-inputs");
   opts.large = args.has("--large");
+  opts.grid = args.has("--grid");
   const dc::ConformSummary s = dc::run_conformance(args.positional[0], opts, std::cout);
   return s.failed == 0 ? 0 : 1;
 }

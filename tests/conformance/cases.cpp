@@ -101,6 +101,23 @@ std::vector<CaseSpec> matmul_cases(OpKind op) {
       s.layout["grad_b"] = Layout::kTransposed;
     }));
   }
+  // K rows of 287 elements (not 16-byte rows in any dtype) and enough work that the CUDA
+  // plugin pads its operands, with a bias that varies along M: the bias (and a residual)
+  // reach the GEMM as its addend in D, which the padded copy of D must keep. Every matmul
+  // op: each adds its bias (and residual) its own way.
+  c.push_back(mm("unaligned_k287_bias_Mx1", op, 219, 287, 202, {219, 1}));
+  c.push_back(mm("unaligned_k287_bias_MxN", op, 219, 287, 202, {219, 202}));
+  // The same over a grid (--grid): rows of every alignment, sizes either side of the work
+  // at which the CUDA plugin starts to pad, vectors (N = 1) and K up to 1024.
+  for (int64_t M : {17, 64, 219, 256, 1000})
+    for (int64_t K : {13, 16, 255, 287, 300, 1024})
+      for (int64_t N : {1, 64, 130, 202, 256})
+        for (bool full : {false, true}) {
+          const std::string name = "grid_" + std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(N) +
+                                   (full ? "_bias_MxN" : "_bias_Mx1");
+          c.push_back(with(mm(name, op, M, K, N, full ? std::vector<int64_t>{M, N} : std::vector<int64_t>{M, 1}),
+                           [](CaseSpec& s) { s.grid = true; }));
+        }
   if (!bwd) {
     c.push_back(with(mm("nan_inf", op, 6, 5, 4, {4}), [](CaseSpec& s) { s.special = Special::kNanInf; }));
     c.push_back(with(mm("out_transposed", op, 7, 3, 5, {5}), [](CaseSpec& s) { s.layout["out"] = Layout::kTransposed; }));
@@ -248,6 +265,11 @@ std::vector<CaseSpec> matmul_residual_cases() {
     s.layout["residual"] = Layout::kTransposed;
   }));
   c.push_back(with(with(mm("in_place_zero_K", op, 4, 0, 3, {3}), res({4, 3})), [](CaseSpec& s) { s.in_place = true; }));
+  // In place on the padded path (above): the residual is D itself, bias along N or M.
+  c.push_back(with(with(mm("in_place_unaligned_k287", op, 219, 287, 202, {202}), res({219, 202})),
+                   [](CaseSpec& s) { s.in_place = true; }));
+  c.push_back(with(with(mm("in_place_unaligned_k287_bias_Mx1", op, 219, 287, 202, {219, 1}), res({219, 202})),
+                   [](CaseSpec& s) { s.in_place = true; }));
   return c;
 }
 
@@ -346,6 +368,10 @@ std::vector<CaseSpec> add_mul_cases(OpKind op) {
   c.push_back(with(am("absent_all", op, {6, 5}, {6, 5}, {5}), [](CaseSpec& s) {
     s.absent = {"grad_x", "grad_y", "grad_bias"};
   }));
+  // pre from -3 to -8.5: Φ(p) = ½(1 + erf(p/√2)) cancels there, in a kernel that writes it
+  // so (allowed: the tolerance counts the bracket's terms) and in a reference that would.
+  c.push_back(with(am("gelu_erf_left_tail", op, {90112}, {90112}, {90112}, DLFUSE_ACT_GELU_ERF, 1.0),
+                   [](CaseSpec& s) { s.special = Special::kLeftTail; }));
   c.push_back(with(am("reduce_long_positive", op, {8192, 2}, {8192, 2}, {2}, DLFUSE_ACT_IDENTITY, 0.5),
                    [](CaseSpec& s) { s.positive = true; }));
   c.push_back(with(am("relu_select", op, {8, 9}, {8, 9}, {9}, DLFUSE_ACT_RELU, 0.5),

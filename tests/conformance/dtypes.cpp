@@ -106,7 +106,10 @@ double round_to(double v, DLDataType dt) {
 }
 
 Tolerance tolerance_for(DLDataType dt, bool allow_tf32) {
-  if (is(dt, kDLFloat, 64)) return {1e-12, 1e-300};
+  // float64: a kernel's sum and the reference's, each of n terms in any order, differ by
+  // at most 2(n - 1) u Σ|term| (u = 2^-53); 1e-11 covers n <= 45000, the suite's longest
+  // float64 sum being 24000 terms (the sweep's output budget).
+  if (is(dt, kDLFloat, 64)) return {1e-11, 1e-300};
   if (is(dt, kDLFloat, 16)) return {4e-3, 1e-3};
   if (is(dt, kDLBfloat, 16)) return {1.6e-2, 1e-2};
   if (allow_tf32) return {1.6e-2, 1e-6};

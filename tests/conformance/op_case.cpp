@@ -264,6 +264,14 @@ void PreparedCall::apply_specials() {
     }
     for (int64_t i = 3; i < x.numel(); i += 7) x.set(i, nan);
   }
+  if (spec_.special == Special::kLeftTail) {
+    // Where Φ(p) = ½(1 + erf(p/√2)) keeps few digits: a kernel and a reference that differ
+    // by one ulp in erf's argument differ by one ulp of erf, somewhere on so many points.
+    HostTensor &x = input("x"), &y = input("y"), &bias = input("bias");
+    for (int64_t i = 0; i < x.numel(); ++i) x.set(i, -3.0 - std::ldexp(double(i), -14));
+    for (int64_t i = 0; i < y.numel(); ++i) y.set(i, 0.0);
+    for (int64_t i = 0; i < bias.numel(); ++i) bias.set(i, 0.0);
+  }
   if (add_mul_bwd) derive_add_mul_out();
   if (spec_.special == Special::kReluSelect) relu_select_gradients();
 }

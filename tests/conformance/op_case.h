@@ -39,6 +39,7 @@ enum class Special {
   kNone,
   kNanInf,      // NaN and +-Inf among the forward's inputs
   kReluSelect,  // backward: NaN/Inf gradients where relu is flat, NaN where it passes
+  kLeftTail,    // add_mul: pre = x, every point of the 2^-14 grid from -3 down (y, bias 0)
 };
 
 struct CaseSpec {
@@ -72,6 +73,9 @@ struct CaseSpec {
   // 2^26 elements or more, for the large-problem paths of GPU plugins: run with --large only
   // (ConformOptions::large), as they take minutes on a CPU.
   bool large = false;
+  // The grid of GEMM shapes whose rows are not 16-byte aligned (cases.cpp): run with --grid
+  // only (ConformOptions::grid), as its float64 reference takes minutes on a CPU.
+  bool grid = false;
   std::string note;  // how a generated (sweep) case was built, for its failure report
 };
 

@@ -96,6 +96,9 @@ bool broadcast_shapes(const std::vector<int64_t>& a, const std::vector<int64_t>&
 namespace {
 // u of GELU_TANH: √(2/π) (p + 0.044715 p³).
 double gelu_tanh_u(double p) { return std::sqrt(2.0 / M_PI) * (p + 0.044715 * p * p * p); }
+// Φ(p) as ½ erfc(-p/√2): ½(1 + erf(p/√2)) cancels for p < 0 (at p = -5 it keeps 10 digits,
+// below p ≈ -8.3 none).
+double normal_cdf(double p) { return 0.5 * std::erfc(-p / std::sqrt(2.0)); }
 }  // namespace
 
 double ref_activate(int act, double p) {
@@ -104,7 +107,7 @@ double ref_activate(int act, double p) {
     case 1: return std::isnan(p) ? p : (p > 0 ? p : 0.0);
     case 2: return 1.0 / (1.0 + std::exp(-p));
     case 3: return std::tanh(p);
-    case 4: return 0.5 * p * (1.0 + std::erf(p / std::sqrt(2.0)));
+    case 4: return p * normal_cdf(p);
     case 5: return p / (1.0 + std::exp(-2.0 * gelu_tanh_u(p)));  // ½ p (1 + tanh u) = p σ(2u)
     default: return p / (1.0 + std::exp(-p));
   }
@@ -116,10 +119,7 @@ double ref_activate_grad(int act, double p, double g) {
     case 1: return (p > 0 || std::isnan(p)) ? g : 0.0;
     case 2: { const double s = 1.0 / (1.0 + std::exp(-p)); return g * s * (1.0 - s); }
     case 3: { const double t = std::tanh(p); return g * (1.0 - t * t); }
-    case 4: {
-      const double cdf = 0.5 * (1.0 + std::erf(p / std::sqrt(2.0)));
-      return g * (cdf + p * std::exp(-0.5 * p * p) / std::sqrt(2.0 * M_PI));
-    }
+    case 4: return g * (normal_cdf(p) + p * std::exp(-0.5 * p * p) / std::sqrt(2.0 * M_PI));
     case 5: {
       // ½(1 + tanh u) = σ(2u) and ½(1 - tanh² u) = 2 σ(2u) σ(-2u): for p << 0, 1 + tanh u
       // and 1 - tanh² u would cancel (docs/ops.md).
@@ -139,8 +139,10 @@ double ref_activate_grad_scale(int act, double p) {
     case 2: { const double s = 1.0 / (1.0 + std::exp(-p)); return s + s * s; }
     case 3: { const double t = std::tanh(p); return 1.0 + t * t; }
     case 4: {
-      const double cdf = 0.5 * (1.0 + std::erf(p / std::sqrt(2.0)));
-      return cdf + ap * std::exp(-0.5 * p * p) / std::sqrt(2.0 * M_PI);
+      // Φ(p) as its first form's terms, ½(1 + |erf(p/√2)|): a kernel may use that form,
+      // whose bracket cancels for p < 0 (docs/ops.md).
+      const double half_terms = 0.5 * (1.0 + std::fabs(std::erf(p / std::sqrt(2.0))));
+      return half_terms + ap * std::exp(-0.5 * p * p) / std::sqrt(2.0 * M_PI);
     }
     case 5: {
       const double c = std::sqrt(2.0 / M_PI), t = std::tanh(gelu_tanh_u(p));
@@ -180,21 +182,28 @@ RefOut ref_matmul_pre(const Dense& a, const Dense& b, const Dense& bias) {
     const double* pb = b.v.data() + at(bi, d.b_b);
     std::vector<int64_t> oi = bi;
     oi.resize(bi.size() + 2);
-    for (int64_t m = 0; m < d.M; ++m)
+    // Loops m, k, n: every element still sums bias, then k = 0, 1, ... in order, and the
+    // innermost loop walks rows of b and of the output.
+    for (int64_t m = 0; m < d.M; ++m) {
+      double* s = r.val.data() + (bl * d.M + m) * d.N;
+      double* sc = r.scale.data() + (bl * d.M + m) * d.N;
+      oi[bi.size()] = m;
       for (int64_t n = 0; n < d.N; ++n) {
-        oi[bi.size()] = m;
         oi[bi.size() + 1] = n;
         const double bv = bias.v[size_t(at(oi, bias_s))];
-        double s = bv, sc = std::fabs(bv);
-        for (int64_t k = 0; k < d.K; ++k) {
-          const double t = pa[m * d.K + k] * pb[k * d.N + n];
-          s += t;
-          sc += std::fabs(t);
-        }
-        const size_t o = size_t((bl * d.M + m) * d.N + n);
-        r.val[o] = s;
-        r.scale[o] = sc;
+        s[n] = bv;
+        sc[n] = std::fabs(bv);
       }
+      for (int64_t k = 0; k < d.K; ++k) {
+        const double av = pa[m * d.K + k];
+        const double* brow = pb + k * d.N;
+        for (int64_t n = 0; n < d.N; ++n) {
+          const double t = av * brow[n];
+          s[n] += t;
+          sc[n] += std::fabs(t);
+        }
+      }
+    }
   });
   return r;
 }
@@ -245,28 +254,40 @@ Grads matmul_grads(const Dz& dz, const Dense& a, const Dense& b, const std::vect
     const int64_t ao = at(bi, d.a_b), bo = at(bi, d.b_b);
     std::vector<int64_t> oi = bi;
     oi.resize(rank);
-    for (int64_t m = 0; m < d.M; ++m)
+    // Loops m, k, n: each gradient element sums its terms in the order m, then n, as the
+    // element-by-element form does, and the innermost loop walks rows.
+    for (int64_t m = 0; m < d.M; ++m) {
+      const double* z = dz.val.data() + (bl * d.M + m) * d.N;
+      const double* zs = dz.scale.data() + (bl * d.M + m) * d.N;
+      oi[rank - 2] = m;
       for (int64_t n = 0; n < d.N; ++n) {
-        const size_t o = size_t((bl * d.M + m) * d.N + n);
-        const double z = dz.val[o], zs = dz.scale[o];
-        oi[rank - 2] = m;
         oi[rank - 1] = n;
         const size_t bo2 = size_t(at(oi, bias_s));
-        g.bias.val[bo2] += z;
-        g.bias.scale[bo2] += zs;
+        g.bias.val[bo2] += z[n];
+        g.bias.scale[bo2] += zs[n];
         if (with_residual) {
           const size_t ro = size_t(at(oi, res_s));
-          g.residual.val[ro] += z;
-          g.residual.scale[ro] += zs;
-        }
-        for (int64_t k = 0; k < d.K; ++k) {
-          const size_t ia = size_t(ao + m * d.K + k), ib = size_t(bo + k * d.N + n);
-          g.first.val[ia] += z * b.v[ib];
-          g.first.scale[ia] += zs * std::fabs(b.v[ib]);
-          g.second.val[ib] += a.v[ia] * z;
-          g.second.scale[ib] += std::fabs(a.v[ia]) * zs;
+          g.residual.val[ro] += z[n];
+          g.residual.scale[ro] += zs[n];
         }
       }
+      for (int64_t k = 0; k < d.K; ++k) {
+        const size_t ia = size_t(ao + m * d.K + k), ib0 = size_t(bo + k * d.N);
+        const double av = a.v[ia], aa = std::fabs(av);
+        const double* bv = b.v.data() + ib0;
+        double* sv = g.second.val.data() + ib0;
+        double* ss = g.second.scale.data() + ib0;
+        double fv = g.first.val[ia], fs = g.first.scale[ia];
+        for (int64_t n = 0; n < d.N; ++n) {
+          fv += z[n] * bv[n];
+          fs += zs[n] * std::fabs(bv[n]);
+          sv[n] += av * z[n];
+          ss[n] += aa * zs[n];
+        }
+        g.first.val[ia] = fv;
+        g.first.scale[ia] = fs;
+      }
+    }
   });
   return g;
 }

@@ -134,7 +134,7 @@ CaseOutcome run_case_noted(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, c
 }
 
 bool wanted(const ConformOptions& opts, const CaseSpec& spec) {
-  if (spec.large && !opts.large) return false;
+  if ((spec.large && !opts.large) || (spec.grid && !opts.grid)) return false;
   return opts.case_filter.empty() || spec.name.find(opts.case_filter) != std::string::npos;
 }
 
@@ -181,7 +181,7 @@ void run_cases(dlfuse_registry_t reg, int32_t plugin, OpKind op, DLDataType dt, 
 
   std::vector<CaseSpec> small;  // the stages that rerun calls many times skip the large cases
   for (const CaseSpec& c : fixed)
-    if (!c.large) small.push_back(c);
+    if (!c.large && !c.grid) small.push_back(c);
   std::vector<CaseSpec> staged = spread(small, 5), more = spread(swept, 2);
   staged.insert(staged.end(), more.begin(), more.end());
   if (dev.device_type == kDLCPU && !staged.empty()) {

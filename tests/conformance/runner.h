@@ -24,6 +24,7 @@ struct ConformOptions {
   bool verbose = false;     // details for passing rows too
   bool bad_inputs = true;
   bool large = false;       // also the cases of 2^26 elements or more (CaseSpec::large)
+  bool grid = false;        // also the grid of unaligned GEMM shapes (CaseSpec::grid)
   // Runs of every valid case, each after poisoning stale device memory (stale.h); runs
   // after the first must be bit-identical to it unless the op is in `nondeterministic`.
   int repeats = kDefaultRepeats;
