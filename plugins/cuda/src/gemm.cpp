@@ -528,7 +528,8 @@ GemmStatus run_gemm(const Gemm& g, DeviceState& ds, cudaStream_t stream) {
 // work runs instead on zero-padded copies with 16-byte rows: the contiguous dim of each
 // misaligned matrix is rounded up to 16 bytes (K: the added products are 0 * 0; M or N: D's
 // extra rows or columns are dropped, the bias is padded with zeros), and D goes through such
-// a copy where needed. DLFUSE_CUDA_PAD_ROWS=0 turns it off.
+// a copy where needed, holding D's values where D is also the addend (beta != 0: a bias
+// broadcast into it, a residual). DLFUSE_CUDA_PAD_ROWS=0 turns it off.
 constexpr int64_t kRowBytes = 16;
 constexpr int64_t kPadWorkRatio = 64;  // multiply-adds per element copied, at least
 
@@ -606,7 +607,9 @@ GemmStatus run_padded(const Gemm& g, DeviceState& ds, cudaStream_t s) {
   Gemm p = g;
   if (cx) p.X = padded(g.X, Mp, Kp, g.in, true, tx, ds, s);
   if (cy) p.Y = padded(g.Y, Kp, Np, g.in, true, ty, ds, s);
-  if (cd) p.D = padded(g.D, Mp, Np, dd, false, td, ds, s);
+  // With beta != 0 and no separate C, D is also the addend (a broadcast bias, a residual):
+  // its copy starts from D's values.
+  if (cd) p.D = padded(g.D, Mp, Np, dd, g.beta != 0.f, td, ds, s);
   // The bias runs along cuBLASLt's rows: N for a row-major D (computed as D^T), else M.
   const int64_t bias_len = dr ? N : M, bias_len_p = dr ? Np : Mp;
   if (g.bias && bias_len_p != bias_len) {
