@@ -147,7 +147,10 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
     WGPUBuffer gb[3] = {nullptr, nullptr, nullptr};
     for (int i = 0; i < 3; ++i) {
       const bool written = (direct >> i) & 1;
-      strides.push_back(written ? strides_of(grads[i]) : none);
+      // Right-aligned to the output's rank: a gradient written directly may lack the
+      // output's leading size-1 dims (bias [M, N] under out [1, M, N]), and every view
+      // for_each_block walks must have one stride per output dim.
+      strides.push_back(written ? aligned_strides(grads[i], rank) : none);
       offs.push_back(written ? elem_offset(grads[i]) : 0);
       if (written) gb[i] = buf_of(grads[i]);
     }
