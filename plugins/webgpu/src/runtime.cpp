@@ -134,6 +134,31 @@ void ErrorScope::check(const std::string& what) {
 }
 
 namespace {
+// Mesa's device-select layer, an implicit Vulkan layer wherever Mesa's Vulkan drivers are
+// installed, asks the Wayland compositor for its GPU on every vkEnumeratePhysicalDevices of
+// an instance that enabled VK_KHR_wayland_surface, which wgpu-hal enables whenever a driver
+// offers it (no instance flag turns WSI off). Without XDG_RUNTIME_DIR, libwayland-client
+// then prints an error on stderr, twice per enumeration. The plugin orders and selects its
+// adapters itself (DLFUSE_WEBGPU_ADAPTER), so its instance is created without that layer:
+// NODEVICE_SELECT=1, the layer manifest's disable_environment, which the Vulkan loader reads
+// while it creates the instance and never again for it. It is set for that call only, once
+// per process, and left alone when the user set it or steers the layer (MESA_VK_DEVICE_SELECT,
+// DRI_PRIME).
+class WithoutDeviceSelectLayer {
+ public:
+  WithoutDeviceSelectLayer()
+      : set_(!std::getenv("NODEVICE_SELECT") && !std::getenv("MESA_VK_DEVICE_SELECT") && !std::getenv("DRI_PRIME") &&
+             setenv("NODEVICE_SELECT", "1", 0) == 0) {}
+  ~WithoutDeviceSelectLayer() {
+    if (set_) unsetenv("NODEVICE_SELECT");
+  }
+  WithoutDeviceSelectLayer(const WithoutDeviceSelectLayer&) = delete;
+  WithoutDeviceSelectLayer& operator=(const WithoutDeviceSelectLayer&) = delete;
+
+ private:
+  bool set_;
+};
+
 // One instance per process, never released, like the library itself: releasing it makes
 // the Vulkan loader unload its driver, and memory a driver keeps in its globals would then
 // read as leaked (LeakSanitizer), though every device and buffer is released at close().
@@ -146,6 +171,7 @@ WGPUInstance process_instance(const Api& a) {
     extras.backends = WGPUInstanceBackend_Primary;  // Vulkan, Metal, DX12
     WGPUInstanceDescriptor idesc = WGPU_INSTANCE_DESCRIPTOR_INIT;
     idesc.nextInChain = &extras.chain;
+    const WithoutDeviceSelectLayer quiet;
     instance = a.wgpuCreateInstance(&idesc);
   });
   if (!instance) throw Error(DLFUSE_STATUS_UNAVAILABLE, "wgpuCreateInstance failed (" + a.path + ")");
