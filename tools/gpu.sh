@@ -112,7 +112,7 @@ job_grid() {
     done
   done
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
-  for f in "$J"/*.log; do summary "grid $(basename "$f" .log): $(grep -hE 'passed, [0-9]+ failed' "$f" | head -1)"; done
+  for f in "$J"/matmul_*.log; do summary "grid $(basename "$f" .log): $(grep -hE 'passed, [0-9]+ failed' "$f" | head -1)"; done
   return $rc
 }
 
