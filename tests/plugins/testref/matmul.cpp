@@ -156,6 +156,12 @@ dlfuse_status_t forward(const DLTensor* a, const DLTensor* b, const DLTensor* bi
           acc = storage_round<T, Acc>(acc);  // mutant: the running sum kept in the storage dtype
 #endif
         }
+#ifdef DLFUSE_TESTREF_MUTANT_UNALIGNED_ROW_BIAS_DROPPED
+        // mutant: a bias varying along M lost where K's rows are not 16-byte aligned and the
+        // work pays for padded copies (as a GPU plugin's padded GEMM that drops its addend)
+        const bool padded_path = (K * es) % 16 != 0 && M * N * K >= 64 * (M * K + K * N + M * N);
+        if (!(padded_path && bias_s[rank - 2] != 0))
+#endif
         acc += C::load(pbias + (m * bias_s[rank - 2] + n * bias_s[rank - 1]) * es);
 #ifdef DLFUSE_TESTREF_MUTANT_K_ZERO_NOT_RELU_BIAS
         if (K == 0) acc = Acc(0);  // mutant: an empty product taken as "no output"
