@@ -57,18 +57,36 @@ dlfuse_status_t callback_shape(const OpSpec& spec, const char* op, const DLTenso
   return DLFUSE_STATUS_OK;
 }
 
-// Declared ops: every present output has its rule's shape (or one broadcasting to it, for
-// a REDUCIBLE output).
+// Whether a named rule has the inputs it reads (MATMUL both, BROADCAST and LIKE one at
+// least): without them an absent output's rule has no relation between inputs to check. A
+// shape callback runs on whatever inputs are present.
+bool rule_has_inputs(const dlfuse_op_schema_t& s, const dlfuse_arg_schema_t& o, const DLTensor* const* in) {
+  if (o.shape_rule == DLFUSE_SHAPE_CALLBACK) return true;
+  int32_t read = 0, given = 0;
+  for (int32_t j = 0; j < s.num_inputs; ++j)
+    if (o.shape_inputs >> j & 1u) {
+      ++read;
+      given += in[j] != nullptr;
+    }
+  return o.shape_rule == DLFUSE_SHAPE_MATMUL ? given == read : given > 0;
+}
+
+// Declared ops: every output's rule runs, present or not, since a rule is also where the
+// inputs' relations are checked (a backward called without grad_x still needs an x that
+// broadcasts to grad_out); then every present output has its rule's shape (or one
+// broadcasting to it, for a REDUCIBLE output).
 dlfuse_status_t check_by_rules(const OpSpec& spec, const char* op, const TensorView* in, const TensorView* out,
                                const dlfuse_attr_t* canonical) {
   const dlfuse_op_schema_t& s = *spec.schema;
   const DLTensor* raw[kMaxArgs];
   for (int32_t j = 0; j < s.num_inputs; ++j) raw[j] = in[j].t;
   for (int32_t i = 0; i < s.num_outputs; ++i) {
-    if (!present(out[i])) continue;
+    const bool given = present(out[i]);
+    if (!given && !rule_has_inputs(s, s.outputs[i], raw)) continue;
     int64_t shape[kMaxNdim];
     int32_t n = 0;
     if (auto st = rule_shape(spec, op, raw, canonical, i, shape, &n)) return st;
+    if (!given) continue;
     if (s.outputs[i].flags & DLFUSE_ARG_REDUCIBLE) {
       if (auto st = expect_broadcastable(op, s.outputs[i].name, out[i], shape, n)) return st;
     } else {

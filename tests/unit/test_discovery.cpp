@@ -185,7 +185,8 @@ TEST(Discovery, WholeCorpusIncludingBrokenPlugins) {
   const std::vector<std::string> good = {"unit_echo",      "unit_echo2",  "unit_echo3",        "unit_newerminor",
                                          "unit_throws",    "unit_kernelerror", "unit_badstatus", "unit_silent",
                                          "unit_unterminated", "unit_k_device4242", "unit_v10", "unit_v11",
-                                         "unit_prio_a",    "unit_prio_b", "unit_v11layout", "unit_decl"};
+                                         "unit_prio_a",    "unit_prio_b", "unit_v11layout", "unit_decl",
+                                         "unit_decl_bwd",  "unit_decl_cased"};
   for (const auto& p : plugins(reg)) {
     const std::string stem = fs::path(p.path).stem().string().substr(std::strlen("libdlfuse_"));
     const bool should_work = std::find(good.begin(), good.end(), stem) != good.end();

@@ -527,6 +527,74 @@ TEST(DeclaredOp, ConflictingMalformedOrCoreSchemasRefuseThePlugin) {
   EXPECT_EQ(plugin_info(reg, 1).available, 0);
 }
 
+// ---- unit_decl_bwd: grad_out, x, y -> grad_x, grad_y, each optional; each output's shape
+// callback checks that its own input broadcasts to grad_out.
+
+TEST(DeclaredOp, ShapeCallbacksOfAbsentOutputsStillCheckTheInputs) {
+  Registry reg;
+  ASSERT_EQ(reg.load("unit_decl_bwd"), DLFUSE_STATUS_OK) << last_error();
+  dlfuse_op_t op = get_op(reg, "unit_product_backward");
+  Probe probe("unit_decl_bwd");
+  probe.reset();
+  Tensor g({3, 4}), x({5}), y({4}), grad_y({4});
+  // grad_x is not wanted, and x does not broadcast to grad_out: only grad_x's rule says so.
+  const DLTensor* bad_in[3] = {g.dl(), x.dl(), y.dl()};
+  DLTensor* only_grad_y[2] = {nullptr, grad_y.dl()};
+  EXPECT_EQ(dlfuse_op_call(op, bad_in, 3, only_grad_y, 2, nullptr, 0, nullptr), DLFUSE_STATUS_INVALID_ARGUMENT);
+  const std::string msg = last_error();
+  EXPECT_MSG_HAS(msg, "unit_product_backward");
+  EXPECT_MSG_HAS(msg, "argument 'x'");
+  EXPECT_MSG_HAS(msg, "shape is [5]");                             // actual
+  EXPECT_MSG_HAS(msg, "expected a shape that broadcasts to grad_out's [3, 4]");  // expected
+  EXPECT_EQ(probe.record().kernel_calls, 0);
+  // Inference refuses the same inputs with the same message.
+  EXPECT_EQ(infer(op, {g.dl(), x.dl(), y.dl()}, 2).status, DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(last_error(), msg);
+  // Both outputs absent: the inputs are still checked (such a call runs no kernel anyway).
+  DLTensor* none[2] = {nullptr, nullptr};
+  EXPECT_EQ(dlfuse_op_call(op, bad_in, 3, none, 2, nullptr, 0, nullptr), DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_MSG_HAS(last_error(), "argument 'x'");
+
+  // A consistent x with grad_x absent runs, and so does one with grad_x present.
+  Tensor x_ok({1, 4}), grad_x({1, 4});
+  const DLTensor* in[3] = {g.dl(), x_ok.dl(), y.dl()};
+  ASSERT_EQ(dlfuse_op_call(op, in, 3, only_grad_y, 2, nullptr, 0, nullptr), DLFUSE_STATUS_OK) << last_error();
+  EXPECT_EQ(probe.record().kernel_calls, 1);
+  DLTensor* both[2] = {grad_x.dl(), grad_y.dl()};
+  ASSERT_EQ(dlfuse_op_call(op, in, 3, both, 2, nullptr, 0, nullptr), DLFUSE_STATUS_OK) << last_error();
+  EXPECT_EQ(probe.record().kernel_calls, 2);
+  // y that does not broadcast, with grad_y absent: refused the same way.
+  Tensor y_bad({3});
+  const DLTensor* bad_y[3] = {g.dl(), x_ok.dl(), y_bad.dl()};
+  DLTensor* only_grad_x[2] = {grad_x.dl(), nullptr};
+  EXPECT_EQ(dlfuse_op_call(op, bad_y, 3, only_grad_x, 2, nullptr, 0, nullptr), DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_MSG_HAS(last_error(), "argument 'y': shape is [3]; expected a shape that broadcasts to grad_out's [3, 4]");
+  EXPECT_EQ(probe.record().kernel_calls, 2);
+}
+
+TEST(DeclaredOp, AnAbsentOutputsNamedRuleAcceptsAValidCall) {
+  // unit_decl's sum (LIKE x) is optional: its rule runs with it absent, and accepts.
+  Registry reg;
+  ASSERT_EQ(reg.load("unit_decl"), DLFUSE_STATUS_OK) << last_error();
+  dlfuse_op_t op = get_op(reg, "unit_declared");
+  Tensor x({3, 1}), y({1, 4}), out({3, 4});
+  const DLTensor* in[2] = {x.dl(), y.dl()};
+  DLTensor* no_sum[2] = {out.dl(), nullptr};
+  EXPECT_EQ(dlfuse_op_call(op, in, 2, no_sum, 2, nullptr, 0, nullptr), DLFUSE_STATUS_OK) << last_error();
+}
+
+TEST(DeclaredOp, NamesAreLettersOfEitherCaseDigitsAndUnderscores) {
+  Registry reg;
+  ASSERT_EQ(reg.load("unit_decl_cased"), DLFUSE_STATUS_OK) << last_error();
+  dlfuse_op_t op = get_op(reg, "unit_Declared_9");
+  ASSERT_NE(op, nullptr);
+  EXPECT_EQ(op_count(reg), DLFUSE_NUM_CORE_OPS + 1);
+  EXPECT_STREQ(schema_at(reg, DLFUSE_NUM_CORE_OPS).name, "unit_Declared_9");
+  EXPECT_EQ(reg.load("unit_decl_dash"), DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_MSG_HAS(last_error(), "schema name is invalid; expected 1-64 characters of [A-Za-z0-9_]");
+  EXPECT_EQ(op_count(reg), DLFUSE_NUM_CORE_OPS + 1);
+}
+
 // ---- priorities per dtype -------------------------------------------------------------------
 
 TEST(DtypePriority, EachDtypeGoesToItsHighestPriority) {

@@ -44,7 +44,7 @@ typedef enum dlfuse_shape_rule_t {
 
 /* One input or output. An array element: its layout is frozen for ABI 1 (as dlfuse_attr_t). */
 typedef struct dlfuse_arg_schema_t {
-  const char* name;      /* e.g. "grad_out"; [a-z0-9_] */
+  const char* name;      /* e.g. "grad_out"; 1-64 characters of [A-Za-z0-9_] */
   uint32_t flags;        /* DLFUSE_ARG_* */
   uint32_t since_minor;  /* inputs: the ABI minor that appended it to the op (a caller or
                             plugin of an older minor passes or reads the older inputs only) */
@@ -55,7 +55,8 @@ typedef struct dlfuse_arg_schema_t {
 
 /* One attribute. An array element: its layout is frozen for ABI 1. */
 typedef struct dlfuse_attr_schema_t {
-  const char* name;            /* e.g. "ACTIVATION"; bindings take it case-insensitively */
+  const char* name;            /* e.g. "ACTIVATION"; 1-64 characters of [A-Za-z0-9_];
+                                  bindings take it case-insensitively */
   uint32_t flags;              /* DLFUSE_ATTR_REQUIRED */
   dlfuse_attr_t default_value; /* its key and type, and the value a call without it gets */
   int64_t min_value;           /* INT64 attributes: the accepted range [min_value, max_value] */
@@ -75,7 +76,7 @@ typedef dlfuse_status_t (*dlfuse_shape_fn_t)(const DLTensor* const* inputs, int3
  * what dlfuse_op_schema / dlfuse_registry_op_schema fill in. */
 typedef struct dlfuse_op_schema_t {
   size_t struct_size;
-  const char* name;          /* the op's name; [a-z0-9_] */
+  const char* name;          /* the op's name; 1-64 characters of [A-Za-z0-9_] */
   uint32_t since_minor;      /* the ABI minor that added it (plugin-declared ops: 2) */
   int32_t num_inputs;        /* 0..DLFUSE_MAX_ARGS */
   const dlfuse_arg_schema_t* inputs;

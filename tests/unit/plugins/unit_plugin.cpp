@@ -265,8 +265,51 @@ dlfuse_kernel_t with_flags(dlfuse_kernel_t k, uint32_t flags) {
 // UNIT_DECLARES (ABI 1.2) adds "unit_declared", an op of its own with a schema, served by
 // k_backward (zero-filling): 1 the schema below; 2 the same with another default (a
 // conflicting declaration); 3 a malformed one (rule MATMUL over one input); 4 a schema for a
-// core op's name (matmul_add_activation, which this build's table does not list otherwise).
+// core op's name (matmul_add_activation, which this build's table does not list otherwise);
+// 5 "unit_product_backward", whose outputs' shapes come from a shape callback; 6 the schema
+// of 1 named "unit_Declared_9" (upper case and digits); 7 named "unit-declared" (a '-').
 #ifdef UNIT_DECLARES
+#if UNIT_DECLARES == 5
+// grad_out, x, y -> grad_x (x's shape), grad_y (y's shape), both optional. The callback of
+// each output checks that its own input broadcasts to grad_out, so the relation between x
+// and grad_out is only ever checked by grad_x's callback.
+const dlfuse_arg_schema_t kDeclaredInputs[] = {
+    {"grad_out", 0, 0, 0, 0, -1}, {"x", 0, 0, 0, 0, -1}, {"y", 0, 0, 0, 0, -1}};
+const dlfuse_arg_schema_t kDeclaredOutputs[] = {{"grad_x", DLFUSE_ARG_OPTIONAL, 0, DLFUSE_SHAPE_CALLBACK, 0x3u, -1},
+                                                {"grad_y", DLFUSE_ARG_OPTIONAL, 0, DLFUSE_SHAPE_CALLBACK, 0x5u, -1}};
+
+void shape_text(const DLTensor* t, char* buf, size_t size) {
+  size_t n = size_t(std::snprintf(buf, size, "["));
+  for (int d = 0; d < t->ndim && n < size; ++d)
+    n += size_t(std::snprintf(buf + n, size - n, "%s%lld", d ? ", " : "", static_cast<long long>(t->shape[d])));
+  if (n < size) std::snprintf(buf + n, size - n, "]");
+}
+
+dlfuse_status_t backward_shape(const DLTensor* const* in, int32_t, const dlfuse_attr_t*, int32_t, int32_t output,
+                               int32_t* ndim, int64_t* shape, char* err, size_t err_size) {
+  const DLTensor* g = in[0];
+  const DLTensor* t = in[1 + output];
+  bool fits = t->ndim <= g->ndim;
+  for (int d = 1; fits && d <= t->ndim; ++d) {
+    const int64_t s = t->shape[t->ndim - d];
+    fits = s == 1 || s == g->shape[g->ndim - d];
+  }
+  if (!fits) {
+    char have[256], want[256];
+    shape_text(t, have, sizeof have);
+    shape_text(g, want, sizeof want);
+    if (err && err_size)
+      std::snprintf(err, err_size, "argument '%s': shape is %s; expected a shape that broadcasts to grad_out's %s",
+                    output == 0 ? "x" : "y", have, want);
+    return DLFUSE_STATUS_INVALID_ARGUMENT;
+  }
+  *ndim = t->ndim;
+  for (int d = 0; d < t->ndim; ++d) shape[d] = t->shape[d];
+  return DLFUSE_STATUS_OK;
+}
+const dlfuse_op_schema_t kDeclaredSchema = {sizeof(dlfuse_op_schema_t), "unit_product_backward", 2, 3,
+                                            kDeclaredInputs, 2, kDeclaredOutputs, 0, nullptr, backward_shape, -1};
+#else
 const dlfuse_arg_schema_t kDeclaredInputs[] = {{"x", 0, 0, 0, 0, -1}, {"y", DLFUSE_ARG_OPTIONAL, 0, 0, 0, -1}};
 // out: NumPy broadcast of x and y, may be x itself; sum: like x, or any shape broadcasting to it.
 const dlfuse_arg_schema_t kDeclaredOutputs[] = {
@@ -284,11 +327,15 @@ dlfuse_attr_schema_t factor_attr() {
   return a;
 }
 const dlfuse_attr_schema_t kDeclaredAttrs[] = {factor_attr()};
+const char* const kDeclaredName = UNIT_DECLARES == 4   ? DLFUSE_OP_MATMUL_ADD_ACTIVATION
+                                  : UNIT_DECLARES == 6 ? "unit_Declared_9"
+                                  : UNIT_DECLARES == 7 ? "unit-declared"
+                                                       : "unit_declared";
 const dlfuse_op_schema_t kDeclaredSchema = {
-    sizeof(dlfuse_op_schema_t), UNIT_DECLARES == 4 ? DLFUSE_OP_MATMUL_ADD_ACTIVATION : "unit_declared", 2, 2,
-    kDeclaredInputs, 2, kDeclaredOutputs, 1, kDeclaredAttrs, nullptr, -1};
+    sizeof(dlfuse_op_schema_t), kDeclaredName, 2, 2, kDeclaredInputs, 2, kDeclaredOutputs, 1, kDeclaredAttrs, nullptr, -1};
+#endif
 dlfuse_kernel_t declared_kernel() {
-  dlfuse_kernel_t k = make_kernel(UNIT_DECLARES == 4 ? DLFUSE_OP_MATMUL_ADD_ACTIVATION : "unit_declared", k_backward);
+  dlfuse_kernel_t k = make_kernel(kDeclaredSchema.name, k_backward);
   k.schema = &kDeclaredSchema;
   return k;
 }
