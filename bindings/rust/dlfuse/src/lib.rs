@@ -84,7 +84,7 @@ mod tensor;
 
 pub use device::DeviceBuffer;
 pub use error::{Error, Result, Status};
-pub use generic::{ArgSchema, AttrSchema, AttrValue, OpSchema, Output};
+pub use generic::{ArgSchema, AttrSchema, AttrValue, OpSchema, Output, OutputShape};
 pub use ops::Activation;
 pub use registry::{Discovery, KernelInfo, PluginInfo, Registry};
 pub use tensor::{DataType, Device, Element, TensorView, TensorViewMut, BFLOAT16, FLOAT16, FLOAT32, FLOAT64};

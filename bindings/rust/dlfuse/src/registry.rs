@@ -108,12 +108,19 @@ impl Registry {
                     p.as_ref()
                 )));
             }
+            if bytes.contains(&0) {
+                return Err(invalid(format!(
+                    "plugin_paths[{}]: expected a path without a NUL byte, got {:?}",
+                    i,
+                    p.as_ref()
+                )));
+            }
             if i > 0 {
                 joined.push(b':');
             }
             joined.extend_from_slice(bytes);
         }
-        let paths = CString::new(joined).map_err(|_| invalid("plugin_paths: expected no NUL byte".to_string()))?;
+        let paths = CString::new(joined).expect("no entry holds a NUL byte");
         let options = sys::dlfuse_registry_options_t {
             struct_size: std::mem::size_of::<sys::dlfuse_registry_options_t>(),
             discovery: discovery.0,
@@ -128,7 +135,12 @@ impl Registry {
         check(unsafe { sys::dlfuse_registry_create(options.map_or(ptr::null(), |o| o as *const _), &mut raw) })?;
         NonNull::new(raw)
             .map(|raw| Registry { raw })
-            .ok_or_else(|| crate::Error::new(crate::Status::Internal, "dlfuse_registry_create returned OK and NULL"))
+            .ok_or_else(|| {
+                crate::Error::new(
+                    crate::Status::Internal,
+                    "dlfuse_registry_create: registry: expected a handle with status OK, got NULL",
+                )
+            })
     }
 
     pub fn as_raw(&self) -> sys::dlfuse_registry_t {

@@ -4,6 +4,7 @@
 //! its shape pointer cannot dangle. A view never reaches outside the memory it borrows:
 //! its extent is checked against the slice or buffer when it is made.
 use std::ffi::c_void;
+use std::fmt;
 use std::marker::PhantomData;
 
 use dlfuse_sys as sys;
@@ -33,6 +34,26 @@ impl DataType {
     /// Bytes per element (at least 1; the registry refuses sub-byte items).
     pub fn item_size(self) -> usize {
         ((self.bits as usize * self.lanes as usize) + 7) / 8
+    }
+}
+
+/// The dtype's name as the registry's messages spell it: `float32`, `bfloat16`, `int8`,
+/// `float16x2` for two lanes.
+impl fmt::Display for DataType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.code {
+            sys::kDLInt => write!(f, "int{}", self.bits)?,
+            sys::kDLUInt => write!(f, "uint{}", self.bits)?,
+            sys::kDLFloat => write!(f, "float{}", self.bits)?,
+            sys::kDLBfloat => write!(f, "bfloat{}", self.bits)?,
+            sys::kDLBool => write!(f, "bool{}", self.bits)?,
+            sys::kDLComplex => write!(f, "complex{}", self.bits)?,
+            code => write!(f, "code{}_{}", code, self.bits)?,
+        }
+        if self.lanes != 1 {
+            write!(f, "x{}", self.lanes)?;
+        }
+        Ok(())
     }
 }
 
@@ -69,6 +90,13 @@ unsafe impl Element for f32 {
 }
 unsafe impl Element for f64 {
     const DTYPE: DataType = FLOAT64;
+}
+
+fn extent_overflow(shape: &[i64], strides: Option<&[i64]>) -> crate::Error {
+    invalid(format!(
+        "strides: expected an extent that fits in 128 bits, got shape {:?} with strides {:?}, whose extent overflows",
+        shape, strides
+    ))
 }
 
 /// What both view kinds hold.
@@ -121,17 +149,22 @@ impl Layout {
                 // Checked: products and sums of many i64 can pass even i128.
                 let reach = match (size - 1).checked_mul(stride) {
                     Some(r) => r,
-                    None => return Err(invalid(format!("shape: element count of {:?} overflows", shape))),
+                    None => return Err(extent_overflow(shape, strides)),
                 };
                 let sum = if reach < 0 { lo.checked_add(reach) } else { hi.checked_add(reach) };
                 match sum {
                     Some(v) if reach < 0 => lo = v,
                     Some(v) => hi = v,
-                    None => return Err(invalid(format!("strides: the extent of {:?} overflows", shape))),
+                    None => return Err(extent_overflow(shape, strides)),
                 }
                 compact = match compact.checked_mul(size) {
                     Some(c) => c,
-                    None => return Err(invalid(format!("shape: element count of {:?} overflows", shape))),
+                    None => {
+                        return Err(invalid(format!(
+                            "shape: expected an element count that fits in 128 bits, got {:?}, whose count overflows",
+                            shape
+                        )))
+                    }
                 };
             }
             let item = dtype.item_size() as i128;

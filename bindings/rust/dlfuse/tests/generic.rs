@@ -2,12 +2,8 @@
 //! declares, with no code for either in this crate.
 mod common;
 
-use dlfuse::{AttrValue, Discovery, Registry, Status, TensorView};
-
-/// examples/cxx_plugin built by the CMake tree ($DLFUSE_EXAMPLE_PLUGIN).
-fn example_plugin() -> std::path::PathBuf {
-    std::path::PathBuf::from(std::env::var_os("DLFUSE_EXAMPLE_PLUGIN").expect("set DLFUSE_EXAMPLE_PLUGIN"))
-}
+use common::example_plugin;
+use dlfuse::{AttrValue, Discovery, OutputShape, Registry, Status, TensorView, TensorViewMut};
 
 /// Deterministic values in [-2, 2) (a fixed-seed LCG: reproducible, fresh per seed).
 fn values(n: usize, seed: u64) -> Vec<f64> {
@@ -69,4 +65,121 @@ fn core_op_runs_by_name_with_inferred_outputs() {
             assert!((out[0].data[i * n + j] - want).abs() <= 1e-12 * want.abs().max(1.0));
         }
     }
+}
+
+/// relu(a @ b + bias) with a [B, M, K], b [K, N], bias [N], then its backward: grad_bias is
+/// reducible (its rule is LIKE grad_out, [B, M, N]) and comes back at the shape asked for.
+#[test]
+fn reducible_output_comes_back_at_the_shape_asked_for() {
+    let reg = common::registry_with("testref");
+    let (bt, m, k, n) = (2usize, 3usize, 5usize, 4usize);
+    let (a, b, bias, g) = (values(bt * m * k, 7), values(k * n, 8), values(n, 9), values(bt * m * n, 10));
+    let av = TensorView::new(&a[..], &[bt as i64, m as i64, k as i64]).unwrap();
+    let bv = TensorView::new(&b[..], &[k as i64, n as i64]).unwrap();
+    let biasv = TensorView::new(&bias[..], &[n as i64]).unwrap();
+    let out = reg.call::<f64>("matmul_add_relu", &[Some(&av), Some(&bv), Some(&biasv)], &[]).unwrap().remove(0);
+    assert_eq!(out.shape, [bt as i64, m as i64, n as i64]);
+    let outv = TensorView::new(&out.data[..], &out.shape).unwrap();
+    let gv = TensorView::new(&g[..], &out.shape).unwrap();
+    let inputs = [Some(&gv), Some(&av), Some(&bv), Some(&outv)];
+
+    let schema = reg.op_schemas().unwrap().into_iter().find(|s| s.name == "matmul_add_relu_backward").unwrap();
+    let reducible: Vec<bool> = schema.outputs.iter().map(|o| o.reducible).collect();
+    assert_eq!(reducible, [false, false, true]); // grad_a, grad_b, grad_bias
+
+    // grad_out * relu'(pre), relu'(pre) = [out > 0], summed over the broadcast dims (B, M).
+    let mut want = vec![0.0f64; n];
+    for r in 0..bt * m {
+        for j in 0..n {
+            if out.data[r * n + j] > 0.0 {
+                want[j] += g[r * n + j];
+            }
+        }
+    }
+    let shaped = reg
+        .call_with::<f64>(
+            "matmul_add_relu_backward",
+            &inputs,
+            &[],
+            &[OutputShape::Inferred, OutputShape::Skip, OutputShape::Given(&[n as i64])],
+        )
+        .unwrap();
+    assert_eq!(shaped.len(), 3);
+    assert_eq!(shaped[0].as_ref().unwrap().shape, [bt as i64, m as i64, k as i64]);
+    assert!(shaped[1].is_none(), "grad_b was skipped");
+    let grad_bias = shaped[2].as_ref().unwrap();
+    assert_eq!(grad_bias.shape, [n as i64], "grad_bias at the bias's shape");
+    for j in 0..n {
+        assert!((grad_bias.data[j] - want[j]).abs() <= 1e-12 * want[j].abs().max(1.0), "[{}]: {} vs {}", j, grad_bias.data[j], want[j]);
+    }
+
+    // `call` gives the widest shape; summed over (B, M) it is the same gradient.
+    let full = reg.call::<f64>("matmul_add_relu_backward", &inputs, &[]).unwrap();
+    assert_eq!(full[2].shape, [bt as i64, m as i64, n as i64]);
+    for j in 0..n {
+        let sum: f64 = (0..bt * m).map(|r| full[2].data[r * n + j]).sum();
+        assert!((sum - grad_bias.data[j]).abs() <= 1e-12 * sum.abs().max(1.0));
+    }
+
+    // Into outputs the caller made: grad_bias as [1, N], broadcasting to [B, M, N] too.
+    let mut gb = vec![f64::NAN; n];
+    let mut gbv = TensorViewMut::new(&mut gb[..], &[1, n as i64]).unwrap();
+    reg.call_into("matmul_add_relu_backward", &inputs, &[], &mut [None, None, Some(&mut gbv)]).unwrap();
+    drop(gbv);
+    for j in 0..n {
+        assert!((gb[j] - want[j]).abs() <= 1e-12 * want[j].abs().max(1.0));
+    }
+
+    // A shape that does not broadcast to the rule's is refused by the registry, naming it.
+    let err = reg
+        .call_with::<f64>(
+            "matmul_add_relu_backward",
+            &inputs,
+            &[],
+            &[OutputShape::Skip, OutputShape::Skip, OutputShape::Given(&[3])],
+        )
+        .unwrap_err();
+    assert_eq!(err.status(), Status::InvalidArgument);
+    assert!(err.message().contains("argument 'grad_bias'"), "{}", err.message());
+    assert!(err.message().contains("[3]"), "{}", err.message());
+}
+
+/// What this crate refuses before any call names the argument, the expected and the actual
+/// value, as the registry's messages do.
+#[test]
+fn generic_call_errors_name_the_argument_the_expected_and_the_actual_value() {
+    let reg = common::registry_with("testref");
+    let (a, b, bias3) = (vec![1.0f32; 6], vec![1.0f32; 6], vec![0.0f32; 3]);
+    let av = TensorView::new(&a[..], &[3, 2]).unwrap();
+    let bv = TensorView::new(&b[..], &[2, 3]).unwrap();
+    let bias3v = TensorView::new(&bias3[..], &[3]).unwrap();
+    let inputs = [Some(&av), Some(&bv), Some(&bias3v)];
+
+    // float32 inputs, float64 outputs asked for.
+    let err = reg.call::<f64>("matmul_add_relu", &inputs, &[]).unwrap_err();
+    assert_eq!(err.status(), Status::InvalidArgument);
+    assert_eq!(
+        err.message(),
+        "matmul_add_relu: output 'out': expected dtype float32 (the inputs' dtype), got float64 \
+         (the element type the call asked for)"
+    );
+    let err = reg.call::<f64>("matmul_add_relu", &inputs, &[("no_such", AttrValue::Int(1))]).unwrap_err();
+    assert_eq!(err.message(), "matmul_add_relu: attribute 'no_such': expected one of ALLOW_TF32, got 'no_such'");
+    let err = reg.call::<f32>("matmul_add_relu", &inputs, &[("allow_tf32", AttrValue::Float(0.5))]).unwrap_err();
+    assert_eq!(err.message(), "matmul_add_relu: attribute ALLOW_TF32: expected an integer (INT64), got the float 0.5");
+    let err = reg.call_with::<f32>("matmul_add_relu", &inputs, &[], &[]).unwrap_err();
+    assert_eq!(err.message(), "matmul_add_relu: outputs: expected 1 entries (one per output: out), got 0");
+    let err = reg.call_with::<f32>("matmul_add_relu", &inputs, &[], &[OutputShape::Given(&[3, -1])]).unwrap_err();
+    assert_eq!(err.message(), "matmul_add_relu: output 'out': expected sizes >= 0, got shape [3, -1] (shape[1] is -1)");
+    // The registry's own refusals pass through unchanged: out at the wrong shape.
+    let err = reg.call_with::<f32>("matmul_add_relu", &inputs, &[], &[OutputShape::Given(&[3, 2])]).unwrap_err();
+    assert!(err.message().starts_with("matmul_add_relu: argument 'out': shape is [3, 2]; expected [3, 3]"), "{}", err.message());
+
+    // Dtypes are spelled as the registry spells them.
+    assert_eq!(dlfuse::FLOAT32.to_string(), "float32");
+    assert_eq!(dlfuse::BFLOAT16.to_string(), "bfloat16");
+    assert_eq!(dlfuse::DataType { code: 0, bits: 8, lanes: 4 }.to_string(), "int8x4");
+
+    let e = Registry::with_options(Discovery::NONE, &["/a\0b"]).err().unwrap();
+    assert_eq!(e.message(), "plugin_paths[0]: expected a path without a NUL byte, got \"/a\\0b\"");
 }

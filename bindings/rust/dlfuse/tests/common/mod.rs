@@ -28,6 +28,22 @@ pub fn rust_plugin() -> PathBuf {
     p
 }
 
+/// examples/cxx_plugin as the CMake tree builds it (with the unit tests):
+/// $DLFUSE_EXAMPLE_PLUGIN, else $DLFUSE_LIB_DIR/../tests/unit_plugins/examples/libdlfuse_cxx_example.so.
+pub fn example_plugin() -> PathBuf {
+    if let Some(p) = std::env::var_os("DLFUSE_EXAMPLE_PLUGIN") {
+        return PathBuf::from(p);
+    }
+    let lib = std::env::var_os("DLFUSE_LIB_DIR").expect("set DLFUSE_LIB_DIR to the folder of libdlfuse.so");
+    let p = PathBuf::from(lib).join("../tests/unit_plugins/examples/libdlfuse_cxx_example.so");
+    assert!(
+        p.exists(),
+        "{} not built (target dlfuse_cxx_example of the CMake tree; or set DLFUSE_EXAMPLE_PLUGIN)",
+        p.display()
+    );
+    p
+}
+
 pub fn plugin_file(name: &str) -> PathBuf {
     if name == "rust" {
         return rust_plugin();
