@@ -34,7 +34,7 @@ fn forward(call: &Call) -> Result<(), Failure> {
     let (x, y, bias) = (&call.inputs[0], &call.inputs[1], &call.inputs[2]);
     let out = match &call.outputs[0] {
         Some(o) => o,
-        None => return Err(crate::guard::invalid("add_mul_activation: out is NULL".to_string())),
+        None => return Err(crate::guard::invalid("add_mul_activation: out: expected a DLTensor, got NULL".to_string())),
     };
     let shape = &out.shape;
     let (xs, ys, bs) = (x.broadcast_strides(shape), y.broadcast_strides(shape), bias.broadcast_strides(shape));

@@ -98,7 +98,10 @@ unsafe extern "C" fn get_kernels(
 ) -> dlfuse_status_t {
     guard::run(err, err_size, || {
         if kernels.is_null() || num_kernels.is_null() {
-            return Err(guard::invalid("get_kernels: NULL out-pointer".to_string()));
+            return Err(guard::invalid(format!(
+                "get_kernels: kernels, num_kernels: expected two pointers to write to, got {:?} and {:?}",
+                kernels, num_kernels
+            )));
         }
         // SAFETY: both checked non-NULL; the host passes writable pointers.
         unsafe {

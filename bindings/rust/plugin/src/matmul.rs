@@ -57,10 +57,14 @@ fn relu(v: f64) -> f64 {
 
 fn forward(call: &Call) -> Result<(), Failure> {
     let (a, b, bias) = (&call.inputs[0], &call.inputs[1], &call.inputs[2]);
-    let out = call.outputs[0].as_ref().ok_or_else(|| invalid("matmul_add_relu: out is NULL".to_string()))?;
+    let out = call.outputs[0].as_ref().ok_or_else(|| invalid("matmul_add_relu: out: expected a DLTensor, got NULL".to_string()))?;
     let nd = out.ndim();
     if nd < 2 || a.ndim() < 2 {
-        return Err(invalid("matmul_add_relu: expected out and a of at least 2 dims".to_string()));
+        return Err(invalid(format!(
+            "matmul_add_relu: out, a: expected at least 2 dims each, got {} and {}",
+            nd,
+            a.ndim()
+        )));
     }
     let (m, n, k) = (out.shape[nd - 2], out.shape[nd - 1], a.shape[a.ndim() - 1]);
     let batch = &out.shape[..nd - 2];
@@ -92,7 +96,11 @@ fn backward(call: &Call) -> Result<(), Failure> {
     let (g, a, b, out) = (&call.inputs[0], &call.inputs[1], &call.inputs[2], &call.inputs[3]);
     let nd = out.ndim();
     if nd < 2 || a.ndim() < 2 {
-        return Err(invalid("matmul_add_relu_backward: expected out and a of at least 2 dims".to_string()));
+        return Err(invalid(format!(
+            "matmul_add_relu_backward: out, a: expected at least 2 dims each, got {} and {}",
+            nd,
+            a.ndim()
+        )));
     }
     let (m, n, k) = (out.shape[nd - 2], out.shape[nd - 1], a.shape[a.ndim() - 1]);
     let shape = &out.shape;

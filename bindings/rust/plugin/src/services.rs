@@ -33,7 +33,7 @@ pub unsafe extern "C" fn open(
 ) -> dlfuse_status_t {
     guard::run(err, err_size, || {
         if state.is_null() {
-            return Err(invalid("open: NULL state pointer".to_string()));
+            return Err(invalid("open: state: expected a pointer to write to, got NULL".to_string()));
         }
         if !host.is_null() {
             // SAFETY: the host's struct_size says how much of it we may read.
@@ -42,7 +42,7 @@ pub unsafe extern "C" fn open(
             if h.struct_size >= needed && h.abi_major != DLFUSE_ABI_MAJOR {
                 return Err(Failure {
                     status: DLFUSE_STATUS_ABI_MISMATCH,
-                    message: format!("host ABI major {}, plugin built for {}", h.abi_major, DLFUSE_ABI_MAJOR),
+                    message: format!("open: host abi_major: expected {}, got {}", DLFUSE_ABI_MAJOR, h.abi_major),
                 });
             }
         }
@@ -62,7 +62,7 @@ pub unsafe extern "C" fn device_count(
 ) -> dlfuse_status_t {
     guard::run(err, err_size, || {
         if count.is_null() {
-            return Err(invalid("device_count: NULL count".to_string()));
+            return Err(invalid("device_count: count: expected a pointer to write to, got NULL".to_string()));
         }
         // SAFETY: checked non-NULL.
         unsafe { *count = 1 };
@@ -80,7 +80,7 @@ pub unsafe extern "C" fn alloc(
 ) -> dlfuse_status_t {
     guard::run(err, err_size, || {
         if ptr.is_null() {
-            return Err(invalid("alloc: NULL ptr".to_string()));
+            return Err(invalid("alloc: ptr: expected a pointer to write to, got NULL".to_string()));
         }
         check_device(device_id)?;
         let mut p: *mut c_void = std::ptr::null_mut();
@@ -90,7 +90,7 @@ pub unsafe extern "C" fn alloc(
         if rc != 0 || p.is_null() {
             return Err(Failure {
                 status: DLFUSE_STATUS_OUT_OF_MEMORY,
-                message: format!("cannot allocate {} bytes", nbytes),
+                message: format!("alloc: expected {} bytes of host memory, got none (posix_memalign failed)", nbytes),
             });
         }
         // SAFETY: checked non-NULL.
@@ -136,7 +136,7 @@ pub unsafe extern "C" fn copy(
             return Ok(());
         }
         if dst.is_null() || src.is_null() {
-            return Err(invalid("copy: NULL dst or src".to_string()));
+            return Err(invalid(format!("copy: dst, src: expected two pointers for {} bytes, got {:?} and {:?}", nbytes, dst, src)));
         }
         // SAFETY: the caller vouches for both ranges; memmove semantics, since a
         // device-to-device copy within one buffer may overlap.
