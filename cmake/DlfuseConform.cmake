@@ -1,0 +1,12 @@
+# dlfuse_add_commit_seed_conform(NAME <test> PLUGIN <target> [ARGS <arg>...]): the plugin's
+# sweep seeded by the commit under test (tests/conformance/commit_seed.cmake), beside its
+# fixed-seed suites; DLFUSE_CONFORM_SUITE_ARGS apply, as to those.
+function(dlfuse_add_commit_seed_conform)
+  cmake_parse_arguments(A "" "NAME;PLUGIN" "ARGS" ${ARGN})
+  string(REPLACE ";" "|" _args "${DLFUSE_CONFORM_SUITE_ARGS};${A_ARGS}")
+  add_test(NAME ${A_NAME}
+           COMMAND ${CMAKE_COMMAND} -DCLI=$<TARGET_FILE:dlfuse_cli> -DPLUGIN=$<TARGET_FILE:${A_PLUGIN}>
+                   -DSOURCE_DIR=${PROJECT_SOURCE_DIR} "-DARGS=${_args}"
+                   -P ${PROJECT_SOURCE_DIR}/tests/conformance/commit_seed.cmake)
+  set_tests_properties(${A_NAME} PROPERTIES LABELS conformance TIMEOUT 600)
+endfunction()
