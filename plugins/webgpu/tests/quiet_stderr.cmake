@@ -1,15 +1,20 @@
 # cmake -DCLI=... -DPLUGIN=... -P quiet_stderr.cmake
-# Passes when loading the WebGPU plugin and running every op on it (`dlfuse list`, then
-# `dlfuse run all`, each loading the plugin afresh) writes nothing on stderr, where no
+# Passes when loading the WebGPU plugin and calling it writes nothing on stderr, where no
 # desktop session set XDG_RUNTIME_DIR: a library must not write to its host's stderr unasked.
+# Three processes, each loading the plugin afresh: `dlfuse conform` of one op (the plugin
+# alone, its threads stage included), then what a user runs, `dlfuse list` and `dlfuse run
+# all` on it (these also load the other plugins of <libdir>/dlfuse/plugins).
 # The variables that steer Mesa's device-select layer or make the plugin talk are cleared,
 # so that the run sees what a plain process sees. The plugin must be available and its
 # calls must pass: an unavailable plugin is silent without proving anything.
 set(clean_env ${CMAKE_COMMAND} -E env --unset=XDG_RUNTIME_DIR --unset=WAYLAND_DISPLAY --unset=WAYLAND_SOCKET
               --unset=NODEVICE_SELECT --unset=MESA_VK_DEVICE_SELECT --unset=DRI_PRIME --unset=VK_LOADER_DEBUG
               --unset=DLFUSE_WEBGPU_VERBOSE)
-foreach(step IN ITEMS list run)
-  if(step STREQUAL "list")
+foreach(step IN ITEMS conform list run)
+  if(step STREQUAL "conform")
+    set(args conform ${PLUGIN} --op add_mul_activation_backward --sweep 8 --repeat 1)
+    set(want "\n[1-9][0-9]* passed, 0 failed")
+  elseif(step STREQUAL "list")
     set(args list --plugin ${PLUGIN})
     set(want "\nwebgpu +[^ ]+ +available ")
   else()
@@ -27,4 +32,4 @@ foreach(step IN ITEMS list run)
     message(FATAL_ERROR "dlfuse ${step} wrote on stderr (expected nothing):\n${err}")
   endif()
 endforeach()
-message(STATUS "list and run all: nothing on stderr")
+message(STATUS "conform, list and run all: nothing on stderr")
