@@ -368,6 +368,24 @@ std::vector<CaseSpec> add_mul_cases(OpKind op) {
   c.push_back(with(am("absent_all", op, {6, 5}, {6, 5}, {5}), [](CaseSpec& s) {
     s.absent = {"grad_x", "grad_y", "grad_bias"};
   }));
+  // Gradients of fewer dims than out (out has leading 1s) written in place of a reduction:
+  // their strides must be read against out's dims (the WebGPU plugin once read them by the
+  // gradient's own dims and scattered grad_bias).
+  c.push_back(am("lower_rank_grad_bias", op, {1, 2, 2}, {1, 2, 2}, {2, 2}, DLFUSE_ACT_IDENTITY, 0.5));
+  c.push_back(am("lower_rank_grad_y", op, {1, 2, 3}, {2, 3}, {1, 2, 3}, DLFUSE_ACT_SIGMOID, 0.5));
+  c.push_back(am("lower_rank_grad_x", op, {2, 3}, {1, 2, 3}, {1, 2, 3}, DLFUSE_ACT_TANH, 0.5));
+  c.push_back(am("lower_rank_4d", op, {1, 1, 3, 4}, {3, 4}, {1, 3, 4}, DLFUSE_ACT_SILU, 2.0));
+  c.push_back(with(am("lower_rank_from_out", op, {1, 2, 3}, {2, 3}, {2, 3}, DLFUSE_ACT_TANH, 0.5),
+                   [](CaseSpec& s) { s.from_out = true; }));
+  c.push_back(with(am("lower_rank_grad_bias_strided", op, {1, 129, 64}, {1, 129, 64}, {129, 64}, DLFUSE_ACT_GELU_TANH,
+                      -1.25),
+                   [](CaseSpec& s) {
+                     s.layout["x"] = Layout::kZeroStride;
+                     s.layout["y"] = Layout::kPadded;
+                     s.offset["bias"] = 3;
+                     s.layout["grad_out"] = Layout::kZeroStride;
+                     s.absent = {"grad_x"};
+                   }));
   // pre from -3 to -8.5: Φ(p) = ½(1 + erf(p/√2)) cancels there, in a kernel that writes it
   // so (allowed: the tolerance counts the bracket's terms) and in a reference that would.
   c.push_back(with(am("gelu_erf_left_tail", op, {90112}, {90112}, {90112}, DLFUSE_ACT_GELU_ERF, 1.0),
