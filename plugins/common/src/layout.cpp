@@ -1,5 +1,7 @@
 #include "layout.h"
 
+#include <dlfuse/plugin_kit.hpp>
+
 namespace dlfuse_plugin {
 
 Dims shape_of(const DLTensor* t) { return Dims(t->shape, t->shape + t->ndim); }
@@ -114,6 +116,16 @@ void inner3(const Dims& n, int64_t* n0, int64_t* n1, int64_t* n2) {
 
 bool for_each_block(const Dims& shape, const std::vector<Dims>& strides, const std::vector<int64_t>& offs,
                     const std::function<bool(const std::vector<ClView>&, int64_t, int64_t, int64_t)>& launch) {
+  // A view given by its own dims instead of the iteration's would be read past its end and
+  // misplace every element: a plugin bug, refused rather than run.
+  if (offs.size() != strides.size())
+    throw dlfuse::kit::Error(DLFUSE_STATUS_INTERNAL, "for_each_block: " + std::to_string(strides.size()) +
+                                                         " stride lists, " + std::to_string(offs.size()) + " offsets");
+  for (size_t t = 0; t < strides.size(); ++t)
+    if (strides[t].size() != shape.size())
+      throw dlfuse::kit::Error(DLFUSE_STATUS_INTERNAL, "for_each_block: tensor " + std::to_string(t) + " has " +
+                                                           std::to_string(strides[t].size()) + " strides, expected " +
+                                                           std::to_string(shape.size()) + " (one per dim iterated)");
   if (numel(shape) == 0) return true;
   Dims n;
   std::vector<Dims> s;
@@ -131,6 +143,12 @@ bool for_each_reduction(const Dims& shape, const Dims& src_strides, int64_t src_
                         const Dims& dst_strides, int64_t dst_off, std::string* err,
                         const std::function<bool(const ClView&, const ClReduced&, const ClView&, int64_t, int64_t,
                                                  int64_t)>& launch) {
+  if (src_strides.size() != shape.size() || dst_shape.size() != shape.size() || dst_strides.size() != shape.size()) {
+    *err = "for_each_reduction: " + std::to_string(shape.size()) + " dims iterated, but src strides, dst shape and dst "
+           "strides have " + std::to_string(src_strides.size()) + ", " + std::to_string(dst_shape.size()) + " and " +
+           std::to_string(dst_strides.size());
+    return false;
+  }
   // Split into kept dims (dst has them) and reduced dims (dst is 1 there), merging each.
   Dims kn, ks, kd, rn, rs;
   for (size_t i = 0; i < shape.size(); ++i) {
