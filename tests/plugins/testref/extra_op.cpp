@@ -1,12 +1,23 @@
-// An op of the test plugin's own, in the testref_ops build only (CMakeLists.txt): what adding
-// an op takes, shown end to end. Its schema below is all a binding needs: the Python package
-// calls it as dlfuse.testref_scale_add(x, y, scale=...) and its backward with the gradient
-// parameters (needs, x_shape, y_shape) derived from that schema, with no change to any
-// binding (bindings/python/tests/test_adding_an_op.py).
+// Ops of the test plugin's own, in the testref_ops build only (CMakeLists.txt): what adding
+// an op takes, shown end to end. testref_scale_add's schema below is all a binding needs: the
+// Python package calls it as dlfuse.testref_scale_add(x, y, scale=...) and its backward with
+// the gradient parameters (needs, x_shape, y_shape) derived from that schema, with no change
+// to any binding (bindings/python/tests/test_adding_an_op.py).
 //
 //   testref_scale_add(x, y; SCALE = 1.0) -> out = x + SCALE * y, NumPy broadcasting; out may be x
 //   testref_scale_add_backward(grad_out; SCALE) -> grad_x = sum_to(grad_out, x's shape),
 //                                                  grad_y = SCALE * sum_to(grad_out, y's shape)
+//
+// testref_axpby declares its attributes under the core keys' numbers with other types (an
+// op's keys are its own, docs/abi.md): ALPHA, FLOAT64, under ACTIVATION's key 1; REPEAT,
+// INT64, under MULTIPLIER's key 2; BETA, FLOAT64, under OUTPUT_ACTIVATION's key 4. A binding
+// that reads an attribute by a core key instead of its schema gets the wrong values
+// (bindings/python/tests/test_attr_keys.py).
+//
+//   testref_axpby(x, y; ALPHA = 1.5, REPEAT = 3 in [-1000, 1000], BETA = 0.25)
+//       -> out = ALPHA * x + REPEAT * y + BETA, NumPy broadcasting, in double
+//   testref_axpby_backward(grad_out; ALPHA, REPEAT) -> grad_x = ALPHA * sum_to(grad_out, x's shape),
+//                                                      grad_y = REPEAT * sum_to(grad_out, y's shape)
 #include "testref.h"
 
 namespace testref {
@@ -91,6 +102,54 @@ template <class T> struct Bwd {
   void operator()(const dlfuse_kernel_args_t* a, double s) { backward<T>(a, s); }
 };
 
+// testref_axpby's attributes: keys that the core ops use for attributes of other types.
+constexpr int32_t kKeyAlpha = 1, kKeyRepeat = 2, kKeyBeta = 4;
+constexpr double kAlpha = 1.5, kBeta = 0.25;
+constexpr int64_t kRepeat = 3;
+
+dlfuse_attr_schema_t float_attr(const char* name, int32_t key, double def) {
+  dlfuse_attr_schema_t a{};
+  a.name = name;
+  a.default_value.key = key;
+  a.default_value.type = DLFUSE_ATTR_FLOAT64;
+  a.default_value.value.f64 = def;
+  return a;
+}
+
+dlfuse_attr_schema_t repeat_attr() {
+  dlfuse_attr_schema_t a{};
+  a.name = "REPEAT";
+  a.default_value.key = kKeyRepeat;
+  a.default_value.type = DLFUSE_ATTR_INT64;
+  a.default_value.value.i64 = kRepeat;
+  a.min_value = -1000;
+  a.max_value = 1000;
+  return a;
+}
+
+const dlfuse_attr_schema_t kAxpbyAttrs[] = {float_attr("ALPHA", kKeyAlpha, kAlpha), repeat_attr(),
+                                            float_attr("BETA", kKeyBeta, kBeta)};
+
+template <class T> void axpby_forward(const dlfuse_kernel_args_t* args) {
+  const double alpha = kit::attr_float(args, kKeyAlpha, kAlpha), beta = kit::attr_float(args, kKeyBeta, kBeta);
+  const double repeat = double(kit::attr_int(args, kKeyRepeat, kRepeat));
+  const kit::View x(args->inputs[0]), y(args->inputs[1]), out(args->outputs[0]);
+  const int r = out.rank();
+  const kit::Dims xs = x.aligned_strides(r), ys = y.aligned_strides(r);
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    const double v = alpha * double(x.base<T>()[offset_of(xs, out.shape, i)]) +
+                     repeat * double(y.base<T>()[offset_of(ys, out.shape, i)]) + beta;
+    out.base<T>()[offset_of(out.strides, out.shape, i)] = T(v);
+  }
+}
+
+template <class T> void axpby_backward(const dlfuse_kernel_args_t* args) {
+  const kit::View grad(args->inputs[0]);
+  if (args->outputs[0]) reduce_into<T>(grad, kit::View(args->outputs[0]), kit::attr_float(args, kKeyAlpha, kAlpha));
+  if (args->outputs[1])
+    reduce_into<T>(grad, kit::View(args->outputs[1]), double(kit::attr_int(args, kKeyRepeat, kRepeat)));
+}
+
 }  // namespace
 
 const dlfuse_op_schema_t kScaleAddSchema = {sizeof(dlfuse_op_schema_t), "testref_scale_add", 2, 2, kFwdIn, 1, kFwdOut,
@@ -101,6 +160,27 @@ const dlfuse_op_schema_t kScaleAddBackwardSchema = {
 dlfuse_status_t scale_add(void*, void*, const dlfuse_kernel_args_t* args) { return run<Fwd>(args, 2, 1, true); }
 dlfuse_status_t scale_add_backward(void*, void*, const dlfuse_kernel_args_t* args) {
   return run<Bwd>(args, 1, 2, false);
+}
+
+const dlfuse_op_schema_t kAxpbySchema = {sizeof(dlfuse_op_schema_t), "testref_axpby", 2, 2, kFwdIn, 1, kFwdOut,
+                                         3, kAxpbyAttrs, nullptr, -1};
+const dlfuse_op_schema_t kAxpbyBackwardSchema = {
+    sizeof(dlfuse_op_schema_t), "testref_axpby_backward", 2, 1, kBwdIn, 2, kBwdOut, 2, kAxpbyAttrs, nullptr, -1};
+
+dlfuse_status_t axpby(void*, void*, const dlfuse_kernel_args_t* args) {
+  return kit::guarded(kName, args, [&] {
+    kit::check_call(args, 2, 1, true, kDLCPU);
+    if (args->inputs[0]->dtype.bits == 64) axpby_forward<double>(args);
+    else axpby_forward<float>(args);
+  });
+}
+
+dlfuse_status_t axpby_backward(void*, void*, const dlfuse_kernel_args_t* args) {
+  return kit::guarded(kName, args, [&] {
+    kit::check_call(args, 1, 2, false, kDLCPU);
+    if (args->inputs[0]->dtype.bits == 64) axpby_backward<double>(args);
+    else axpby_backward<float>(args);
+  });
 }
 
 }  // namespace testref

@@ -61,6 +61,10 @@ const dlfuse_kernel_t kKernels[] = {
                     &kScaleAddSchema, nullptr},
     dlfuse_kernel_t{sizeof(dlfuse_kernel_t), "testref_scale_add_backward", kDLCPU, 2, kDtypes, kPriority,
                     scale_add_backward, nullptr, 0, &kScaleAddBackwardSchema, nullptr},
+    dlfuse_kernel_t{sizeof(dlfuse_kernel_t), "testref_axpby", kDLCPU, 2, kDtypes, kPriority, axpby, nullptr, 0,
+                    &kAxpbySchema, nullptr},
+    dlfuse_kernel_t{sizeof(dlfuse_kernel_t), "testref_axpby_backward", kDLCPU, 2, kDtypes, kPriority,
+                    axpby_backward, nullptr, 0, &kAxpbyBackwardSchema, nullptr},
 #endif
 };
 

@@ -61,10 +61,13 @@ dlfuse_status_t matmul_add_activation_backward(void*, void*, const dlfuse_kernel
 dlfuse_status_t matmul_add_residual(void*, void*, const dlfuse_kernel_args_t* args);
 dlfuse_status_t matmul_add_residual_backward(void*, void*, const dlfuse_kernel_args_t* args);
 
-// The testref_ops build's own op (extra_op.cpp).
+// The testref_ops build's own ops (extra_op.cpp).
 extern const dlfuse_op_schema_t kScaleAddSchema, kScaleAddBackwardSchema;
 dlfuse_status_t scale_add(void*, void*, const dlfuse_kernel_args_t* args);
 dlfuse_status_t scale_add_backward(void*, void*, const dlfuse_kernel_args_t* args);
+extern const dlfuse_op_schema_t kAxpbySchema, kAxpbyBackwardSchema;
+dlfuse_status_t axpby(void*, void*, const dlfuse_kernel_args_t* args);
+dlfuse_status_t axpby_backward(void*, void*, const dlfuse_kernel_args_t* args);
 
 }  // namespace testref
 
