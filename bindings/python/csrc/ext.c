@@ -406,31 +406,6 @@ static int parse_registry(PyObject* o, void** h) {
   return PyErr_Occurred() ? -1 : 0;
 }
 
-static int parse_activation(PyObject* o, int* act) {
-  if (is_none(o)) {
-    *act = 1;
-    return 0;
-  }
-  if (PyUnicode_Check(o)) {
-    PyObject* v = PyDict_GetItemWithError(S.activations, o);
-    if (!v) {
-      if (!PyErr_Occurred())
-        PyErr_Format(PyExc_ValueError, "dlfuse: activation must be one of %S, got %R", S.activation_names, o);
-      return -1;
-    }
-    *act = (int)PyLong_AsLong(v);
-    return 0;
-  }
-  PyObject* i = PyNumber_Long(o);
-  if (!i) return -1;
-  long a = PyLong_AsLong(i);
-  Py_DECREF(i);
-  if (a == -1 && PyErr_Occurred()) return -1;
-  if (a < INT32_MIN || a > INT32_MAX) a = INT32_MAX; /* C refuses it by name */
-  *act = (int)a;
-  return 0;
-}
-
 static int parse_needs_n(PyObject* o, int* needs, int n) {
   for (int i = 0; i < n; ++i) needs[i] = 1;
   if (is_none(o)) return 0;
@@ -602,7 +577,8 @@ typedef struct {
   Param p[MAX_PARAMS];
   int np, npos, nreq;
   int needs_param; /* index of P_NEEDS in p, or -1 */
-  int act_index;   /* the ACTIVATION attribute, or -1 */
+  unsigned char attr_kind[DLFUSE_MAX_ATTRS]; /* attr_kind() of each attribute */
+  int relu_index;  /* the attribute that defaults to relu here (relu_default()), or -1 */
 } Sig;
 
 typedef struct {
@@ -621,6 +597,32 @@ typedef struct {
   void* last_reg_h;
   dlfuse_op_t last_reg_op;
 } OpFunc;
+
+/* How the binding takes an attribute's value, from its schema alone: its declared type, its
+ * name and its range. Keys are the op's own (docs/abi.md): a plugin may declare any type
+ * under a number a core op uses for another attribute, so no key is compared here. */
+enum { K_FLOAT, K_INT, K_FLAG, K_ACT };
+
+static int is_activation_name(const char* n) {
+  return n && (strcasecmp(n, "activation") == 0 || strcasecmp(n, "output_activation") == 0);
+}
+
+static int attr_kind(const dlfuse_attr_schema_t* as) {
+  if (as->default_value.type == DLFUSE_ATTR_FLOAT64) return K_FLOAT;
+  if (is_activation_name(as->name)) return K_ACT; /* a dlfuse_activation_t: also by its name */
+  if (as->min_value == 0 && as->max_value == 1) return K_FLAG;
+  return K_INT;
+}
+
+static const char* const kind_names[] = {"float", "int", "flag", "activation"};
+
+/* The binding's default `activation` of relu (docs/python.md) belongs to the core ops' frozen
+ * signatures: their schemas make ACTIVATION required. A plugin's op gets its schema's own
+ * default, or none. */
+static int relu_default(const dlfuse_op_schema_t* sc, const dlfuse_attr_schema_t* as) {
+  return sc->plugin < 0 && attr_kind(as) == K_ACT && as->name && strcasecmp(as->name, "activation") == 0 &&
+         (as->flags & DLFUSE_ATTR_REQUIRED);
+}
 
 static void sig_clear(Sig* g) {
   for (int i = 0; i < g->nnames; ++i) Py_CLEAR(g->names[i]);
@@ -770,9 +772,11 @@ static int sig_build(Sig* g, const dlfuse_op_schema_t* sc, PyObject* positional,
   }
   for (int i = 0; i < g->np; ++i)
     if (g->p[i].kind == P_NEEDS) g->needs_param = i;
-  g->act_index = -1;
-  for (int i = 0; i < g->num_attrs; ++i)
-    if (g->attr[i].default_value.key == DLFUSE_ATTR_ACTIVATION) g->act_index = i;
+  g->relu_index = -1;
+  for (int i = 0; i < g->num_attrs; ++i) {
+    g->attr_kind[i] = (unsigned char)attr_kind(&g->attr[i]);
+    if (relu_default(sc, &g->attr[i])) g->relu_index = i;
+  }
   g->ready = 1;
   return 0;
 fail:
@@ -824,31 +828,115 @@ static int op_with_schema(void* h, const char* name, dlfuse_op_t* op, dlfuse_op_
   return (st = S.op_schema(*op, sc)) != 0 ? raise_status(st, NULL) : 0;
 }
 
-/* Python attribute value -> dlfuse_attr_t by the schema's type. */
-static int attr_value(const char* fn, const dlfuse_attr_schema_t* as, PyObject* value, dlfuse_attr_t* a) {
+/* A bad attribute value: `kind` of exception, naming the attribute (its parameter name, lower
+ * case), what it must be and what it got. Chains the conversion's own error, if any. */
+static int bad_attr(PyObject* kind, const char* fn, const char* name, const char* expected, PyObject* value) {
+  char low[64];
+  size_t n = strlen(name);
+  if (n >= sizeof low) n = sizeof low - 1;
+  for (size_t i = 0; i < n; ++i) low[i] = (char)((name[i] >= 'A' && name[i] <= 'Z') ? name[i] - 'A' + 'a' : name[i]);
+  low[n] = 0;
+  PyObject *et = NULL, *ev = NULL, *tb = NULL;
+  PyErr_Fetch(&et, &ev, &tb);
+  PyErr_NormalizeException(&et, &ev, &tb);
+  PyObject* r = PyObject_Repr(value);
+  if (!r) { /* a value whose repr fails is named by its type alone */
+    PyErr_Clear();
+    r = PyUnicode_FromString("(no repr)");
+  }
+  if (r) {
+    PyErr_Format(kind, "dlfuse: %s(): %s must be %s, got %s %.80U", fn, low, expected, Py_TYPE(value)->tp_name, r);
+    Py_DECREF(r);
+  }
+  if (ev && PyErr_Occurred()) {
+    PyObject *nt, *nv, *ntb;
+    PyErr_Fetch(&nt, &nv, &ntb);
+    PyErr_NormalizeException(&nt, &nv, &ntb);
+    PyException_SetCause(nv, Py_NewRef(ev));
+    PyException_SetContext(nv, ev);
+    ev = NULL;
+    PyErr_Restore(nt, nv, ntb);
+  }
+  Py_XDECREF(et);
+  Py_XDECREF(ev);
+  Py_XDECREF(tb);
+  return -1;
+}
+
+#define EXPECT_FLOAT "a real number (FLOAT64 attribute)"
+#define EXPECT_INT "an integer (INT64 attribute)"
+#define EXPECT_FLAG "a truth value (INT64 attribute of range [0, 1])"
+
+/* A dlfuse_activation_t: its name, or the integer (the registry checks the range). */
+static int parse_activation(const char* fn, const char* name, PyObject* o, int64_t* act) {
+  if (PyUnicode_Check(o)) {
+    PyObject* v = PyDict_GetItemWithError(S.activations, o);
+    if (!v) {
+      if (PyErr_Occurred()) return -1;
+      PyObject* exp = PyUnicode_FromFormat("one of %S or a dlfuse_activation_t integer", S.activation_names);
+      if (!exp) return -1;
+      const char* e = PyUnicode_AsUTF8(exp);
+      const int r = e ? bad_attr(PyExc_ValueError, fn, name, e, o) : -1;
+      Py_DECREF(exp);
+      return r;
+    }
+    *act = PyLong_AsLongLong(v);
+    return 0;
+  }
+  if (PyFloat_Check(o) || PyBytes_Check(o) || PyByteArray_Check(o)) {
+    PyObject* exp = PyUnicode_FromFormat("one of %S or a dlfuse_activation_t integer", S.activation_names);
+    if (!exp) return -1;
+    const char* e = PyUnicode_AsUTF8(exp);
+    const int r = e ? bad_attr(PyExc_TypeError, fn, name, e, o) : -1;
+    Py_DECREF(exp);
+    return r;
+  }
+  int overflow = 0;
+  *act = PyLong_AsLongLongAndOverflow(o, &overflow);
+  if (*act == -1 && PyErr_Occurred())
+    return bad_attr(PyExc_TypeError, fn, name, "an activation name or a dlfuse_activation_t integer", o);
+  if (overflow) return bad_attr(PyExc_ValueError, fn, name, "a dlfuse_activation_t integer", o);
+  return 0;
+}
+
+/* Python attribute value -> dlfuse_attr_t by the schema: its type, and `kind` (attr_kind). A
+ * value of the wrong type is a TypeError, one out of int64's range a ValueError, each naming
+ * the attribute, what it must be and what it got; nothing is truncated (an INT64 refuses
+ * 2.5). */
+static int attr_value(const char* fn, const dlfuse_attr_schema_t* as, int kind, PyObject* value, dlfuse_attr_t* a) {
   *a = as->default_value;
-  if (as->default_value.type == DLFUSE_ATTR_FLOAT64) {
-    a->value.f64 = PyFloat_AsDouble(value);
-    return (a->value.f64 == -1.0 && PyErr_Occurred()) ? -1 : 0;
+  switch (kind) {
+    case K_FLOAT:
+      if (PyFloat_Check(value)) {
+        a->value.f64 = PyFloat_AS_DOUBLE(value);
+        return 0;
+      }
+      if (PyUnicode_Check(value) || PyBytes_Check(value) || PyByteArray_Check(value))
+        return bad_attr(PyExc_TypeError, fn, as->name, EXPECT_FLOAT, value);
+      a->value.f64 = PyFloat_AsDouble(value); /* int, NumPy scalars, 0-d arrays: __float__ / __index__ */
+      if (a->value.f64 == -1.0 && PyErr_Occurred())
+        return bad_attr(PyErr_ExceptionMatches(PyExc_OverflowError) ? PyExc_ValueError : PyExc_TypeError, fn, as->name,
+                        EXPECT_FLOAT, value);
+      return 0;
+    case K_ACT:
+      return parse_activation(fn, as->name, value, &a->value.i64);
+    case K_FLAG: { /* any truth value */
+      const int t = PyObject_IsTrue(value);
+      if (t < 0) return bad_attr(PyExc_TypeError, fn, as->name, EXPECT_FLAG, value);
+      a->value.i64 = t;
+      return 0;
+    }
+    default: {
+      if (PyFloat_Check(value) || PyUnicode_Check(value) || PyBytes_Check(value) || PyByteArray_Check(value))
+        return bad_attr(PyExc_TypeError, fn, as->name, EXPECT_INT, value);
+      int overflow = 0;
+      a->value.i64 = PyLong_AsLongLongAndOverflow(value, &overflow); /* ints, NumPy integers: __index__ */
+      if (a->value.i64 == -1 && PyErr_Occurred()) return bad_attr(PyExc_TypeError, fn, as->name, EXPECT_INT, value);
+      if (overflow)
+        return bad_attr(PyExc_ValueError, fn, as->name, "an integer in int64's range (INT64 attribute)", value);
+      return 0;
+    }
   }
-  if (as->default_value.key == DLFUSE_ATTR_ACTIVATION || as->default_value.key == DLFUSE_ATTR_OUTPUT_ACTIVATION) {
-    int act;
-    if (parse_activation(value, &act) < 0) return -1;
-    a->value.i64 = act;
-    return 0;
-  }
-  if (as->min_value == 0 && as->max_value == 1) { /* a flag: any truth value */
-    int t = PyObject_IsTrue(value);
-    if (t < 0) return -1;
-    a->value.i64 = t;
-    return 0;
-  }
-  if (PyFloat_Check(value)) {
-    PyErr_Format(PyExc_TypeError, "%s(): attribute %s: expected an int, got a float", fn, as->name);
-    return -1;
-  }
-  a->value.i64 = PyLong_AsLongLong(value);
-  return (a->value.i64 == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
 /* NumPy broadcasting of n shapes; 0 when they do not broadcast. */
@@ -1213,8 +1301,8 @@ static PyObject* opfunc_vectorcall(PyObject* self, PyObject* const* args, size_t
   A.nattrs = 0;
   A.all_outputs = 0;
   A.stream = A.registry = NULL;
-  int have_act = 0;
-  const int act_index = g->act_index;
+  int have_relu = 0;
+  const int relu_index = g->relu_index;
   for (int i = 0; i < g->np; ++i) {
     const Param* q = &g->p[i];
     PyObject* o = p[i];
@@ -1229,14 +1317,14 @@ static PyObject* opfunc_vectorcall(PyObject* self, PyObject* const* args, size_t
         break;
       case P_ATTR:
         if (is_none(o)) break;
-        if (attr_value(fn, &g->attr[q->index], o, &A.attrs[A.nattrs]) < 0) return NULL;
-        if (q->index == act_index) have_act = 1;
+        if (attr_value(fn, &g->attr[q->index], g->attr_kind[q->index], o, &A.attrs[A.nattrs]) < 0) return NULL;
+        if (q->index == relu_index) have_relu = 1;
         ++A.nattrs;
         break;
     }
   }
-  if (act_index >= 0 && !have_act) { /* the binding's default activation: relu */
-    A.attrs[A.nattrs] = g->attr[act_index].default_value;
+  if (relu_index >= 0 && !have_relu) { /* the core ops' documented default activation: relu */
+    A.attrs[A.nattrs] = g->attr[relu_index].default_value;
     A.attrs[A.nattrs++].value.i64 = DLFUSE_ACT_RELU;
   }
   return run(fn, g, op, h, &A);
@@ -1397,7 +1485,7 @@ static PyObject* py_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs
       Py_XDECREF(names);
       goto done;
     }
-    if (attr_value(name, &g->attr[found], value, &A.attrs[A.nattrs]) < 0) goto done;
+    if (attr_value(name, &g->attr[found], g->attr_kind[found], value, &A.attrs[A.nattrs]) < 0) goto done;
     ++A.nattrs;
   }
   for (int i = 0; i < g->num_outputs; ++i) A.needs[i] = 1;
@@ -1415,7 +1503,8 @@ done:
 /* schema(op, registry) -> (inputs, outputs, attrs) of an op, for layers that derive their own
  * signatures from it (dlfuse.torch, dlfuse.jax): inputs [(name, flags, since_minor)], outputs
  * [(name, flags, alias_input, shape_rule, shape_inputs)], attrs [(lower-case name, is_float,
- * required, default, key)]. */
+ * required, default, key, kind)], kind how a value is taken (attr_kind: "float", "int", "flag"
+ * or "activation"), as OpFunction takes it. */
 static PyObject* py_schema(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
   if (nargs != 2 || !PyUnicode_Check(args[0])) {
@@ -1448,8 +1537,8 @@ static PyObject* py_schema(PyObject* self, PyObject* const* args, Py_ssize_t nar
     const int is_float = a->default_value.type == DLFUSE_ATTR_FLOAT64;
     PyObject* n = lower_name(a->name);
     PyObject* d = is_float ? PyFloat_FromDouble(a->default_value.value.f64) : PyLong_FromLongLong(a->default_value.value.i64);
-    PyObject* t = n && d ? Py_BuildValue("(OiiOi)", n, is_float, (a->flags & DLFUSE_ATTR_REQUIRED) != 0, d,
-                                         (int)a->default_value.key)
+    PyObject* t = n && d ? Py_BuildValue("(OiiOis)", n, is_float, (a->flags & DLFUSE_ATTR_REQUIRED) != 0, d,
+                                         (int)a->default_value.key, kind_names[attr_kind(a)])
                          : NULL;
     Py_XDECREF(n);
     Py_XDECREF(d);
@@ -1481,7 +1570,7 @@ static int attrs_by_name(const char* name, const dlfuse_op_schema_t* sc, PyObjec
       PyErr_Format(PyExc_TypeError, "dlfuse: %s has no attribute '%s'", name, k);
       return -1;
     }
-    if (attr_value(name, &sc->attrs[found], value, &attrs[*n]) < 0) return -1;
+    if (attr_value(name, &sc->attrs[found], attr_kind(&sc->attrs[found]), value, &attrs[*n]) < 0) return -1;
     ++*n;
   }
   return 0;

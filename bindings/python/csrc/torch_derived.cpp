@@ -104,16 +104,23 @@ struct CallArgs {
   Tensor like;  // the first input given: the outputs' device and dtype
 };
 
-// Every attribute of a call, in schema order.
+// Every attribute of a call, in schema order, each by its type in the op's schema (its key is
+// the op's own and says nothing of its type); an INT64 one refuses a float, nothing is
+// truncated.
 void read_attrs(const Derived& d, c10::ArrayRef<IValue> args, dlfuse_attr_t* attrs) {
   for (int32_t j = 0; j < d.sc.num_attrs; ++j) {
     dlfuse_attr_t& a = attrs[j];
     a = d.sc.attrs[j].default_value;
     const IValue& v = args[size_t(d.attr_arg[size_t(j)])];
-    if (a.type == DLFUSE_ATTR_FLOAT64)
-      a.value.f64 = v.isDouble() ? v.toDouble() : double(v.toInt());
-    else
-      a.value.i64 = v.toInt();
+    if (a.type == DLFUSE_ATTR_FLOAT64) {
+      TORCH_CHECK_TYPE(v.isDouble() || v.isInt() || v.isBool(), "dlfuse::", d.name, ": ", lower(d.sc.attrs[j].name),
+                       " must be a real number (FLOAT64 attribute), got ", v.tagKind());
+      a.value.f64 = v.isDouble() ? v.toDouble() : v.isInt() ? double(v.toInt()) : double(v.toBool());
+    } else {
+      TORCH_CHECK_TYPE(v.isInt() || v.isBool(), "dlfuse::", d.name, ": ", lower(d.sc.attrs[j].name),
+                       " must be an integer (INT64 attribute), got ", v.tagKind());
+      a.value.i64 = v.isInt() ? v.toInt() : int64_t(v.toBool());
+    }
   }
 }
 
@@ -262,9 +269,12 @@ std::vector<IValue> backward_args(const Derived& d, c10::ArrayRef<IValue> args, 
   for (int32_t j = 0; j < b.sc.num_attrs; ++j) {
     const int from = d.attr_from[size_t(j)];
     const dlfuse_attr_t& def = b.sc.attrs[j].default_value;
-    s[size_t(b.attr_arg[size_t(j)])] =
-        from != kAbsent ? args[size_t(d.attr_arg[size_t(from)])]
-                        : (def.type == DLFUSE_ATTR_FLOAT64 ? IValue(def.value.f64) : IValue(def.value.i64));
+    IValue v = from != kAbsent ? args[size_t(d.attr_arg[size_t(from)])]
+                               : (def.type == DLFUSE_ATTR_FLOAT64 ? IValue(def.value.f64) : IValue(def.value.i64));
+    // by the backward's own type for the name (its torch argument's): an int forward value of a
+    // FLOAT64 backward attribute is widened; a float for an INT64 one is refused by read_attrs
+    if (def.type == DLFUSE_ATTR_FLOAT64 && v.isInt()) v = IValue(double(v.toInt()));
+    s[size_t(b.attr_arg[size_t(j)])] = std::move(v);
   }
   for (int32_t k = 0; k < b.sc.num_outputs; ++k) {
     const int a = b.shape_arg[size_t(k)];

@@ -7,6 +7,7 @@ output allocation and the C call happen there); the registry's admin calls and
 dlfuse.Tensor's device memory are its plain functions over the same loaded libdlfuse."""
 from __future__ import annotations
 
+import operator
 import os
 import sys
 import threading
@@ -447,14 +448,71 @@ def to_device(array, device, registry=None, stream=None):
     return t
 
 
-def _act(activation):
-    if isinstance(activation, str):
+def _act(activation, fn="dlfuse", name="activation"):
+    """A dlfuse_activation_t from its name or integer (an attribute of kind "activation")."""
+    return attr_value(fn, name, "activation", activation)
+
+
+_EXPECTED = {"float": "a real number (FLOAT64 attribute)", "int": "an integer (INT64 attribute)",
+             "flag": "a truth value (INT64 attribute of range [0, 1])"}
+_NOT_NUMBERS = (str, bytes, bytearray)
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def short_repr(value):
+    """repr(value) cut to 80 characters, for a message ("(no repr)" where repr fails)."""
+    try:
+        return repr(value)[:80]
+    except Exception:  # noqa: BLE001
+        return "(no repr)"
+
+
+def _bad_attr(kind, fn, name, expected, value):
+    return kind(f"dlfuse: {fn}(): {name} must be {expected}, got {type(value).__name__} {short_repr(value)}")
+
+
+def attr_value(fn, name, kind, value):
+    """An attribute's value for function `fn` by its kind, from the op's schema (_ext.schema's
+    sixth field: "float", "int", "flag" or "activation"), never from its key: a float, or an
+    int (an activation also by its name). The same rules and messages as dlfuse._ext's
+    functions: TypeError for a value of another type (an int attribute refuses 2.5, nothing is
+    truncated), ValueError for an unknown activation name, each naming the attribute, what it
+    must be and what it got."""
+    t = type(value)
+    if kind == "float":
+        if t is float:
+            return value
+        if not isinstance(value, _NOT_NUMBERS):
+            try:
+                return float(value)  # ints, NumPy scalars, 0-d arrays: __float__ / __index__
+            except Exception as e:  # noqa: BLE001  (any failure of the value's own conversion)
+                raise _bad_attr(TypeError, fn, name, _EXPECTED["float"], value) from e
+        raise _bad_attr(TypeError, fn, name, _EXPECTED["float"], value)
+    if kind == "flag":
         try:
-            return ACTIVATIONS[activation]
-        except KeyError:
-            raise ValueError(f"dlfuse: activation must be one of {sorted(ACTIVATIONS)}, "
-                             f"got {activation!r}") from None
-    return int(activation)
+            return 1 if value else 0
+        except Exception as e:  # noqa: BLE001
+            raise _bad_attr(TypeError, fn, name, _EXPECTED["flag"], value) from e
+    if t is int and INT64_MIN <= value <= INT64_MAX:
+        return value
+    if kind == "activation":
+        expected = f"one of {sorted(ACTIVATIONS)} or a dlfuse_activation_t integer"
+        if isinstance(value, str):
+            try:
+                return ACTIVATIONS[value]
+            except KeyError:
+                raise _bad_attr(ValueError, fn, name, expected, value) from None
+    else:
+        expected = _EXPECTED["int"]
+    if isinstance(value, (float, *_NOT_NUMBERS)):
+        raise _bad_attr(TypeError, fn, name, expected, value)
+    try:
+        v = operator.index(value)  # ints, NumPy integers, 0-d integer arrays
+    except Exception as e:  # noqa: BLE001
+        raise _bad_attr(TypeError, fn, name, expected, value) from e
+    if not INT64_MIN <= v <= INT64_MAX:
+        raise _bad_attr(ValueError, fn, name, "an integer in int64's range (INT64 attribute)", value)
+    return v
 
 
 def _load_ext():

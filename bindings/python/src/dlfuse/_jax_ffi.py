@@ -66,16 +66,18 @@ def dtype_of(op, inputs):
     return dt
 
 
-def _attr_arrays(attrs):
-    """dlfuse attributes {key: int or float} as the handler's arrays (each with its one
-    leading placeholder: FFI array attributes cannot be empty)."""
+def _attr_arrays(op, attrs):
+    """dlfuse attributes {key: value} of `op` as the handler's arrays (each with its one
+    leading placeholder: FFI array attributes cannot be empty), each typed by the op's schema
+    (a key is the op's own: its type is the schema's, not the value's nor a core op's)."""
+    is_float = schema(op).attr_is_float
     i64, fk, fv = [0], [0], [0.0]
     for key, value in attrs.items():
-        if isinstance(value, (bool, int, np.integer)):
-            i64 += [int(key), int(value)]
-        else:
+        if is_float.get(key, not isinstance(value, (bool, int, np.integer))):
             fk.append(int(key))
             fv.append(float(value))
+        else:
+            i64 += [int(key), int(value)]
     return (np.array(i64, np.int64), np.array(fk, np.int64), np.array(fv, np.float64))
 
 
@@ -88,8 +90,10 @@ class _Schema:
         self.outputs = tuple(n for n, *_ in outs)
         self.reducible = frozenset(n for n, flags, *_ in outs if flags & _REDUCIBLE)
         self.optional_outputs = frozenset(n for n, flags, *_ in outs if flags & _OPTIONAL)
-        self.attr_names = {key: name for name, _f, _r, _d, key in attrs}
-        self.attrs = tuple(attrs)  # (lower-case name, is_float, required, default, key)
+        self.attr_names = {key: name for name, _f, _r, _d, key, _k in attrs}
+        self.attr_is_float = {key: bool(is_float) for _n, is_float, _r, _d, key, _k in attrs}
+        self.attrs = tuple(attrs)  # (lower-case name, is_float, required, default, key, kind)
+        self.optional_inputs = frozenset(n for n, flags, *_ in ins if flags & _OPTIONAL)
         # The two inputs of a MATMUL rule (a matmul's batch comes from them), else None.
         _n, _f, _a, rule, bits = outs[0]
         self.matmul = (tuple(n for j, n in enumerate(self.inputs) if bits >> j & 1)
@@ -146,7 +150,7 @@ def _ffi_call(op, given, wanted, attrs, shapes, vmap_method=None):
     present = [n for n in sc.inputs if n in given]
     in_map = [0] + [present.index(n) if n in given else -1 for n in sc.inputs]
     out_map = [0] + [wanted.index(n) if n in wanted else -1 for n in sc.outputs]
-    i64, fk, fv = _attr_arrays(attrs)
+    i64, fk, fv = _attr_arrays(op, attrs)
     result = [jax.ShapeDtypeStruct(s, dt) for s in out_shapes]
     return jax.ffi.ffi_call(TARGET, result, vmap_method=vmap_method)(
         *(given[n] for n in present), op=op, inputs=np.array(in_map, np.int64),

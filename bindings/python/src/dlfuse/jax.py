@@ -20,6 +20,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
 from . import _core, _ext
@@ -29,17 +30,21 @@ __all__ = ["op_function", *_ext.core_ops()]
 
 _ffi.load()
 
-_ACTIVATION_KEYS = (_ext.ATTR_ACTIVATION, _ext.ATTR_OUTPUT_ACTIVATION)
 _MISSING = object()
+_ARRAYS = (jax.Array, np.ndarray, np.generic)  # jax.Array covers tracers
 
 
-def _act(activation):
-    """An activation name or dlfuse_activation_t integer, checked at trace time."""
-    act = _core._act(activation)
-    if not 0 <= act < _ext.ACT_COUNT:
-        raise ValueError(f"dlfuse: activation must be one of {sorted(_ext.ACTIVATIONS)} or "
-                         f"0..{_ext.ACT_COUNT - 1}, got {activation!r}")
-    return act
+def _attr(fn, name, kind, value):
+    """An attribute's value by its kind in the op's schema (never by its key: a plugin's keys
+    are its own), checked at trace time: attributes are static, an activation in range."""
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(f"dlfuse: {fn}(): {name} must be a static Python number (attributes are trace-time "
+                        f"constants), got a traced value {_core.short_repr(value)}")
+    v = _core.attr_value(fn, name, kind, value)
+    if kind == "activation" and not 0 <= v < _ext.ACT_COUNT:
+        raise ValueError(f"dlfuse: {fn}(): {name} must be one of {sorted(_ext.ACTIVATIONS)} or "
+                         f"0..{_ext.ACT_COUNT - 1}, got {value!r}")
+    return v
 
 
 def _platform():
@@ -103,16 +108,19 @@ class _Op:
             else:
                 raise TypeError(f"{name}() got an unexpected argument {k!r}; inputs {list(sc.inputs)}, "
                                 f"attributes {list(self.by_name)}")
+        for n, x in ins.items():
+            if x is not None and not isinstance(x, _ARRAYS):
+                raise TypeError(f"dlfuse.jax.{name}(): {n} must be an array (jax.Array or numpy.ndarray)"
+                                f"{' or None' if n in sc.optional_inputs else ''}, got {type(x).__name__} "
+                                f"{_core.short_repr(x)}")
         attrs = []
-        for n, is_float, required, _default, key in sc.attrs:
+        for n, _is_float, required, _default, key, kind in sc.attrs:
             v = given.get(n, self.defaults.get(n, _MISSING))
             if v is _MISSING:
                 if required:
                     raise TypeError(f"{name}() missing required attribute {n!r}")
                 continue
-            if key in _ACTIVATION_KEYS:
-                v = _act(v)
-            attrs.append((key, float(v) if is_float else int(v)))
+            attrs.append((key, _attr(name, n, kind, v)))
         return tuple(ins.get(n) for n in sc.inputs), tuple(attrs), wanted
 
     def _outputs(self, names):
@@ -187,7 +195,8 @@ def _backward(op, attrs, wanted, residuals, cts):
     if not want:
         return (None,) * len(perturbed)
     names = {op.sc.attr_names[k]: v for k, v in attrs}
-    battrs = tuple((k, names[n]) for k, n in b.sc.attr_names.items() if n in names)
+    # the forward's attributes of the same name, each by the backward's own key and kind
+    battrs = tuple((key, _attr(b.name, n, kind, names[n])) for n, _f, _r, _d, key, kind in b.sc.attrs if n in names)
     inputs = tuple(ct if i == 0 else saved.get(n) for i, n in enumerate(b.sc.inputs))
     got = dict(zip(want, b.run(inputs, battrs, want, shapes, backward=True)))
     return tuple(got.get(g) if p else None for g, p in zip(grads, perturbed))

@@ -45,7 +45,8 @@ FORCE_CONTIGUOUS = False
 _XAPI = _ext.exchange_api(torch.Tensor) is not None
 
 _OPTIONAL, _REDUCIBLE = 1, 2  # DLFUSE_ARG_OPTIONAL, DLFUSE_ARG_REDUCIBLE
-_ACTIVATION_KEYS = (_ext.ATTR_ACTIVATION, _ext.ATTR_OUTPUT_ACTIVATION)
+# torch.compile's symbolic scalars: passed on as they are (torch's schema checks them)
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 _TORCH_DTYPE_DL = {torch.float32: (2, 32), torch.float64: (2, 64), torch.float16: (2, 16),
                    torch.bfloat16: (4, 16)}
 _ERRS = (RuntimeError, ValueError, NotImplementedError)
@@ -62,8 +63,13 @@ def _stream(t):
     return None
 
 
-def _act(activation):
-    return activation if type(activation) is int else _core._act(activation)
+def _act(activation, fn, name="activation"):
+    return activation if type(activation) is int else _core._act(activation, fn, name)
+
+
+def _attr(fn, name, kind, value):
+    """An attribute's value by its kind in the op's schema (_core.attr_value)."""
+    return value if isinstance(value, _SYMBOLIC) else _core.attr_value(fn, name, kind, value)
 
 
 def _is_transposed(t):
@@ -107,7 +113,7 @@ class _Derived:
 
     def torch_schema(self):
         args = [f"Tensor{'?' if f & _OPTIONAL else ''} {n}" for n, f, _s in self.inputs]
-        for n, is_float, required, default, _key in self.attrs:
+        for n, is_float, required, default, *_ in self.attrs:
             t = "float" if is_float else "int"
             args.append(f"{t} {n}" if required else f"{t} {n}={default!r}")
         if self.has_needs:
@@ -235,7 +241,7 @@ def _register_autograd(qual, d, b):
                                    f"compute: pass needs with it (dlfuse.torch.{d.name} does)")
             saved.append(by_name.get(n))
         ctx.save_for_backward(*saved)
-        ctx.attrs = [attrs.get(n, default) for n, _f, _r, default, _key in b.attrs]
+        ctx.attrs = [attrs.get(n, default) for n, _f, _r, default, *_ in b.attrs]
         ctx.shapes = [None if by_name.get(p[:-6]) is None else list(by_name[p[:-6]].shape) for _i, p in b.shape_params]
         ctx.transposed = [_is_transposed(by_name.get(x)) for x in grad_of]
 
@@ -309,10 +315,10 @@ class _Function:
         for n, f, _s in d.inputs:
             seen_optional = seen_optional or bool(f & _OPTIONAL)
             params.append(f"{n}=None" if seen_optional else n)
-        attr = {n: (is_float, required, default, key) for n, is_float, required, default, key in d.attrs}
+        attr = {n: (required, default, kind) for n, _is_float, required, default, _key, kind in d.attrs}
 
         def attr_param(n):
-            is_float, required, default, _key = attr[n]
+            required, default, _kind = attr[n]
             if n in defaults:
                 return f"{n}={defaults[n]!r}"
             return n if required else f"{n}={default!r}"
@@ -320,11 +326,16 @@ class _Function:
         rest = [attr_param(n) for n in d.attr_names if n not in positional]
         params += ["*"] + rest + ["outputs=None"] + [f"{p}=None" for _i, p in d.shape_params]
 
+        # Each attribute by its kind in the schema (never by its key: a plugin's keys are its
+        # own); a float, or an int within int64, passed as it is.
         def conv(n):
-            is_float, _r, _d, key = attr[n]
-            if key in _ACTIVATION_KEYS:
-                return f"({n} if type({n}) is int else _act({n}))"
-            return f"float({n})" if is_float else f"int({n})"
+            kind = attr[n][2]
+            slow = f"_attr({self.name!r}, {n!r}, {kind!r}, {n})"
+            if kind == "flag":
+                return slow
+            if kind == "float":
+                return f"({n} if type({n}) is float else {slow})"
+            return f"({n} if type({n}) is int and {_core.INT64_MIN} <= {n} <= {_core.INT64_MAX} else {slow})"
         ins = d.in_names
         plain = "".join(f" and type({n}) in _PLAIN" if not f & _OPTIONAL else
                         f" and ({n} is None or type({n}) in _PLAIN)" for n, f, _s in d.inputs)
@@ -339,7 +350,7 @@ class _Function:
             name=self.name, params=", ".join(params), ins=", ".join(ins),
             attrs=", ".join(conv(n) for n in d.attr_names), plain=plain, grad=grad,
             shapes="".join(f", {p}" for _i, p in d.shape_params), fast_kw=fast_kw)
-        ns = dict(_f=self, _g=sys.modules[__name__], _fast=_core.op_function(self.name), _c=_c, _stream=_stream, _act=_act,
+        ns = dict(_f=self, _g=sys.modules[__name__], _fast=_core.op_function(self.name), _c=_c, _stream=_stream, _attr=_attr,
                   _PLAIN=_PLAIN, _compiling=_compiling, _grad_on=_grad_on, _functorch_on=_functorch_on,
                   _dispatch_modes=_dispatch_modes, _function_modes=_function_modes)
         exec(compile(src, f"<dlfuse.torch.{self.name}>", "exec"), ns)
@@ -400,9 +411,18 @@ class _Function:
             _reraise(e)
         return res if self._single else self._pick(res, wanted)
 
+    def _check_inputs(self, ins):
+        """TypeError naming the first input that is not a tensor (None where optional)."""
+        for (n, f, _s), t in zip(self.derived.inputs, ins):
+            if not isinstance(t, torch.Tensor) and (t is not None or not f & _OPTIONAL):
+                want = "a torch.Tensor" + (" or None" if f & _OPTIONAL else "")
+                raise TypeError(f"dlfuse.torch.{self.name}(): {n} must be {want}, got {type(t).__name__} "
+                                f"{_core.short_repr(t)}")
+
     def dispatch(self, ins, attrs, outputs, *shapes):
         """Anything else (torch.compile, subclasses, modes, functorch, `outputs` given): the
         operator through the dispatcher."""
+        self._check_inputs(ins)
         grad = _grad_on() and any(t is not None and t.requires_grad for t in ins)
         needs, wanted = self._needs(outputs, ins, attrs, grad)
         try:
@@ -454,7 +474,7 @@ class FusedLinear(torch.nn.Linear):
 
     def __init__(self, in_features, out_features, activation="relu", device=None, dtype=None):
         super().__init__(in_features, out_features, bias=True, device=device, dtype=dtype)
-        self.activation = _act(activation)
+        self.activation = _act(activation, "FusedLinear")
         self._op = op_function("matmul_add_activation")
 
     def forward(self, x):
@@ -482,7 +502,8 @@ class FusedMLP(torch.nn.Module):
         sizes = [int(s) for s in sizes]
         if not 2 <= len(sizes) <= 8:
             raise ValueError(f"FusedMLP: sizes has {len(sizes)} entries; expected 2 to 8 (1 to 7 layers)")
-        self.activation, self.output_activation = _act(activation), _act(output_activation)
+        self.activation = _act(activation, "FusedMLP")
+        self.output_activation = _act(output_activation, "FusedMLP", "output_activation")
         for name, a in (("activation", self.activation), ("output_activation", self.output_activation)):
             if a not in _OUT_FORM:
                 raise ValueError(f"FusedMLP: {name} is {a}; expected identity, relu, sigmoid or tanh (the "
