@@ -549,8 +549,11 @@ def test_out_form_refused_by_a_preferred_plugin_is_an_error():
             raise dlfuse.Error(3, "none")
     except dlfuse.Error:
         pytest.skip("no CPU plugin")
+    env = dict(os.environ)  # the package this process imported, wherever it comes from
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(dlfuse.__path__[0])] +
+                                        ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     r = subprocess.run([sys.executable, "-c", _OUT_FORM_REFUSED, os.path.abspath(v10)],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0 and "refused OK" in r.stdout, r.stdout + r.stderr
 
 
