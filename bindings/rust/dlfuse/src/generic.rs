@@ -155,6 +155,27 @@ fn in_pointers(dl_in: &[Option<sys::DLTensor>]) -> Vec<*const sys::DLTensor> {
     dl_in.iter().map(|t| t.as_ref().map_or(ptr::null(), |t| t as *const _)).collect()
 }
 
+// One dlfuse_op_call of a prepared op; absent tensors are None (NULL).
+fn op_call(p: &Prepared, dl_in: &[Option<sys::DLTensor>], dl_out: &mut [Option<sys::DLTensor>]) -> Result<()> {
+    let in_ptrs = in_pointers(dl_in);
+    let out_ptrs: Vec<*mut sys::DLTensor> =
+        dl_out.iter_mut().map(|t| t.as_mut().map_or(ptr::null_mut(), |t| t as *mut _)).collect();
+    // SAFETY: every DLTensor describes memory borrowed for this call; the callers borrow
+    // outputs mutably, so none aliases an input or another output.
+    check(unsafe {
+        sys::dlfuse_op_call(
+            p.handle,
+            in_ptrs.as_ptr(),
+            in_ptrs.len() as i32,
+            out_ptrs.as_ptr(),
+            out_ptrs.len() as i32,
+            p.attrs.as_ptr(),
+            p.attrs.len() as i32,
+            ptr::null_mut(),
+        )
+    })
+}
+
 impl Registry {
     /// Every op with a schema: the core ops, then those the loaded plugins declared.
     pub fn op_schemas(&self) -> Result<Vec<OpSchema>> {
@@ -262,24 +283,8 @@ impl Registry {
     ) -> Result<()> {
         let p = self.prepare(op, attrs)?;
         let dl_in: Vec<Option<sys::DLTensor>> = inputs.iter().map(|t| t.map(|v| v.layout.dl())).collect();
-        let in_ptrs = in_pointers(&dl_in);
         let mut dl_out: Vec<Option<sys::DLTensor>> = outputs.iter().map(|t| t.as_ref().map(|v| v.layout.dl())).collect();
-        let out_ptrs: Vec<*mut sys::DLTensor> =
-            dl_out.iter_mut().map(|t| t.as_mut().map_or(ptr::null_mut(), |t| t as *mut _)).collect();
-        // SAFETY: every DLTensor describes memory borrowed for this call; outputs are
-        // borrowed mutably, so none aliases an input or another output.
-        check(unsafe {
-            sys::dlfuse_op_call(
-                p.handle,
-                in_ptrs.as_ptr(),
-                in_ptrs.len() as i32,
-                out_ptrs.as_ptr(),
-                out_ptrs.len() as i32,
-                p.attrs.as_ptr(),
-                p.attrs.len() as i32,
-                ptr::null_mut(),
-            )
-        })
+        op_call(&p, &dl_in, &mut dl_out)
     }
 
     fn run_host<T: Element>(
@@ -353,21 +358,7 @@ impl Registry {
                 });
             }
             let mut dl_out: Vec<Option<sys::DLTensor>> = views.iter().map(|v| v.as_ref().map(|v| v.layout.dl())).collect();
-            let out_ptrs: Vec<*mut sys::DLTensor> =
-                dl_out.iter_mut().map(|t| t.as_mut().map_or(ptr::null_mut(), |t| t as *mut _)).collect();
-            // SAFETY: every DLTensor describes memory borrowed for this call.
-            check(unsafe {
-                sys::dlfuse_op_call(
-                    p.handle,
-                    in_ptrs.as_ptr(),
-                    in_ptrs.len() as i32,
-                    out_ptrs.as_ptr(),
-                    n_out as i32,
-                    p.attrs.as_ptr(),
-                    p.attrs.len() as i32,
-                    ptr::null_mut(),
-                )
-            })?;
+            op_call(p, &dl_in, &mut dl_out)?;
         }
         for o in outputs.iter_mut().flatten() {
             o.data.truncate(o.shape.iter().product::<i64>().max(0) as usize);
