@@ -1,7 +1,11 @@
 # dlfuse_add_commit_seed_conform(NAME <test> PLUGIN <target> [ARGS <arg>...]): the plugin's
 # sweep seeded by the commit under test (tests/conformance/commit_seed.cmake), beside its
-# fixed-seed suites; DLFUSE_CONFORM_SUITE_ARGS apply, as to those.
+# fixed-seed suites. Unsanitized builds only: it checks values, which the sanitizers do not
+# change, and the sanitized presets run the fixed-seed suites.
 function(dlfuse_add_commit_seed_conform)
+  if(DLFUSE_SANITIZE)
+    return()
+  endif()
   cmake_parse_arguments(A "" "NAME;PLUGIN" "ARGS" ${ARGN})
   string(REPLACE ";" "|" _args "${DLFUSE_CONFORM_SUITE_ARGS};${A_ARGS}")
   add_test(NAME ${A_NAME}

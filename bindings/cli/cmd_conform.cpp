@@ -11,8 +11,8 @@
 
 namespace dlfuse_cli {
 
-const std::set<std::string> kConformValued = {"--dtype",  "--op",     "--case",    "--device-id",       "--seed",
-                                              "--sweep", "--repeat", "--threads", "--nondeterministic"};
+const std::set<std::string> kConformValued = {"--dtype",  "--op",     "--case",    "--exclude", "--device-id",
+                                              "--seed",  "--sweep",  "--repeat",  "--threads", "--nondeterministic"};
 const std::set<std::string> kConformFlags = {"--verbose", "--no-bad-inputs", "--no-stale-memory", "--large",
                                              "--grid"};
 
@@ -39,6 +39,7 @@ int cmd_conform(const Args& args) {
   if (!opts.op.empty() && !dc::parse_op(opts.op, &op) && !dc::is_mlp_op(opts.op))
     throw UsageError("unknown op '" + opts.op + "'");
   opts.case_filter = args.get("--case", "");
+  opts.case_exclude = args.get("--exclude", "");
   opts.device_id = int(args.get_int("--device-id", -1));
   // "random": a fresh seed, printed in the table's header so that a failure can be rerun.
   if (args.get("--seed", "") == "random")

@@ -135,6 +135,7 @@ CaseOutcome run_case_noted(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, c
 
 bool wanted(const ConformOptions& opts, const CaseSpec& spec) {
   if ((spec.large && !opts.large) || (spec.grid && !opts.grid)) return false;
+  if (!opts.case_exclude.empty() && spec.name.find(opts.case_exclude) != std::string::npos) return false;
   return opts.case_filter.empty() || spec.name.find(opts.case_filter) != std::string::npos;
 }
 
