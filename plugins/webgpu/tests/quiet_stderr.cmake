@@ -1,6 +1,6 @@
 # cmake -DCLI=... -DPLUGIN=... -P quiet_stderr.cmake
 # Passes when loading the WebGPU plugin and calling it writes nothing on stderr, where no
-# desktop session set XDG_RUNTIME_DIR: a library must not write to its host's stderr unasked.
+# desktop login set XDG_RUNTIME_DIR: a library must not write to its host's stderr unasked.
 # Three processes, each loading the plugin afresh: `dlfuse conform` of one op (the plugin
 # alone, its threads stage included), then what a user runs, `dlfuse list` and `dlfuse run
 # all` on it (these also load the other plugins of <libdir>/dlfuse/plugins).
