@@ -11,6 +11,9 @@
 #include "cli.h"
 #include "dtypes.h"
 #include "op_case.h"
+#include "schema_checks.h"
+#include "schema_draw.h"
+#include "schema_grad.h"
 
 namespace dlfuse_cli {
 namespace {
@@ -121,14 +124,99 @@ bool run_one(dlfuse_registry_t reg, const Target& t, OpKind op, DLDataType dt, c
   return stats.bad == 0;
 }
 
-std::vector<DLDataType> declared_dtypes(dlfuse_registry_t reg, int32_t plugin, OpKind op, int32_t device_type) {
+// An op of a plugin's own (it has a schema, no float64 reference here): one call drawn from
+// its schema at --seed, timed as run_one's, checked as `dlfuse conform` checks it
+// (schema_checks.h): against the plugin's float64 kernel (float32 for float16/bfloat16) where
+// it has one, and for a backward by central differences of its forward.
+enum class Outcome { kFail, kPass, kUnchecked };
+
+Outcome run_declared_one(dlfuse_registry_t reg, const Target& t, const std::string& op, DLDataType dt,
+                         const RunConfig& cfg) {
+  const std::string dev = device_name(t.dev), dname = dtype_name(dt);
+  std::string name = "?";
+  dlfuse_op_t h = nullptr;
+  int32_t chosen = -1;
+  if (dlfuse_op_get(reg, op.c_str(), &h) == DLFUSE_STATUS_OK &&
+      dlfuse_op_resolve(h, t.dev.device_type, dt, &chosen) == DLFUSE_STATUS_OK)
+    name = plugin_info(reg, chosen).name;
+  auto fail = [&](const std::string& shape, const std::string& why) {
+    print_row(name, dev, op, dname, shape, "-", "-", "-", "FAIL");
+    std::cout << "      " << why << "\n";
+    return Outcome::kFail;
+  };
+  if (t.plugin >= 0 && chosen != t.plugin)
+    return fail("-", std::string(plugin_info(reg, t.plugin).name) + " serves no " + dname + " " + op + " on " +
+                         device_type_name(t.dev.device_type));
+  SchemaOp sop;
+  std::string err;
+  if (!SchemaOp::lookup(reg, op, &sop, &err)) return fail("-", err);
+  std::mt19937_64 rng(cfg.seed);
+  Problem p;
+  if (!draw_problem(sop, dt, rng, default_attrs(sop.schema), true, &p, &err)) return fail("-", err);
+  SchemaArgs args;
+  std::string shape = p.out.empty() ? "-" : shape_text(p.out[0]);
+  const std::string suffix = "_backward";
+  SchemaOp fwd;
+  const bool backward = op.size() > suffix.size() && op.compare(op.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+                        SchemaOp::lookup(reg, op.substr(0, op.size() - suffix.size()), &fwd, &err);
+  if (backward) {
+    Problem fp;
+    if (!draw_problem(fwd, dt, rng, default_attrs(fwd.schema), true, &fp, &err) ||
+        !backward_args(reg, t.dev, dt, fwd, sop, fp, rng, &args, &err))
+      return fail("-", err);
+    shape = shape_text(args.in[0]->shape());  // grad_out's
+  } else {
+    for (const auto& s : p.in) args.in.push_back(s ? std::optional<HostTensor>(random_tensor(dt, *s, rng)) : std::nullopt);
+    for (const auto& s : p.out) args.out.push_back(poisoned_tensor(dt, s));
+    args.alias.assign(p.out.size(), -1);
+    args.attrs = p.attrs;
+  }
+  std::vector<double> times;
+  const SchemaResult r = run_schema_call(reg, t.dev, sop, args, -1, cfg.repeat, &times);
+  if (!r.ran || r.status != DLFUSE_STATUS_OK) return fail(shape, "call failed: " + r.message);
+  std::sort(times.begin(), times.end());
+  // The value checks of conformance's first draw (the defaults at this seed).
+  SchemaCheckOptions so;
+  so.seed = cfg.seed;
+  so.draws = 1;
+  so.threads = 0;
+  so.repeats = 1;
+  so.bad_inputs = false;
+  so.wanted = [](const std::string& c) { return c == "gradcheck:0" || c.rfind("draw:0:vs_", 0) == 0; };
+  std::vector<SchemaRow> rows = check_schema_kernel(reg, op, dt, t.dev, so);
+  // A forward with nothing to compare with (its float64 call, say): its backward's gradient
+  // check, which runs this forward, where the op has a backward.
+  SchemaOp bwd;
+  if (rows.empty() && !backward && SchemaOp::lookup(reg, op + suffix, &bwd, &err))
+    rows = check_schema_kernel(reg, op + suffix, dt, t.dev, so);
+  double max_abs = 0, max_ratio = 0;
+  bool pass = true;
+  for (const SchemaRow& row : rows) {
+    pass &= row.pass;
+    max_abs = std::max(max_abs, row.max_abs);
+    max_ratio = std::max(max_ratio, row.max_ratio);
+  }
+  char a[32], q[32];
+  std::snprintf(a, sizeof a, "%.3g", max_abs);
+  std::snprintf(q, sizeof q, "%.3g", max_ratio);
+  const bool checked = !rows.empty();
+  print_row(name, dev, op, dname, shape, format_time(times[times.size() / 2]), checked ? a : "-", checked ? q : "-",
+            !checked ? "UNCHECKED" : pass ? "PASS" : "FAIL");
+  if (!checked) std::cout << "      no float64 kernel to compare with and no backward to check it by\n";
+  for (const SchemaRow& row : rows)
+    if (!row.pass) std::cout << "      " << row.name << ": " << row.detail << "\n";
+  return !checked ? Outcome::kUnchecked : pass ? Outcome::kPass : Outcome::kFail;
+}
+
+std::vector<DLDataType> declared_dtypes(dlfuse_registry_t reg, int32_t plugin, const std::string& op,
+                                        int32_t device_type) {
   std::vector<DLDataType> out;
   const dlfuse_plugin_info_t info = plugin_info(reg, plugin);
   for (int32_t k = 0; k < info.num_kernels; ++k) {
     dlfuse_kernel_info_t ki{};
     ki.struct_size = sizeof ki;
     if (dlfuse_registry_kernel_info(reg, plugin, k, &ki) != DLFUSE_STATUS_OK) continue;
-    if (std::string(ki.op) != op_name(op) || ki.device_type != device_type) continue;
+    if (ki.op != op || ki.device_type != device_type) continue;
     for (int32_t d = 0; d < ki.num_dtypes; ++d)
       if (dtype_supported(ki.dtypes[d])) out.push_back(ki.dtypes[d]);
   }
@@ -163,10 +251,10 @@ bool apply_prefer(dlfuse_registry_t reg, const std::string& list, std::string* e
   return true;
 }
 
-bool dispatches_to(dlfuse_registry_t reg, OpKind op, int32_t device_type, DLDataType dt, int32_t plugin) {
+bool dispatches_to(dlfuse_registry_t reg, const std::string& op, int32_t device_type, DLDataType dt, int32_t plugin) {
   dlfuse_op_t h = nullptr;
   int32_t chosen = -1;
-  return dlfuse_op_get(reg, op_name(op), &h) == DLFUSE_STATUS_OK &&
+  return dlfuse_op_get(reg, op.c_str(), &h) == DLFUSE_STATUS_OK &&
          dlfuse_op_resolve(h, device_type, dt, &chosen) == DLFUSE_STATUS_OK && chosen == plugin;
 }
 
@@ -185,9 +273,10 @@ int cmd_run(const Args& args) {
   const std::string what = args.positional[0];
   std::vector<OpKind> ops;
   OpKind one;
+  std::string declared;  // an op a plugin declared (its schema), known once the registry is up
   if (what == "all") ops.assign(std::begin(kAllOps), std::end(kAllOps));
   else if (parse_op(what, &one)) ops = {one};
-  else throw UsageError("unknown op '" + what + "'");
+  else declared = what;
 
   RunConfig cfg;
   if (args.has("--shape")) cfg.shape = parse_int_list(args.get("--shape", ""), "--shape");
@@ -207,6 +296,9 @@ int cmd_run(const Args& args) {
     throw UsageError("unknown device type '" + args.get("--device-type", "") + "'");
   const long long device_id = args.get_int("--device-id", -1);
 
+  if (!declared.empty() && (args.has("--shape") || args.has("--batch") || args.has("--act") || args.has("--multiplier")))
+    throw UsageError("a plugin's own op draws its shapes and attributes from its schema: --shape, --batch, --act and "
+                     "--multiplier are for the core ops (--seed draws another call)");
   if (args.has("--plugin") && args.has("--prefer"))
     throw UsageError("--plugin and --prefer exclude each other (--plugin runs that plugin alone)");
 
@@ -251,10 +343,20 @@ int cmd_run(const Args& args) {
     targets.push_back({-1, DLDevice{DLDeviceType(device_type), int32_t(device_id < 0 ? 0 : device_id)}});
   }
 
+  // After loading: --plugin PATH may be the plugin that declares it.
+  if (!declared.empty()) {
+    dlfuse_op_t h = nullptr;
+    dlfuse_op_schema_t schema{};
+    schema.struct_size = sizeof schema;
+    if (dlfuse_op_get(reg, declared.c_str(), &h) != DLFUSE_STATUS_OK || dlfuse_op_schema(h, &schema) != DLFUSE_STATUS_OK) {
+      dlfuse_registry_destroy(reg);
+      throw UsageError("unknown op '" + declared + "': neither a core op nor one a loaded plugin declares (see `dlfuse list`)");
+    }
+  }
   print_row("PLUGIN", "DEVICE", "OP", "DTYPE", "SHAPE", "TIME", "MAX_ABS", "MAX_RATIO", "RESULT");
   // --plugin always runs that plugin alone, forced, whatever DLFUSE_PREFER says.
   const bool follow_dispatch = dispatch_only && !args.has("--plugin");
-  int passed = 0, failed = 0;
+  int passed = 0, failed = 0, unchecked = 0;
   for (const Target& t : targets) {
     const std::string pname = t.plugin >= 0 ? plugin_info(reg, t.plugin).name : "";
     // Without a preference, force kernels *and* device services to this row's plugin
@@ -262,23 +364,29 @@ int cmd_run(const Args& args) {
     // needs no clearing. With one, the user's order stays and rows dispatch would not
     // send to this plugin are left out.
     if (t.plugin >= 0 && !follow_dispatch) dlfuse_registry_prefer(reg, nullptr, pname.c_str());
-    for (OpKind op : ops) {
+    std::vector<std::string> names;
+    for (OpKind op : ops) names.push_back(op_name(op));
+    if (!declared.empty()) names.push_back(declared);
+    for (size_t k = 0; k < names.size(); ++k) {
       std::vector<DLDataType> dtypes;
       if (dtype_given) dtypes = {dtype};
-      else if (t.plugin >= 0) dtypes = declared_dtypes(reg, t.plugin, op, t.dev.device_type);
+      else if (t.plugin >= 0) dtypes = declared_dtypes(reg, t.plugin, names[k], t.dev.device_type);
       else dtypes = {DLDataType{kDLFloat, 32, 1}};
       for (DLDataType dt : dtypes) {
-        if (t.plugin >= 0 && follow_dispatch && !dispatches_to(reg, op, t.dev.device_type, dt, t.plugin))
+        if (t.plugin >= 0 && follow_dispatch && !dispatches_to(reg, names[k], t.dev.device_type, dt, t.plugin))
           continue;
-        (run_one(reg, t, op, dt, cfg) ? passed : failed)++;
+        const Outcome o = k < ops.size() ? (run_one(reg, t, ops[k], dt, cfg) ? Outcome::kPass : Outcome::kFail)
+                                         : run_declared_one(reg, t, declared, dt, cfg);
+        (o == Outcome::kPass ? passed : o == Outcome::kFail ? failed : unchecked)++;
       }
     }
   }
-  if (passed + failed == 0) {
+  if (passed + failed + unchecked == 0) {
     std::cout << "nothing ran: no available plugin offers these ops (see `dlfuse list`)\n";
     rc = 1;
   }
-  std::cout << passed << " passed, " << failed << " failed\n";
+  std::cout << passed << " passed, " << failed << " failed" << (unchecked ? ", " + std::to_string(unchecked) + " unchecked" : "")
+            << "\n";
   dlfuse_registry_destroy(reg);
   return failed ? 1 : rc;
 }

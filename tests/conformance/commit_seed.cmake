@@ -1,6 +1,7 @@
-# cmake -DCLI=... -DPLUGIN=... -DSOURCE_DIR=... [-DARGS=a|b] -P commit_seed.cmake
+# cmake -DCLI=... -DPLUGIN=... -DSOURCE_DIR=... [-DARGS=a|b] [-DALL_CASES=1] -P commit_seed.cmake
 # The sweep seeded by the commit under test: `dlfuse conform PLUGIN --seed S --sweep 64
-# --case sweep_ ARGS...`, S the first 10 hex digits of SOURCE_DIR's `git rev-parse HEAD`
+# --case sweep_ ARGS...` (ALL_CASES: every case, for a plugin of declared ops, whose checks
+# are all drawn from the seed), S the first 10 hex digits of SOURCE_DIR's `git rev-parse HEAD`
 # read as a number (below 2^40), or a random seed where SOURCE_DIR is no git checkout. Every
 # commit so draws cases no earlier one drew; the fixed-seed suites run beside it. A failure
 # prints the command that reproduces it.
@@ -18,7 +19,11 @@ if(GIT)
     math(EXPR seed "0x${hex}")
   endif()
 endif()
-set(args --seed ${seed} --sweep 64 --case sweep_ --no-bad-inputs ${extra})
+set(cases --case sweep_)
+if(ALL_CASES)
+  set(cases)
+endif()
+set(args --seed ${seed} --sweep 64 ${cases} --no-bad-inputs ${extra})
 execute_process(COMMAND ${CLI} conform ${PLUGIN} ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 string(REGEX MATCH "# seed [^\n]*" header "${out}")
 string(REGEX MATCH "[0-9]+ passed, [0-9]+ failed" summary "${out}")

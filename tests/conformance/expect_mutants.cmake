@@ -1,6 +1,7 @@
 # cmake -DCLI=... -DREFERENCE=<testref.so> -DLIST=<file> -P expect_mutants.cmake
-# LIST holds one mutant a line, "name|plugin file|op|dtype|case regex". For each: `dlfuse
-# conform` on the mutant, restricted to the op and dtype, must exit nonzero with a FAIL row
+# LIST holds one mutant a line, "name|plugin file|op|dtype|case regex[|threads]". For each:
+# `dlfuse conform` on the mutant, restricted to the op and dtype (and without the threads
+# stage unless the entry gives a thread count), must exit nonzero with a FAIL row
 # of that op whose case matches the regex; the same command on the correct build REFERENCE
 # must pass. A mutant that survives is a rule no case checks (tests/conformance/README.md).
 file(STRINGS "${LIST}" entries)
@@ -13,7 +14,12 @@ foreach(entry IN LISTS entries)
   list(GET parts 2 op)
   list(GET parts 3 dtype)
   list(GET parts 4 case)
-  set(args --op ${op} --dtype ${dtype} --no-bad-inputs --sweep 4 --threads 0)
+  set(threads 0)
+  list(LENGTH parts n)
+  if(n GREATER 5)
+    list(GET parts 5 threads)
+  endif()
+  set(args --op ${op} --dtype ${dtype} --no-bad-inputs --sweep 4 --threads ${threads})
   execute_process(COMMAND ${CLI} conform ${REFERENCE} ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "the correct build fails 'conform ${args}' (for mutant ${name}):\n${out}")

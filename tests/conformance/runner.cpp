@@ -12,6 +12,7 @@
 #include "op_case.h"
 #include "stages.h"
 #include "mlp_cases.h"
+#include "schema_checks.h"
 #include "stale.h"
 #include "sweep.h"
 
@@ -218,8 +219,53 @@ void check_mlp_kernel(dlfuse_registry_t reg, const dlfuse_kernel_info_t& ki, con
   }
 }
 
-void check_plugin(dlfuse_registry_t reg, int32_t idx, const ConformOptions& opts, Table& table,
-                  std::ostream& out) {
+// A kernel checked from its op's schema (schema_checks.h): every declared dtype and device.
+void check_schema_kernel_rows(dlfuse_registry_t reg, dlfuse_registry_t reference, const dlfuse_kernel_info_t& ki,
+                              const DLDataType* only_dtype, const ConformOptions& opts, Table& table, std::ostream& out) {
+  int32_t count = 0;
+  const dlfuse_status_t st = dlfuse_device_count(reg, ki.device_type, &count);
+  if (st != DLFUSE_STATUS_OK || count <= 0) {
+    table.add(false, ki.op, "-", "-", "device_count", "-", "-", st != DLFUSE_STATUS_OK ? describe_failure(st) : "no devices");
+    return;
+  }
+  SchemaCheckOptions so;
+  so.seed = opts.seed;
+  so.repeats = opts.repeats;
+  so.stale = opts.stale;
+  so.threads = opts.threads;
+  so.exact = !(opts.nondeterministic.count("all") || opts.nondeterministic.count(ki.op));
+  so.bad_inputs = opts.bad_inputs;
+  so.reference = reference;
+  so.wanted = [&opts](const std::string& name) {
+    if (!opts.case_exclude.empty() && name.find(opts.case_exclude) != std::string::npos) return false;
+    return opts.case_filter.empty() || name.find(opts.case_filter) != std::string::npos;
+  };
+  for (int32_t d = 0; d < ki.num_dtypes; ++d) {
+    const DLDataType dt = ki.dtypes[d];
+    if (only_dtype && !same_dtype(dt, *only_dtype)) continue;
+    if (!dtype_supported(dt)) {
+      out << "# skipping " << ki.op << " " << dtype_name(dt) << ": the suite has no checks for it\n";
+      continue;
+    }
+    for (int32_t id = 0; id < count; ++id) {
+      if (opts.device_id >= 0 && opts.device_id != id) continue;
+      const DLDevice dev{DLDeviceType(ki.device_type), id};
+      for (const SchemaRow& r : check_schema_kernel(reg, ki.op, dt, dev, so))
+        table.add(r.pass, ki.op, dtype_name(dt), device_name(dev), r.name, r.max_abs >= 0 ? num(r.max_abs) : "-",
+                  r.max_ratio >= 0 ? num(r.max_ratio) : "-", r.detail);
+    }
+  }
+}
+
+bool has_schema(dlfuse_registry_t reg, const char* op) {
+  dlfuse_op_t h = nullptr;
+  dlfuse_op_schema_t s{};
+  s.struct_size = sizeof s;
+  return dlfuse_op_get(reg, op, &h) == DLFUSE_STATUS_OK && dlfuse_op_schema(h, &s) == DLFUSE_STATUS_OK;
+}
+
+void check_plugin(dlfuse_registry_t reg, int32_t idx, dlfuse_registry_t reference, const ConformOptions& opts,
+                  Table& table, std::ostream& out) {
   dlfuse_plugin_info_t info{};
   info.struct_size = sizeof info;
   dlfuse_status_t st = dlfuse_registry_plugin_info(reg, idx, &info);
@@ -251,12 +297,16 @@ void check_plugin(dlfuse_registry_t reg, int32_t idx, const ConformOptions& opts
       if (opts.op.empty() || opts.op == name) check_mlp_kernel(reg, ki, dtype_filter ? &wanted : nullptr, opts, table);
       continue;
     }
-    OpKind op;
-    if (!parse_op(ki.op, &op)) {
-      out << "# skipping kernel '" << ki.op << "': not an op of ABI 1, nothing to check it against\n";
-      continue;
-    }
     if (!opts.op.empty() && opts.op != ki.op) continue;
+    OpKind op;
+    const bool core = parse_op(ki.op, &op);
+    if (!core || opts.schema_checks) {
+      if (has_schema(reg, ki.op))
+        check_schema_kernel_rows(reg, reference, ki, dtype_filter ? &wanted : nullptr, opts, table, out);
+      else
+        out << "# skipping kernel '" << ki.op << "': its op has no schema (dlfuse_kernel_t.schema), nothing to derive checks from\n";
+      if (!core) continue;
+    }
     int32_t count = 0;
     st = dlfuse_device_count(reg, ki.device_type, &count);
     if (st != DLFUSE_STATUS_OK || count <= 0) {
@@ -291,11 +341,19 @@ ConformSummary run_conformance(const std::string& plugin_path, const ConformOpti
     table.add(false, "-", "-", "-", "registry_create", "-", "-", describe_failure(st));
   } else {
     int32_t idx = -1;
+    dlfuse_registry_t reference = nullptr;
     st = dlfuse_registry_load(reg, plugin_path.c_str(), &idx);
-    if (st != DLFUSE_STATUS_OK)
+    if (st != DLFUSE_STATUS_OK) {
       table.add(false, "-", "-", "-", "load", "-", "-", plugin_path + ": " + describe_failure(st));
-    else
-      check_plugin(reg, idx, opts, table, out);
+    } else if (!opts.reference.empty() && (dlfuse_registry_create(&ro, &reference) != DLFUSE_STATUS_OK ||
+                                           dlfuse_registry_load(reference, opts.reference.c_str(), nullptr) !=
+                                               DLFUSE_STATUS_OK)) {
+      table.add(false, "-", "-", "-", "reference", "-", "-", opts.reference + ": " + describe_failure(DLFUSE_STATUS_INVALID_ARGUMENT));
+    } else {
+      if (reference) out << "# reference: the float64 CPU kernels of " << opts.reference << "\n";
+      check_plugin(reg, idx, reference, opts, table, out);
+    }
+    if (reference) dlfuse_registry_destroy(reference);
     dlfuse_registry_destroy(reg);
   }
   if (table.summary.passed + table.summary.failed == 0)

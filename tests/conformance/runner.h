@@ -26,6 +26,12 @@ struct ConformOptions {
   bool bad_inputs = true;
   bool large = false;       // also the cases of 2^26 elements or more (CaseSpec::large)
   bool grid = false;        // also the grid of unaligned GEMM shapes (CaseSpec::grid)
+  // A plugin file whose float64 CPU kernels are the reference for the ops it serves that
+  // the suite has no reference of its own for (a plugin's declared ops); "" for none.
+  std::string reference;
+  // Also run the checks derived from schemas (schema_checks.h) on the core ops, beside
+  // their float64 reference (the declared ops always get them).
+  bool schema_checks = false;
   // Runs of every valid case, each after poisoning stale device memory (stale.h); runs
   // after the first must be bit-identical to it unless the op is in `nondeterministic`.
   int repeats = kDefaultRepeats;
