@@ -26,15 +26,16 @@ struct GradOutcome {
   std::string detail;
 };
 
-// The directional derivative <grad_out, J v> of the forward's first output along a random
-// direction v of every input the backward returns a gradient for, by central differences
-// at steps h, h/2, h/4 (float64: h = 2^-10; float32: 2^-6), against <grad_x, v> from the
-// backward. Richardson's extrapolation of h and h/2 is compared; the bound is twice their
-// difference plus the rounding of both sides (32 units in the last place of each element's
-// norm-wise magnitude, divided by the step); a draw where h/4 does not confirm smoothness
-// (a kink of relu, say, within the steps) or whose bound exceeds 5% of sum |grad_x v| is
-// redrawn, up to 6 times. Problems of at most 64 elements per tensor. `draw` 0 uses the
-// attributes' defaults, later draws random ones (schema_draw.h).
+// The backward against the forward's first output, element by element: row k of the
+// Jacobian J from the backward at grad_out = e_k, against (J v)_k by central differences
+// along a random direction v of every input the backward returns a gradient for, at steps
+// h, h/2, h/4 (float64: h = 2^-10; float32: 2^-8). Richardson's extrapolation of h and h/2
+// is compared; the bound is twice their difference plus the rounding of both sides (32
+// units in the last place of each element's norm-wise magnitude, over the step). An element
+// where h/4 does not shrink the difference as h^2 would (a kink of relu, say, within the
+// steps) or whose bound exceeds 5% of sum_j |J_kj v_j| is left out; a draw where fewer than
+// half the elements that are not flat remain is redrawn, up to 6 times. Problems of at most
+// 64 elements per tensor. `draw` 0 uses the attributes' defaults, later draws random ones.
 GradOutcome gradient_check(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, const SchemaOp& fwd,
                            const SchemaOp& bwd, uint64_t seed, int draw);
 
