@@ -22,6 +22,8 @@ else
 fi
 for p in "${presets[@]}"; do
   echo "=== workflow preset: $p"
+  start=$(date +%s)
   cmake --workflow --preset "$p"
+  echo "=== workflow preset $p: $(($(date +%s) - start)) s"
 done
 echo "=== all test workflows passed: ${presets[*]}"
