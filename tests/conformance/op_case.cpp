@@ -235,8 +235,23 @@ void PreparedCall::relu_select_gradients() {
                           : ref_pre_activation(dense(inputs_[1]), dense(inputs_[2]), dense(inputs_[3]),
                                                spec_.multiplier).v;
   }
+  // Where pre is within a float32 formation's rounding of 0 (as in apply_specials) its sign
+  // is not defined by the inputs, unless the multiplier's term is exactly 0 (the points made
+  // exactly 0 above): a finite 0 there, whichever way the kernel's select goes. (x + bias
+  // = -0.3 * y holds exactly in float64 for bfloat16 values, and by 2^-26 in float32.)
+  std::vector<bool> unsure(size_t(g.numel()), false);
+  if (spec_.op == OpKind::kAddMulBackward && !spec_.from_out) {
+    const Dense x = dense(inputs_[1]), y = dense(inputs_[2]), b = dense(inputs_[3]);
+    const Dense mag = ref_pre_activation(Dense{x.shape, abs_all(x.v)}, Dense{y.shape, abs_all(y.v)},
+                                         Dense{b.shape, abs_all(b.v)}, std::fabs(spec_.multiplier));
+    const Dense my = ref_pre_activation(Dense{x.shape, std::vector<double>(x.v.size(), 0.0)}, y,
+                                        Dense{b.shape, std::vector<double>(b.v.size(), 0.0)}, spec_.multiplier);
+    for (int64_t i = 0; i < g.numel(); ++i)
+      unsure[size_t(i)] = my.v[size_t(i)] != 0 && std::fabs(gate[size_t(i)]) <= 1e-6 * mag.v[size_t(i)];
+  }
   for (int64_t i = 0; i < g.numel(); ++i)
-    if (gate[size_t(i)] <= 0) g.set(i, i % 3 == 0 ? nan : (i % 3 == 1 ? inf : -inf));
+    if (unsure[size_t(i)]) g.set(i, 0.0);
+    else if (gate[size_t(i)] <= 0) g.set(i, i % 3 == 0 ? nan : (i % 3 == 1 ? inf : -inf));
 }
 
 void PreparedCall::apply_specials() {
