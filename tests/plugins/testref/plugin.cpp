@@ -5,8 +5,6 @@
 
 namespace testref {
 
-const char* const kName = DLFUSE_TESTREF_NAME;
-
 dlfuse_status_t open_plugin(const dlfuse_host_info_t*, void**, char*, size_t) noexcept;
 void close_plugin(void*) noexcept;
 dlfuse_status_t device_count(void*, int32_t*, char*, size_t) noexcept;
@@ -77,7 +75,7 @@ dlfuse_status_t get_kernels(void*, const dlfuse_kernel_t** kernels, int32_t* num
 }
 
 const dlfuse_plugin_t kPlugin = {
-    sizeof(dlfuse_plugin_t), DLFUSE_ABI_MAJOR, DLFUSE_ABI_MINOR, DLFUSE_TESTREF_NAME, "1.0.0", kDLCPU,
+    sizeof(dlfuse_plugin_t), DLFUSE_ABI_MAJOR, DLFUSE_ABI_MINOR, kName, "1.0.0", kDLCPU,
     open_plugin, close_plugin, get_kernels, device_count, alloc, release, copy, synchronize};
 
 bool same_dtype(DLDataType a, DLDataType b) {

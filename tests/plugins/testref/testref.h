@@ -14,9 +14,9 @@
 
 namespace testref {
 
-// The plugin's name (plugin.cpp): only that file sees DLFUSE_TESTREF_NAME, so the many
-// builds of these sources (tests/plugins/testref/CMakeLists.txt) share their other objects
-// in ccache wherever a build's switch does not touch a file.
+// The plugin's name (name.cpp): only that file reads DLFUSE_TESTREF_NAME, so the many
+// builds of these sources (CMakeLists.txt) share their other objects in ccache wherever a
+// build's switch does not touch a file.
 extern const char* const kName;
 
 inline dlfuse_status_t fail(char* err, size_t err_size, dlfuse_status_t status,
