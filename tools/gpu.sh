@@ -10,6 +10,12 @@
 #                  the CUDA plugin (also with its small forms off: DLFUSE_CUDA_SMALL_GEMM=0
 #                  DLFUSE_CUDA_SMALL_BACKWARD=0) and the OpenCL plugin
 #                  (every device: NVIDIA OpenCL, PoCL), plus forced float16 on the OpenCL GPU
+#   soak[=N]       tools/soak.sh: the commit-seed sweep (64 cases per kernel and dtype) at N seeds
+#                  (default 200) on the CUDA plugin and on the OpenCL plugin's NVIDIA device, 14
+#                  seeds at a time; the counts go to docs/reliability.md
+#   coverage       line and branch coverage of the CUDA plugin's and the OpenCL plugin's host code
+#                  under `conform` (default seed, then the CUDA small forms off, as job conform),
+#                  from a second build with gcc --coverage; gcovr from python3 or a carried .whl/
 #   grid           the conformance grid of GEMM shapes with rows not 16-byte aligned (--grid) on
 #                  the CUDA plugin, every matmul op and dtype, one process each
 #   memcheck       compute-sanitizer memcheck over the CUDA plugin's bfloat16 conformance and its
@@ -95,6 +101,47 @@ job_conform() {
   done
   for f in "$J"/*.1.log; do summary "$(basename "$f" .1.log) round 1: $(grep -hE 'passed, [0-9]+ failed' "$f" | head -1)"; done
   summary "conform: $n rounds each, $(cat "$J"/*.log | grep -cE '^FAIL') failing rows"
+  return $rc
+}
+
+job_soak() {
+  local n=${1:-200} rc=0
+  export POCL_CACHE_DIR=$B/pocl-cache
+  bash tools/soak.sh "$CLI" "$PLUGINS/libdlfuse_cuda.so" "$n" 14 >"$J/cuda.log" 2>&1 || rc=1
+  DLFUSE_OPENCL_DEVICE=gpu bash tools/soak.sh "$CLI" "$PLUGINS/libdlfuse_opencl.so" "$n" 14 >"$J/opencl.log" 2>&1 || rc=1
+  summary "soak cuda: $(tail -1 "$J/cuda.log")"
+  summary "soak opencl (gpu): $(tail -1 "$J/opencl.log")"
+  return $rc
+}
+
+job_coverage() {
+  local c=$B-coverage v=$B-gcovr rc=0 gcovr=gcovr
+  GPU_CMAKE_ARGS=(-DCMAKE_C_FLAGS=--coverage -DCMAKE_CXX_FLAGS=--coverage "-DCMAKE_CUDA_FLAGS=-Xcompiler=--coverage"
+                  -DCMAKE_SHARED_LINKER_FLAGS=--coverage -DCMAKE_MODULE_LINKER_FLAGS=--coverage
+                  -DCMAKE_EXE_LINKER_FLAGS=--coverage)
+  gpu_build "$c" "$ROOT" dlfuse_cli dlfuse_cuda dlfuse_opencl >"$J/build.log" 2>&1 || { tail -20 "$J/build.log"; return 1; }
+  GPU_CMAKE_ARGS=()
+  if ! command -v gcovr >/dev/null; then
+    python3 -m venv "$v" && "$v/bin/pip" install -q --no-index --find-links "$ROOT/.whl" gcovr || return 1
+    gcovr=$v/bin/gcovr
+  fi
+  local p=$c/lib/dlfuse/plugins
+  export POCL_CACHE_DIR=$B/pocl-cache
+  "$c/bin/dlfuse" conform "$p/libdlfuse_cuda.so" >"$J/cuda.log" 2>&1 || rc=1
+  DLFUSE_CUDA_SMALL_GEMM=0 DLFUSE_CUDA_SMALL_BACKWARD=0 "$c/bin/dlfuse" conform "$p/libdlfuse_cuda.so" \
+    >"$J/cuda_cublaslt.log" 2>&1 || rc=1
+  DLFUSE_OPENCL_DEVICE=gpu "$c/bin/dlfuse" conform "$p/libdlfuse_opencl.so" >"$J/opencl.log" 2>&1 || rc=1
+  local name filter obj
+  for name in cuda opencl common; do
+    case $name in
+      cuda) filter=plugins/cuda/src/ obj=$c/plugins/cuda ;;
+      opencl) filter=plugins/opencl/src/ obj=$c/plugins/opencl ;;
+      common) filter=plugins/common/src/ obj=$c/plugins/opencl ;;
+    esac
+    "$gcovr" -r "$ROOT" --filter "$filter" --exclude-throw-branches --exclude-unreachable-branches -j "$(nproc)" \
+      --json-summary "$J/$name.json" --html-details "$J/$name.html" "$obj" >/dev/null || rc=1
+    summary "coverage $name: $(python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print(f\"lines {s['line_percent']:.1f}% ({s['line_covered']}/{s['line_total']}), branches {s['branch_percent']:.1f}% ({s['branch_covered']}/{s['branch_total']})\")" "$J/$name.json")"
+  done
   return $rc
 }
 

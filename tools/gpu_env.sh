@@ -47,7 +47,8 @@ CUDA_HOME=$(dirname "$(dirname "$NVCC")")
 # gpu_build DIR [SRC TARGET...]: configure this tree into DIR with everything but oneDNN and
 # the GoogleTest unit tests (the test plugins are built: the Python suite runs on testref's
 # CPU kernels too), and build it; or, for a baseline, the tree SRC without tests, building
-# only TARGETs.
+# only TARGETs. GPU_CMAKE_ARGS (an array) adds configure arguments.
+GPU_CMAKE_ARGS=()
 gpu_build() {
   local dir=$1 src=${2:-$ROOT} gen=() arch=() targets=() extra=()
   (($# > 2)) && targets=(--target "${@:3}") && extra=(-DDLFUSE_BUILD_TESTS=OFF)
@@ -55,7 +56,8 @@ gpu_build() {
   [ -n "${CUDA_ARCHS:-}" ] && arch=(-DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS")
   cmake -S "$src" -B "$dir" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLFUSE_BUILD_UNIT_TESTS=OFF \
     -DDLFUSE_WITH_ONEDNN=OFF -DDLFUSE_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" "${arch[@]}" "${extra[@]}" \
-    "${CUTLASS_ARG[@]}" -DDLPACK_INCLUDE_DIR="$DLINC" -DOpenCL_INCLUDE_DIR="$CLINC" -DOpenCL_LIBRARY="$CLLIB" &&
+    "${CUTLASS_ARG[@]}" -DDLPACK_INCLUDE_DIR="$DLINC" -DOpenCL_INCLUDE_DIR="$CLINC" -DOpenCL_LIBRARY="$CLLIB" \
+    "${GPU_CMAKE_ARGS[@]}" &&
     cmake --build "$dir" -j "$(nproc)" "${targets[@]}"
   local rc=$?
   if (($# < 2)); then
