@@ -1,11 +1,14 @@
-"""What a binding does with an attribute comes from the op's schema (its type, name, default),
-never from a core op's key number: a plugin's keys are its own (docs/abi.md). testref_ops's
-testref_axpby declares a FLOAT64 under ACTIVATION's key, an INT64 under MULTIPLIER's and a
-FLOAT64 under OUTPUT_ACTIVATION's; its values, defaults and gradients through dlfuse.<op>,
-dlfuse.call, dlfuse.torch (both operator kinds, with and without grad) and dlfuse.jax (jit,
-grad) must be the float64 formula's, and a bad value raises TypeError or ValueError naming the
-argument. The cases (attr_keys_cases.py) run in processes of their own, one per front end: the
-plugin goes into the default registry, which is made once per process."""
+"""What a binding does with an attribute comes from the op's schema (its type, name, range,
+default), never from a core op's key number: a plugin's keys are its own (docs/abi.md).
+testref_ops's testref_axpby declares a FLOAT64 under ACTIVATION's key, an INT64 under
+MULTIPLIER's, a FLOAT64 under OUTPUT_ACTIVATION's and an enum-like INT64 of [0, 2] (MODE,
+default 2) under ALLOW_TF32's, a truth value of default 0 for the core ops; its values,
+defaults and gradients through dlfuse.<op>, dlfuse.call, dlfuse.torch (both operator kinds,
+with and without grad) and dlfuse.jax (jit, grad) must be exactly the float64 formula's, and a
+bad value raises TypeError or ValueError naming the argument, one out of its range
+InvalidArgumentError naming it. The cases (attr_keys_cases.py) run in processes of their own,
+one per front end: the plugin goes into the default registry, which is made once per process.
+The Rust crate's counterpart is bindings/rust/dlfuse/tests/attr_keys.rs."""
 import json
 import os
 import subprocess

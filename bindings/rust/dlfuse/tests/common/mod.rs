@@ -44,6 +44,22 @@ pub fn example_plugin() -> PathBuf {
     p
 }
 
+/// tests/plugins/testref's testref_ops build, for the ops it declares (testref_axpby):
+/// $DLFUSE_TESTREF_OPS_PLUGIN, else $DLFUSE_LIB_DIR/../tests/plugins/libdlfuse_testref_ops.so.
+pub fn testref_ops_plugin() -> PathBuf {
+    if let Some(p) = std::env::var_os("DLFUSE_TESTREF_OPS_PLUGIN") {
+        return PathBuf::from(p);
+    }
+    let lib = std::env::var_os("DLFUSE_LIB_DIR").expect("set DLFUSE_LIB_DIR to the folder of libdlfuse.so");
+    let p = PathBuf::from(lib).join("../tests/plugins/libdlfuse_testref_ops.so");
+    assert!(
+        p.exists(),
+        "{} not built (target dlfuse_testref_ops of the CMake tree; or set DLFUSE_TESTREF_OPS_PLUGIN)",
+        p.display()
+    );
+    p
+}
+
 pub fn plugin_file(name: &str) -> PathBuf {
     if name == "rust" {
         return rust_plugin();
