@@ -116,7 +116,9 @@ job_soak() {
 
 job_coverage() {
   local c=$B-coverage v=$B-gcovr rc=0 gcovr=gcovr
-  GPU_CMAKE_ARGS=(-DCMAKE_C_FLAGS=--coverage -DCMAKE_CXX_FLAGS=--coverage "-DCMAKE_CUDA_FLAGS=-Xcompiler=--coverage"
+  # Atomic counters: the plugins run host code from many threads (conform's threads stage).
+  local cov="--coverage -fprofile-update=atomic"
+  GPU_CMAKE_ARGS=("-DCMAKE_C_FLAGS=$cov" "-DCMAKE_CXX_FLAGS=$cov" "-DCMAKE_CUDA_FLAGS=-Xcompiler=--coverage,-fprofile-update=atomic"
                   -DCMAKE_SHARED_LINKER_FLAGS=--coverage -DCMAKE_MODULE_LINKER_FLAGS=--coverage
                   -DCMAKE_EXE_LINKER_FLAGS=--coverage)
   gpu_build "$c" "$ROOT" dlfuse_cli dlfuse_cuda dlfuse_opencl >"$J/build.log" 2>&1 || { tail -20 "$J/build.log"; return 1; }
@@ -131,6 +133,8 @@ job_coverage() {
   DLFUSE_CUDA_SMALL_GEMM=0 DLFUSE_CUDA_SMALL_BACKWARD=0 "$c/bin/dlfuse" conform "$p/libdlfuse_cuda.so" \
     >"$J/cuda_cublaslt.log" 2>&1 || rc=1
   DLFUSE_OPENCL_DEVICE=gpu "$c/bin/dlfuse" conform "$p/libdlfuse_opencl.so" >"$J/opencl.log" 2>&1 || rc=1
+  # Host code only: nvcc's objects of kernels/*.cu name temporary stub sources.
+  find "$c/plugins/cuda" \( -name '*.cu.gcda' -o -name '*.cu.gcno' \) -delete
   local name filter obj
   for name in cuda opencl common; do
     case $name in
