@@ -29,7 +29,7 @@ fi
 # build (sdists) and auditwheel for the python.wheel test. jax[cpu]: dlfuse.jax's XLA FFI
 # handlers build against its headers, and its tests run on CPU. wgpu: wgpu-native's
 # library and headers (the WebGPU plugin, docs/webgpu.md).
-python3 -m pip install -q --disable-pip-version-check "apache-tvm-ffi>=0.1" "numpy>=2.1" "pytest>=8" \
+python3 -m pip install -q --disable-pip-version-check "apache-tvm-ffi>=0.1" "numpy>=2.1" "pytest>=8" "hypothesis>=6" \
   "setuptools>=61" wheel "scikit-build-core>=1.0" build auditwheel "jax[cpu]>=0.10" "wgpu>=0.32" 2>&1 |
   grep -v "Running pip as the 'root' user" || true
 # nvidia-cutlass: CUTLASS 3.x's headers for the CUDA plugin's fused mlp_backward epilogue
