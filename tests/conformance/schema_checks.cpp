@@ -134,9 +134,16 @@ bool Checker::make_args(int draw, SchemaArgs* args, std::string* text, std::stri
   Problem p;
   // Draw 0 has inputs of 2 dims or more, for the layouts that need them; the threads
   // stage's own draw (draw == opts_.draws) 3 dims, so that its calls take long enough to overlap.
+  // (An op whose rules refuse such inputs, say one of vectors, gets what it accepts.)
   const bool big = draw == opts_.draws;
-  if (!draw_problem(base, dt_, rng, attrs, draw % 2 == 0, &p, err, big ? 8192 : 2048, big ? 3 : draw == 0 ? 2 : 1))
-    return false;
+  const int min_rank = big ? 3 : draw == 0 ? 2 : 1;
+  bool found = false;
+  for (int r = min_rank; r >= 1 && !found; --r) {
+    std::mt19937_64 again = rng;
+    found = draw_problem(base, dt_, again, attrs, draw % 2 == 0, &p, err, big ? 8192 : 2048, r);
+    if (found) rng = again;
+  }
+  if (!found) return false;
   *text = p.text(base);
   if (!backward_) {
     args->in.assign(p.in.size(), std::nullopt);
