@@ -171,7 +171,7 @@ void run_cases(dlfuse_registry_t reg, int32_t plugin, OpKind op, DLDataType dt, 
   std::vector<CaseSpec> fixed, swept;
   for (CaseSpec& c : cases_for(op))
     if (wanted(opts, c) && (v11_inputs || !(needs_v11_inputs(c) || c.v11_inputs))) fixed.push_back(std::move(c));
-  for (CaseSpec& c : sweep_cases(op, opts.seed, std::max(0, opts.sweep), v11_inputs))
+  for (CaseSpec& c : sweep_cases(op, opts.seed, std::max(0, opts.sweep), v11_inputs, dev.device_type))
     if (wanted(opts, c)) swept.push_back(std::move(c));
   for (const std::vector<CaseSpec>* list : {&fixed, &swept})
     for (const CaseSpec& spec : *list) {
