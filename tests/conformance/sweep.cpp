@@ -253,6 +253,7 @@ const int64_t kLongK[] = {1023, 1024, 1025};
 // passes take threads (and past its 16384-element tiles): their last dims.
 const int64_t kWorkCols[] = {31, 64, 127, 128, 129, 255, 256, 257, 1024, 1025};
 constexpr int64_t kWorkMin = (int64_t(1) << 15) + 1, kWorkMax = (int64_t(1) << 15) + (int64_t(1) << 12);
+constexpr int64_t kTallRows = 65537;
 // GPU device types only: GEMMs with the work at which a GPU plugin changes course (the CUDA
 // plugin leaves its small-GEMM kernel above 2^18 multiply-adds, and pads rows that are not
 // 16-byte aligned from 64 multiply-adds per copied element), at most 2^26 multiply-adds
@@ -400,11 +401,18 @@ CaseSpec add_mul_form(Gen& g, OpKind op, int i, const Place& p, bool out_form) {
   const int form = p.cycle(kAmForms);
   std::vector<int64_t> out;
   int pattern = int(g.below(kPatterns));
+  bool tall = false, deep = false;
   switch (form) {
     case kAmVector: out = {g.pick(kVector)}; break;
     case kAmRows: {
       const int64_t c = g.pick(kEdge);
       out = {g.pick_upto(kVector, kMaxOut / c), c};
+      // Every third, in the forward only (no sums): 65537 rows of a transposed out, which no
+      // dims merge with, a grid of more workgroups in a dimension than GPU APIs allow (65535).
+      if (!bwd && (p.t / kAmForms) % 3 == 0) {
+        out = {kTallRows, 2 + int64_t(g.below(2))};
+        tall = true;
+      }
       break;
     }
     case kAmLeadingOnes: {
@@ -425,6 +433,14 @@ CaseSpec add_mul_form(Gen& g, OpKind op, int i, const Place& p, bool out_form) {
       out.resize(3 + g.below(2));
       for (int64_t& d : out) d = g.chance(30) ? g.pick(kEdge) : g.pick(kSmallEdge);
       fit(out, kMaxOut);
+      // Every third rank 7, kept dims between summed ones: a reduction over four groups of
+      // kept dims, each element a sum of 128 terms (WebGPU's two levels, once per group),
+      // past the 6 dims whose layouts the registry remembers.
+      if ((p.t / kAmForms) % 3 == 1) {
+        out = {2, 8, 2, 4, 2, 4, 2};
+        for (size_t k = 0; k < out.size(); k += 2) out[k] += int64_t(g.below(2));
+        deep = true;
+      }
       break;
     }
   }
@@ -439,8 +455,15 @@ CaseSpec add_mul_form(Gen& g, OpKind op, int i, const Place& p, bool out_form) {
     if (who != 1) x_form = kInLower;
     if (who != 0) y_form = kInLower;
   }
+  // Ranks 3-4 with x and y whole: every gradient written directly when the bias is whole or
+  // grad_bias absent, over dims that need not merge into rows.
+  if (form == kAmBatched && !deep && g.chance(40)) x_form = y_form = kInFull;
   s.x_shape = in_shape(g, x_form, out);
   s.y_shape = in_shape(g, y_form, out);
+  if (deep) {
+    s.y_shape = out;
+    for (size_t k = 1; k < out.size(); k += 2) s.y_shape[k] = 1;
+  }
   s.bias_shape = in_shape(g, bias_form, out);
   for (std::vector<int64_t>* t : {&s.x_shape, &s.y_shape, &s.bias_shape}) *t = within_sums(*t, out);
   std::vector<int64_t> xy, got;
@@ -470,8 +493,9 @@ CaseSpec add_mul_form(Gen& g, OpKind op, int i, const Place& p, bool out_form) {
     if (g.chance(10) && s.act == DLFUSE_ACT_RELU && s.multiplier != 0.3) s.special = Special::kReluSelect;
   } else {
     lay_bias(g, s, p, "bias", true, note, s.bias_shape);
-    lay(g, s, pattern, "out", false, note, out);
-    if (s.x_shape == out && writable(s, "x") && g.chance(25)) s.in_place = true;
+    if (tall) put(s, "out", Layout::kTransposed, 0, note, out);
+    else lay(g, s, pattern, "out", false, note, out);
+    if (!tall && s.x_shape == out && writable(s, "x") && g.chance(25)) s.in_place = true;
     if (g.chance(10)) s.special = Special::kNanInf;
   }
   s.generic_call = g.chance(20);

@@ -19,9 +19,12 @@ namespace dlfuse_conformance {
 // Two cases in six (i % 6 < 2) are drawn as earlier versions drew them (ranks 1-4, sizes
 // 1, primes and past 128, random broadcasts), so that cases pinned by seed and index stay
 // what they were. The other four take forms in turn, each recurring every five of them:
-//  add_mul: vectors, rows, outputs with leading 1s whose x or y (or bias) lacks them and
-//    is written directly, outputs of 2^15 + 1 to 2^15 + 2^12 elements (the oneDNN
-//    plugin's threads), ranks 3-4;
+//  add_mul: vectors; rows (every third of them in the forward: 65537 rows of a transposed
+//    out, more workgroups in a dimension than GPU APIs allow); outputs with leading 1s
+//    whose x or y (or bias) lacks them and is written directly; outputs of 2^15 + 1 to
+//    2^15 + 2^12 elements (the oneDNN plugin's threads); ranks 3-4 (x and y whole in some:
+//    every gradient written directly), every third of them rank 7 (four groups of kept
+//    dims between summed ones);
 //  matmul: sizes at the plugins' tile and block edges, aligned sizes (vec4 reads), K whose
 //    rows are never 16-byte aligned, outputs past 2^15 elements with K <= 4, batches of
 //    rank 1-3 (leading 1s among them) with sums over K of 1023 to 1025 among them.
