@@ -24,7 +24,7 @@ const char* const kUsage =
     "      with --prefer or DLFUSE_PREFER only what dispatch picks per (op, device\n"
     "      type, dtype): the preferred plugin's kernels where it has them\n"
     "  conform PLUGIN.so [options]       the conformance suite for one plugin file\n"
-    "      --dtype D  --op OP  --case TEXT  --exclude TEXT  --device-id I  --verbose  --no-bad-inputs\n"
+    "      --dtype D  --op OP  --case TEXT  --exclude TEXT[,TEXT]  --device-id I  --verbose  --no-bad-inputs\n"
     "      --seed S|random  --sweep N  --repeat N  --threads N  --no-stale-memory\n"
     "      --nondeterministic OP[,OP...]|all  (docs/plugin-guide.md, section 7)\n"
     "      --large                      also the cases of 2^26 elements or more (GPU plugins)\n"

@@ -19,7 +19,7 @@ struct ConformOptions {
   std::string dtype;        // "" = every declared dtype; else f32, bf16, ...
   std::string op;           // "" = every op; else an op name
   std::string case_filter;  // "" = every case; else only cases whose name contains it
-  std::string case_exclude;  // "" = none; else not the cases whose name contains it
+  std::string case_exclude;  // "" = none; else not the cases whose name contains any item (a,b,...)
   int device_id = -1;       // -1 = every device
   uint64_t seed = kDefaultSeed;  // the sweep's cases and every case's data
   bool verbose = false;     // details for passing rows too
