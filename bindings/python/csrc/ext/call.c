@@ -52,13 +52,6 @@ int parse_registry(PyObject* o, void** h) {
   return PyErr_Occurred() ? -1 : 0;
 }
 
-/* A by-name call's op and registry: the library loaded, *h the registry's handle; the name's
- * UTF-8, or NULL with the exception set. */
-const char* named_op(PyObject* name, PyObject* registry, void** h) {
-  if (need_loaded() < 0 || parse_registry(registry, h) < 0) return NULL;
-  return PyUnicode_AsUTF8(name);
-}
-
 int parse_needs_n(PyObject* o, int* needs, int n) {
   for (int i = 0; i < n; ++i) needs[i] = 1;
   if (is_none(o)) return 0;

@@ -225,15 +225,6 @@ int raise_read_only(const char* name) {
   return raise_status(DLFUSE_STATUS_INVALID_ARGUMENT, msg);
 }
 
-int view_import_out(PyObject* obj, const char* name, void* stream, View* v) {
-  if (view_import(obj, name, stream, v) < 0) return -1;
-  if (v->read_only) {
-    view_release(v);
-    return raise_read_only(name);
-  }
-  return 0;
-}
-
 /* The (major, minor) of the DLPack exchange API a type offers, for tests and tools. */
 static PyObject* py_exchange_api(PyObject* self, PyObject* obj) {
   (void)self;

@@ -41,6 +41,10 @@ typedef struct DLPackExchangeAPI DLPackExchangeAPI;
 
 #define MAX_NDIM DLFUSE_MAX_NDIM /* shapes are built on the stack; the registry takes no deeper ones */
 
+/* What follows is the extension's own, hidden: its files then reach each other's state and
+ * functions directly rather than through the GOT (the per-call path crosses them). */
+#pragma GCC visibility push(hidden)
+
 /* ---- libdlfuse's entry points ------------------------------------------------------------
  *
  * X(field, symbol, required): load() resolves each by dlsym into L.field. A required one
@@ -108,9 +112,11 @@ static inline int is_stream_device(int32_t t) { return t == kDLCUDA || t == kDLC
 static inline void* as_ptr(PyObject* o) { return o == Py_None ? NULL : PyLong_AsVoidPtr(o); }
 
 /* module.c: the package's exception for a status, with message (NULL: libdlfuse's last
- * error); always -1. need_loaded: libdlfuse loaded through the package's loader, or -1. */
+ * error); always -1. */
 int raise_status(int status, const char* message);
-int need_loaded(void);
+/* libdlfuse loaded (the first call loads it through the package's loader), or -1. */
+int load_on_first_use(void);
+static inline int need_loaded(void) { return L.op_call ? 0 : load_on_first_use(); }
 
 /* ---- borrowed tensors (dlpack_import.c) -------------------------------------------------- */
 
@@ -126,9 +132,16 @@ typedef struct {
 
 /* stream: what a __dlpack__ producer on a stream device is asked to sync to. */
 int view_import(PyObject* obj, const char* name, void* stream, View* v);
-int view_import_out(PyObject* obj, const char* name, void* stream, View* v); /* refuses read-only */
 void view_release(View* v);
 int raise_read_only(const char* name); /* an output the producer exported read-only; -1 */
+
+/* An output: view_import, refusing a tensor its producer exported read-only. */
+static inline int view_import_out(PyObject* obj, const char* name, void* stream, View* v) {
+  if (view_import(obj, name, stream, v) < 0) return -1;
+  if (!v->read_only) return 0;
+  view_release(v);
+  return raise_read_only(name);
+}
 
 /* ---- shapes and call arguments (call.c) -------------------------------------------------- */
 
@@ -140,7 +153,12 @@ typedef struct {
 PyObject* shape_tuple(const Shape* s);
 int parse_shape(PyObject* o, const char* what, Shape* sh);
 int parse_registry(PyObject* o, void** h); /* None: the default registry */
-const char* named_op(PyObject* name, PyObject* registry, void** h);
+/* A by-name call's op and registry: the library loaded, *h the registry's handle; the name's
+ * UTF-8, or NULL with the exception set. */
+static inline const char* named_op(PyObject* name, PyObject* registry, void** h) {
+  if (need_loaded() < 0 || parse_registry(registry, h) < 0) return NULL;
+  return PyUnicode_AsUTF8(name);
+}
 int parse_needs_n(PyObject* o, int* needs, int n);
 int pick_stream(const View* v, int given, void** stream);
 
@@ -210,5 +228,7 @@ extern PyTypeObject OpFuncType; /* op_function.c */
 /* Each file's module functions, added to dlfuse._ext by PyInit__ext. */
 extern PyMethodDef ext_import_methods[], ext_export_methods[], ext_call_methods[], ext_op_function_methods[],
     ext_op_query_methods[], ext_admin_methods[];
+
+#pragma GCC visibility pop
 
 #endif

@@ -36,7 +36,7 @@ int raise_status(int status, const char* message) {
 
 /* The first op call loads libdlfuse through the package's loader (it raises
  * dlfuse.LibraryNotFound with what it tried), so `import dlfuse` never fails for that. */
-int need_loaded(void) {
+int load_on_first_use(void) {
   if (L.op_call) return 0;
   if (S.loader) {
     PyObject* r = PyObject_CallNoArgs(S.loader);
