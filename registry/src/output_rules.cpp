@@ -8,6 +8,7 @@
 #include "format.hpp"
 #include "op_spec.hpp"
 #include "shape_checks.hpp"
+#include "shape_rules.h"
 
 namespace dlfuse {
 namespace {
@@ -98,6 +99,11 @@ dlfuse_status_t check_by_rules(const OpSpec& spec, const char* op, const TensorV
   return DLFUSE_STATUS_OK;
 }
 
+dlfuse_status_t bad_layout(const char* op, const char* name, const DLTensor* t) {
+  return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s': ndim is %d with shape %p; expected 0..%d dims "
+              "and a shape array", op, name, t->ndim, static_cast<const void*>(t->shape), kMaxNdim);
+}
+
 bool valid_identifier(const char* name) {
   if (!name || !*name || std::strlen(name) > 64) return false;
   for (const char* c = name; *c; ++c)
@@ -163,59 +169,47 @@ dlfuse_status_t check_inferred(const OpSpec& spec, const char* op, const DLTenso
 
 }  // namespace
 
+// The named rules are shape_rules.c's (the Python extension sizes outputs by the same code);
+// here they get their messages.
 dlfuse_status_t rule_shape(const OpSpec& spec, const char* op, const DLTensor* const* inputs,
                            const dlfuse_attr_t* canonical, int32_t i, int64_t* shape, int32_t* ndim) {
   const dlfuse_op_schema_t& s = *spec.schema;
   const dlfuse_arg_schema_t& o = s.outputs[i];
   const uint32_t bits = o.shape_inputs;
-  switch (o.shape_rule) {
-    case DLFUSE_SHAPE_MATMUL: {
+  if (o.shape_rule == DLFUSE_SHAPE_CALLBACK) return callback_shape(spec, op, inputs, canonical, i, shape, ndim);
+  int32_t at = -1;
+  switch (dlfuse_shape_by_rule(o.shape_rule, bits, inputs, s.num_inputs, shape, ndim, &at)) {
+    case DLFUSE_SHAPE_RULE_OK:
+      return DLFUSE_STATUS_OK;
+    case DLFUSE_SHAPE_RULE_BAD_TENSOR:  // inputs are checked before any rule runs
+      return bad_layout(op, s.inputs[at].name, inputs[at]);
+    case DLFUSE_SHAPE_RULE_ABSENT:
+      return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s' is NULL; expected a DLTensor (output '%s' "
+                  "is computed from it)", op, s.inputs[at].name, o.name);
+    case DLFUSE_SHAPE_RULE_NO_MATMUL: {  // matmul_out_shape says which dims do not fit
       int32_t ab[2] = {-1, -1}, k = 0;
       for (int32_t j = 0; j < s.num_inputs && k < 2; ++j)
         if (bits >> j & 1u) ab[k++] = j;
-      for (int32_t j : ab)
-        if (!inputs[j])
-          return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s' is NULL; expected a DLTensor (output '%s' "
-                      "is computed from it)", op, s.inputs[j].name, o.name);
       return matmul_out_shape(op, inputs[ab[0]], inputs[ab[1]], s.inputs[ab[0]].name, s.inputs[ab[1]].name, shape,
                               ndim);
     }
-    case DLFUSE_SHAPE_BROADCAST:
-    case DLFUSE_SHAPE_LIKE: {
-      int32_t n = -1;
+    case DLFUSE_SHAPE_RULE_NO_BROADCAST: {  // the shape holds the broadcast of the inputs before `at`
       std::string so_far;
-      for (int32_t j = 0; j < s.num_inputs; ++j) {
-        if (!(bits >> j & 1u) || !inputs[j]) continue;
-        const DLTensor* t = inputs[j];
-        if (n < 0) {
-          n = t->ndim;
-          for (int32_t d = 0; d < n; ++d) shape[d] = t->shape[d];  // a 0-d tensor's shape may be NULL
-          if (o.shape_rule == DLFUSE_SHAPE_LIKE) break;
-        } else {
-          int64_t wider[kMaxNdim];
-          int32_t nw;
-          if (!broadcast_shapes(shape, n, t->shape, t->ndim, wider, &nw))
-            return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
-                        "%s: argument '%s' %s does not broadcast with %s's shape %s (NumPy rules)", op,
-                        s.inputs[j].name, shape_string(t->shape, t->ndim).c_str(), so_far.c_str(),
-                        shape_string(shape, n).c_str());
-          n = nw;
-          std::memcpy(shape, wider, sizeof(int64_t) * size_t(n));
-        }
-        so_far += (so_far.empty() ? "" : " and ") + std::string(s.inputs[j].name);
-      }
-      if (n < 0)
-        return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: output '%s' has its shape from %s; expected at least one of "
-                    "them, got none", op, o.name, rule_inputs(s, bits).c_str());
-      *ndim = n;
-      return DLFUSE_STATUS_OK;
+      for (int32_t j = 0; j < at; ++j)
+        if (bits >> j & 1u && inputs[j]) so_far += (so_far.empty() ? "" : " and ") + std::string(s.inputs[j].name);
+      const DLTensor* t = inputs[at];
+      return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
+                  "%s: argument '%s' %s does not broadcast with %s's shape %s (NumPy rules)", op, s.inputs[at].name,
+                  shape_string(t->shape, t->ndim).c_str(), so_far.c_str(), shape_string(shape, *ndim).c_str());
     }
-    case DLFUSE_SHAPE_CALLBACK:
-      return callback_shape(spec, op, inputs, canonical, i, shape, ndim);
-    default:
-      return fail(DLFUSE_STATUS_INTERNAL, "%s: output '%s' has shape rule %d, which is not a dlfuse_shape_rule_t", op,
-                  o.name, o.shape_rule);
+    case DLFUSE_SHAPE_RULE_NO_INPUT:
+      return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: output '%s' has its shape from %s; expected at least one of "
+                  "them, got none", op, o.name, rule_inputs(s, bits).c_str());
+    case DLFUSE_SHAPE_RULE_NOT_NAMED:
+      break;
   }
+  return fail(DLFUSE_STATUS_INTERNAL, "%s: output '%s' has shape rule %d, which is not a dlfuse_shape_rule_t", op,
+              o.name, o.shape_rule);
 }
 
 dlfuse_status_t infer_outputs(const OpSpec& spec, const DLTensor* const* inputs, int32_t num_inputs,
@@ -238,9 +232,7 @@ dlfuse_status_t infer_outputs(const OpSpec& spec, const DLTensor* const* inputs,
       if (spec.optional_inputs >> j & 1u) continue;
       return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s' is NULL; expected a DLTensor", op, name);
     }
-    if (t->ndim < 0 || t->ndim > kMaxNdim || (t->ndim > 0 && !t->shape))
-      return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s': ndim is %d with shape %p; expected 0..%d dims "
-                  "and a shape array", op, name, t->ndim, static_cast<const void*>(t->shape), kMaxNdim);
+    if (t->ndim < 0 || t->ndim > kMaxNdim || (t->ndim > 0 && !t->shape)) return bad_layout(op, name, t);
     for (int32_t d = 0; d < t->ndim; ++d)
       if (t->shape[d] < 0)
         return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s': shape[%d] is %lld; expected >= 0", op, name, d,

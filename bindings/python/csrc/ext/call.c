@@ -2,6 +2,7 @@
  * the outputs it must allocate made (at the shapes the schema's rules give), the stream it
  * runs on chosen, and its result built; plus the argument parsers other files share. */
 #include "ext.h"
+#include "shape_rules.h" /* registry/src: the registry's own rules */
 
 /* ---- arguments ----------------------------------------------------------------------------- */
 
@@ -197,73 +198,26 @@ static void release_all(View* vs, int n) {
   for (int i = 0; i < n; ++i) view_release(&vs[i]);
 }
 
-/* NumPy broadcasting of n shapes; 0 when they do not broadcast. */
-static int broadcast_shapes(Shape* out, int n, const int64_t* const* dims, const int* nds) {
-  int nd = 0;
-  for (int k = 0; k < n; ++k) {
-    if (nds[k] < 0 || nds[k] > DLFUSE_MAX_NDIM) return 0;
-    if (nds[k] > nd) nd = nds[k];
+/* An output's shape by its schema's rule (MATMUL, BROADCAST, LIKE), for the calls that fit
+ * it plainly; 0 otherwise (a callback rule, shapes the rule refuses), and the caller asks
+ * dlfuse_op_infer_outputs, which also words the refusal. The rule is the registry's own code
+ * (registry/src/shape_rules.c), called here because a call allocating its outputs pays this
+ * on every call: a few dozen instructions against the registry's inference's ~1700. An op
+ * reading more than three present inputs (no core op does) goes to the registry, which
+ * checks those inputs before any rule. */
+static int rule_shape(const dlfuse_arg_schema_t* o, const DLTensor* const* in, int nin, Shape* sh) {
+  uint32_t r = o->shape_inputs;
+  r &= r - 1, r &= r - 1, r &= r - 1;
+  if (r) { /* more than three inputs read: count the present ones */
+    int n = 0;
+    for (int i = 0; i < nin && i < 32; ++i) n += ((o->shape_inputs >> i) & 1u) && in[i];
+    if (n > 3) return 0;
   }
-  out->ndim = nd;
-  for (int i = 0; i < nd; ++i) {
-    int64_t d = 1;
-    for (int k = 0; k < n; ++k) {
-      const int j = i - (nd - nds[k]);
-      if (j < 0) continue;
-      const int64_t v = dims[k][j];
-      if (v != 1) {
-        if (d != 1 && d != v) return 0;
-        d = v;
-      }
-    }
-    out->d[i] = d;
-  }
+  int32_t ndim, at;
+  if (dlfuse_shape_by_rule(o->shape_rule, o->shape_inputs, in, nin, sh->d, &ndim, &at) != DLFUSE_SHAPE_RULE_OK) return 0;
+  sh->ndim = ndim;
   return 1;
 }
-
-/* An output's shape by its schema's rule (dlfuse/ops.h: MATMUL, BROADCAST, LIKE), as
- * dlfuse_op_infer_outputs gives it, for the calls that fit the rule plainly; 0 otherwise
- * (a callback rule, shapes the rule refuses): the caller then asks the registry, which
- * also words the refusal. Here because a call allocating its outputs pays this on every
- * call, and the rule costs a few dozen instructions against the registry's ~1700. */
-static int rule_shape(const dlfuse_arg_schema_t* o, const DLTensor* const* in, int nin, Shape* sh) {
-  const DLTensor* ts[3];
-  int n = 0;
-  for (int i = 0; i < nin && i < 32; ++i) {
-    if (!((o->shape_inputs >> i) & 1u) || !in[i]) continue;
-    if (n == 3) return 0;
-    ts[n++] = in[i];
-  }
-  if (n == 0) return 0;
-  for (int k = 0; k < n; ++k)
-    if (ts[k]->ndim < 0 || ts[k]->ndim > DLFUSE_MAX_NDIM || (ts[k]->ndim && !ts[k]->shape)) return 0;
-  switch (o->shape_rule) {
-    case DLFUSE_SHAPE_LIKE:
-      sh->ndim = ts[0]->ndim;
-      for (int i = 0; i < sh->ndim; ++i) sh->d[i] = ts[0]->shape[i];
-      return 1;
-    case DLFUSE_SHAPE_BROADCAST: {
-      const int64_t* dims[3];
-      int nds[3];
-      for (int k = 0; k < n; ++k) dims[k] = ts[k]->shape, nds[k] = ts[k]->ndim;
-      return broadcast_shapes(sh, n, dims, nds);
-    }
-    case DLFUSE_SHAPE_MATMUL: {
-      const DLTensor *a = ts[0], *b = ts[1];
-      if (n != 2 || a->ndim < 2 || b->ndim < 2 || a->shape[a->ndim - 1] != b->shape[b->ndim - 2]) return 0;
-      const int64_t* dims[2] = {a->shape, b->shape};
-      int nds[2] = {a->ndim - 2, b->ndim - 2};
-      if (!broadcast_shapes(sh, 2, dims, nds) || sh->ndim + 2 > DLFUSE_MAX_NDIM) return 0;
-      sh->d[sh->ndim++] = a->shape[a->ndim - 2];
-      sh->d[sh->ndim++] = b->shape[b->ndim - 1];
-      return 1;
-    }
-    default:
-      return 0;
-  }
-}
-
-
 
 PyObject* run(const char* fn, const Sig* g, dlfuse_op_t op, Args* A) {
   void* s;
