@@ -11,7 +11,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -168,35 +167,12 @@ void check_shape(dlfuse_registry_t reg, Dt dt, int64_t M, int64_t N, int bias_ki
   expect(tag + " from_out grad_bias", hb, rgb);
 }
 
-// The plugin's pointwise level on this CPU (pointwise_avx512.cpp: 0 no AVX-512, 1 AVX-512,
-// 2 with avx512_bf16) and the one a DLFUSE_ONEDNN_MAX_ISA cap leaves it. A cap that leaves
-// the CPU's own level runs the kernels of the uncapped run again: that run skips.
-int cpu_level() {
-  __builtin_cpu_init();
-  if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")))
-    return 0;
-  return __builtin_cpu_supports("avx512bf16") ? 2 : 1;
-}
-int capped_level(int level, const char* cap) {
-  if (!std::strcmp(cap, "avx2") || !std::strcmp(cap, "none")) return 0;
-  if (!std::strcmp(cap, "avx512_core")) return level < 1 ? level : 1;
-  return level;
-}
-constexpr int kSkip = 77;  // SKIP_RETURN_CODE in CMakeLists.txt
-
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2 || argv[1][0] != '/') {
     std::fprintf(stderr, "usage: %s /absolute/path/libdlfuse_onednn.so\n", argv[0]);
     return 2;
-  }
-  const char* cap = std::getenv("DLFUSE_ONEDNN_MAX_ISA");
-  if (cap && *cap && capped_level(cpu_level(), cap) == cpu_level()) {
-    std::printf("SKIP: DLFUSE_ONEDNN_MAX_ISA=%s leaves this CPU's kernel level (%d): the uncapped run covers it\n",
-                cap, cpu_level());
-    return kSkip;
   }
   dlfuse_registry_options_t opt{sizeof(opt), DLFUSE_DISCOVER_NONE, argv[1]};
   dlfuse_registry_t reg = nullptr;
