@@ -1,7 +1,7 @@
 """The binding proper: finding libdlfuse, errors, the registry, dlfuse.Tensor (DLPack
 export) and the ops.
 
-Everything goes through the one compiled module, dlfuse._ext (csrc/ext.c): each op is an
+Everything goes through the one compiled module, dlfuse._ext (csrc/ext/): each op is an
 _ext.OpFunction whose parameters come from the op's schema (argument parsing, DLPack import,
 output allocation and the C call happen there); the registry's admin calls and
 dlfuse.Tensor's device memory are its plain functions over the same loaded libdlfuse."""
