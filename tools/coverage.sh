@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Line and branch coverage that `dlfuse conform` reaches in libdlfuse and in each plugin of
 # a CPU machine (oneDNN; OpenCL on PoCL; WebGPU on lavapipe; testref): the `coverage`
-# preset (Debug, gcc --coverage), the targets the conformance ctests run, those ctests as
-# CI registers them (`ctest -L conformance`), then gcovr per component and one table.
+# preset (Debug at -O1, as the sanitized builds: at -O0 the suite's float64 reference and
+# testref's loops pass the ctests' timeouts; gcc --coverage with atomic counters, since the
+# suite calls kernels from several threads), the targets the conformance ctests run, those
+# ctests as CI registers them (`ctest -L conformance`), then gcovr per component and one table.
 #
 #   bash tools/coverage.sh [BUILD_DIR]     # default build/coverage; needs gcovr (pip install gcovr)
 #
@@ -10,8 +12,10 @@
 # OpenCL and WebGPU plugins, so it has a row under each); testref from its correct build
 # only (the mutants and the deliberately wrong builds compile the same sources). Branches:
 # gcc's branch counts without the ones that only exceptions take and without unreachable
-# ones (gcovr --exclude-throw-branches --exclude-unreachable-branches). Device code
-# (OpenCL C, WGSL) runs in the driver, outside gcov. HTML per component: BUILD_DIR/coverage/.
+# ones (gcovr --exclude-throw-branches --exclude-unreachable-branches). gcc 12 records no
+# line inside an OpenMP region (the oneDNN plugin's tile loops: read what they call), and
+# device code (OpenCL C, WGSL) runs in the driver, outside gcov. HTML and JSON per
+# component: BUILD_DIR/coverage/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build/coverage}
@@ -21,14 +25,42 @@ if ! command -v gcovr >/dev/null; then
   exit 1
 fi
 
+# CMake's file API lists every target's files: the build makes those the conformance ctests
+# name (in their commands and in the lists their scripts read: the mutants'), nothing else.
+mkdir -p "$B/.cmake/api/v1/query"
+touch "$B/.cmake/api/v1/query/codemodel-v2"
 cmake --preset coverage -B "$B"
-# What the conformance ctests run: the CLI, the plugins, testref's wrong builds and mutants,
-# and the OpenCL/WebGPU test drivers labelled conformance.
-targets=(dlfuse_cli dlfuse_testref dlfuse_onednn dlfuse_opencl dlfuse_webgpu
-         dlfuse_testref_wrong dlfuse_testref_unwritten dlfuse_testref_stale_scratch dlfuse_testref_thread_unsafe
-         dlfuse_opencl_threads dlfuse_opencl_subbuffers dlfuse_webgpu_perf)
-mapfile -t mutants < <(cmake --build "$B" --target help | grep -o 'dlfuse_testref_m_[a-z0-9_]*' | sort -u)
-cmake --build "$B" -j "$JOBS" --target "${targets[@]}" "${mutants[@]}"
+ctest --test-dir "$B" -L conformance --show-only=json-v1 >"$B/conformance-tests.json"
+mapfile -t targets < <(python3 - "$B" <<'EOF'
+import glob, json, os, re, sys
+build = os.path.realpath(sys.argv[1])
+reply = os.path.join(build, ".cmake/api/v1/reply")
+index = json.load(open(sorted(glob.glob(os.path.join(reply, "index-*.json")))[-1]))
+model = json.load(open(os.path.join(reply, index["reply"]["codemodel-v2"]["jsonFile"])))
+by_file = {}
+for t in model["configurations"][0]["targets"]:
+    target = json.load(open(os.path.join(reply, t["jsonFile"])))
+    for a in target.get("artifacts", []):
+        by_file[os.path.realpath(os.path.join(build, a["path"]))] = target["name"]
+# The tests' commands as CMake wrote them (ctest's own listing leaves out a command whose
+# executable is not built yet).
+tests = {t["name"] for t in json.load(open(os.path.join(build, "conformance-tests.json")))["tests"]}
+named = set()
+for testfile in glob.glob(os.path.join(build, "**/CTestTestfile.cmake"), recursive=True):
+    for name, args in re.findall(r"^add_test\(\[=\[(.*?)\]=\] (.*)\)$", open(testfile).read(), re.M):
+        if name not in tests:
+            continue
+        for path in re.findall(r"/[^ =|;\"]+", args):
+            named.add(os.path.realpath(path))
+            if path.endswith(".txt") and os.path.isfile(path):
+                for line in open(path):
+                    named.update(os.path.realpath(p) for p in re.findall(r"/[^ =|;\n]+", line))
+for name in sorted({by_file[f] for f in named if f in by_file}):
+    print(name)
+EOF
+)
+echo "building ${#targets[@]} targets: ${targets[*]}"
+cmake --build "$B" -j "$JOBS" --target "${targets[@]}"
 
 find "$B" -name '*.gcda' -delete
 start=$(date +%s)
