@@ -186,6 +186,12 @@ std::vector<CaseSpec> matmul_activation_cases() {
     s.generic_call = true;
     s.absent = {"pre"};
   }));
+  // Past the CUDA plugin's small-GEMM kernel (2^19 multiply-adds), pre at an 8-byte address
+  // in 16-bit dtypes: cuBLASLt's GELU epilogue must not be handed it as its aux output.
+  c.push_back(with(mm("pre_offset4_gemm", op, 128, 64, 64, {64}), [](CaseSpec& s) {
+    s.act = DLFUSE_ACT_GELU_TANH;
+    s.offset["pre"] = 4;
+  }));
   return c;
 }
 
@@ -265,6 +271,10 @@ std::vector<CaseSpec> matmul_residual_cases() {
     s.layout["residual"] = Layout::kTransposed;
   }));
   c.push_back(with(with(mm("in_place_zero_K", op, 4, 0, 3, {3}), res({4, 3})), [](CaseSpec& s) { s.in_place = true; }));
+  // A cuBLASLt GEMM (past the small-GEMM kernel) whose residual, its C, is at an 8-byte
+  // address in 16-bit dtypes while D is aligned: C's alignment chooses the algorithm.
+  c.push_back(with(with(mm("residual_offset4_gemm", op, 128, 64, 64, {64}), res({128, 64})),
+                   [](CaseSpec& s) { s.offset["residual"] = 4; }));
   // In place on the padded path (above): the residual is D itself, bias along N or M.
   c.push_back(with(with(mm("in_place_unaligned_k287", op, 219, 287, 202, {202}), res({219, 202})),
                    [](CaseSpec& s) { s.in_place = true; }));

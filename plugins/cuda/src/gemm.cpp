@@ -437,11 +437,13 @@ GemmStatus choose_algo(const Gemm& g, const LtProblem& p, PlanLease& lease, Devi
   std::unique_ptr<std::remove_pointer<cublasLtMatmulPreference_t>::type, decltype(&cublasLtMatmulPreferenceDestroy)>
       pref_guard(pref, cublasLtMatmulPreferenceDestroy);
   const uint64_t wsz = kLtWorkspaceBytes;
-  const uint32_t a32 = uint32_t(p.al_a), b32 = uint32_t(p.al_b), d32 = uint32_t(p.al_d);
+  // C's own alignment: a residual C at an 8-byte address beside a 256-byte D otherwise gets
+  // a kernel that cublasLtMatmul then refuses (CUBLAS_STATUS_NOT_SUPPORTED).
+  const uint32_t a32 = uint32_t(p.al_a), b32 = uint32_t(p.al_b), c32 = uint32_t(p.al_c), d32 = uint32_t(p.al_d);
   DLF_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsz, sizeof wsz));
   DLF_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a32, sizeof a32));
   DLF_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &b32, sizeof b32));
-  DLF_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &d32, sizeof d32));
+  DLF_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &c32, sizeof c32));
   DLF_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &d32, sizeof d32));
   const LtPlan& plan = *lease.plan;
   // The heuristic reads the bias pointer's alignment (a 16-bit bias at an odd offset needs
@@ -665,8 +667,12 @@ bool same_orientation(const Mat& m, const Mat& D) {
   return lm.ok && ld.ok && lm.row == ld.row;
 }
 
+// cuBLASLt states no alignment for the aux pointer and no preference selects by it, and its
+// GELU_AUX kernels store aux 16 bytes at a time: a 16-bit pre at an 8-byte address faulted
+// (cudaErrorMisalignedAddress, which ends the CUDA context). Such a pre takes the unfused path.
 bool aux_compatible(const Mat& m, const Mat& D) {
   if (!same_orientation(m, D) || classify(m.R, m.C, m.sr, m.sc).ld % 8 != 0) return false;
+  if (reinterpret_cast<uintptr_t>(m.base) % kRowBytes != 0) return false;
   for (int64_t b : m.bs)
     if (b % 8 != 0) return false;
   return true;
