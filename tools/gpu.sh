@@ -11,11 +11,14 @@
 #                  DLFUSE_CUDA_SMALL_BACKWARD=0) and the OpenCL plugin
 #                  (every device: NVIDIA OpenCL, PoCL), plus forced float16 on the OpenCL GPU
 #   soak[=N]       tools/soak.sh: the commit-seed sweep (64 cases per kernel and dtype) at N seeds
-#                  (default 200) on the CUDA plugin and on the OpenCL plugin's NVIDIA device, 14
-#                  seeds at a time; the counts go to docs/reliability.md
+#                  (default 200) from $SOAK_BASE (else drawn) on the CUDA plugin and on the OpenCL
+#                  plugin's NVIDIA device, 16 seeds at a time; the counts go to docs/reliability.md.
+#                  A CUDA seed costs about 11 core-seconds (170 s per 16 on the H200 machine): 200
+#                  take several calls, e.g. soak=48 with SOAK_BASE=B, B+48, ...
 #   coverage       line and branch coverage of the CUDA plugin's and the OpenCL plugin's host code
 #                  under `conform` (default seed, then the CUDA small forms off, as job conform),
-#                  from a second build with gcc --coverage; gcovr from python3 or a carried .whl/
+#                  from a second build with gcc --coverage; gcovr installed, or carried in .whl/ (gcovr,
+#                  colorlog) beside python3's jinja2, lxml and pygments
 #   grid           the conformance grid of GEMM shapes with rows not 16-byte aligned (--grid) on
 #                  the CUDA plugin, every matmul op and dtype, one process each
 #   memcheck       compute-sanitizer memcheck over the CUDA plugin's bfloat16 conformance and its
@@ -107,8 +110,8 @@ job_conform() {
 job_soak() {
   local n=${1:-200} rc=0
   export POCL_CACHE_DIR=$B/pocl-cache
-  bash tools/soak.sh "$CLI" "$PLUGINS/libdlfuse_cuda.so" "$n" 14 >"$J/cuda.log" 2>&1 || rc=1
-  DLFUSE_OPENCL_DEVICE=gpu bash tools/soak.sh "$CLI" "$PLUGINS/libdlfuse_opencl.so" "$n" 14 >"$J/opencl.log" 2>&1 || rc=1
+  bash tools/soak.sh "$CLI" "$PLUGINS/libdlfuse_cuda.so" "$n" 16 >"$J/cuda.log" 2>&1 || rc=1
+  DLFUSE_OPENCL_DEVICE=gpu bash tools/soak.sh "$CLI" "$PLUGINS/libdlfuse_opencl.so" "$n" 16 >"$J/opencl.log" 2>&1 || rc=1
   summary "soak cuda: $(tail -1 "$J/cuda.log")"
   summary "soak opencl (gpu): $(tail -1 "$J/opencl.log")"
   return $rc
@@ -124,8 +127,11 @@ job_coverage() {
   gpu_build "$c" "$ROOT" dlfuse_cli dlfuse_cuda dlfuse_opencl >"$J/build.log" 2>&1 || { tail -20 "$J/build.log"; return 1; }
   GPU_CMAKE_ARGS=()
   if ! command -v gcovr >/dev/null; then
-    python3 -m venv "$v" && "$v/bin/pip" install -q --no-index --find-links "$ROOT/.whl" gcovr || return 1
-    gcovr=$v/bin/gcovr
+    # The carried gcovr and colorlog beside python3's own jinja2, lxml and pygments (a venv
+    # would not see them: the GPU machine's python3 is itself a venv).
+    python3 -m pip install -q --no-index --no-deps --target "$v" "$ROOT"/.whl/gcovr-*.whl "$ROOT"/.whl/colorlog-*.whl ||
+      return 1
+    gcovr="env PYTHONPATH=$v python3 -m gcovr"
   fi
   local p=$c/lib/dlfuse/plugins
   export POCL_CACHE_DIR=$B/pocl-cache
@@ -142,7 +148,7 @@ job_coverage() {
       opencl) filter=plugins/opencl/src/ obj=$c/plugins/opencl ;;
       common) filter=plugins/common/src/ obj=$c/plugins/opencl ;;
     esac
-    "$gcovr" -r "$ROOT" --filter "$filter" --exclude-throw-branches --exclude-unreachable-branches -j "$(nproc)" \
+    $gcovr -r "$ROOT" --filter "$filter" --exclude-throw-branches --exclude-unreachable-branches -j "$(nproc)" \
       --json-summary "$J/$name.json" --html-details "$J/$name.html" "$obj" >/dev/null || rc=1
     summary "coverage $name: $(python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print(f\"lines {s['line_percent']:.1f}% ({s['line_covered']}/{s['line_total']}), branches {s['branch_percent']:.1f}% ({s['branch_covered']}/{s['branch_total']})\")" "$J/$name.json")"
   done
