@@ -39,7 +39,7 @@ dlfuse_status_t mlp_composed(void* state, void* composition, const dlfuse_kernel
   const auto* c = static_cast<const Composition*>(composition);
   return kit::guarded(c->plugin, args, [&] {
     Scratch scratch(*c, state, args->inputs[0]->device.device_id);
-    return kit::mlp_forward(state, c->layers, args, scratch);
+    return dlfuse_plugin::mlp_forward(state, c->layers, args, scratch);
   });
 }
 
@@ -47,7 +47,7 @@ dlfuse_status_t mlp_backward_composed(void* state, void* composition, const dlfu
   const auto* c = static_cast<const Composition*>(composition);
   return kit::guarded(c->plugin, args, [&] {
     Scratch scratch(*c, state, args->inputs[0]->device.device_id);
-    return kit::mlp_backward(state, c->layers, args, scratch);
+    return dlfuse_plugin::mlp_backward(state, c->layers, args, scratch);
   });
 }
 

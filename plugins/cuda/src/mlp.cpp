@@ -1,5 +1,5 @@
 // mlp and mlp_backward. The forward is one call of the layer kernel per layer
-// (dlfuse::kit::mlp_forward), what passes between layers uncaught by the caller in
+// (dlfuse::dlfuse_plugin::mlp_forward), what passes between layers uncaught by the caller in
 // stream-ordered temporaries. The backward runs from the last layer down on each layer's
 // dZ (compact): the top layer's from the output gradient in one pass (act_grad_rows), each
 // lower layer's from the step above, with the bias gradient's column sums: that layer's
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "matmul_parts.h"
+#include "mlp_layers.hpp"
 #if DLFUSE_CUDA_CUTLASS
 #include "dgrad_relu.h"
 #endif
@@ -20,7 +21,7 @@
 namespace dlfuse_cuda {
 namespace {
 
-constexpr kit::LayerKernels kLayers = {matmul_add_activation, matmul_add_activation_backward};
+constexpr dlfuse_plugin::LayerKernels kLayers = {matmul_add_activation, matmul_add_activation_backward};
 
 // Stream-ordered temporaries on the call's device, freed when the call returns.
 struct Scratch {
@@ -38,7 +39,7 @@ struct Scratch {
 // What one mlp_backward call reads: its tensors by layer.
 struct Call {
   const dlfuse_kernel_args_t* args;
-  kit::mlp_detail::Stack s;
+  dlfuse_plugin::mlp_detail::Stack s;
   const DLTensor* input_of(int i) const { return i ? args->inputs[MLPB_IN(h0) + i - 1] : s.x; }
   const DLTensor* output_of(int i) const {
     return i == s.n - 1 ? args->inputs[MLPB_IN(out)] : args->inputs[MLPB_IN(h0) + i];
@@ -77,7 +78,7 @@ struct BiasSums {
 
 // The step from layer i's dZ to layer i - 1's, where one kernel takes it whole.
 struct Edge {
-  const void* dz;   // layer i's dZ, compact [M, N]
+  const void* dz;  // layer i's dZ, compact [M, N]
   int64_t M;
   const DLTensor* w;  // layer i's weight [K, N]
   const DLTensor* h;  // layer i - 1's output [M, K]
@@ -130,10 +131,13 @@ bool gemm_edge(CallContext& cx, const Edge& e, BiasSums& sums) {
   // The epilogue's per-tile column sums serve where they are packed (K a multiple of the tile's).
   if (dgrad_relu_partial_cols(p.K) == p.K) p.partials = sums.claim(cx, dgrad_relu_partial_rows(e.M), p.K, e.gbias);
   std::unique_ptr<Temp> ws;
-  const cudaError_t err = dgrad_relu(p, [&](size_t bytes) {
-    ws = std::make_unique<Temp>(*cx.ds, bytes, cx.stream);
-    return ws->get();
-  }, cx.stream);
+  const cudaError_t err = dgrad_relu(
+      p,
+      [&](size_t bytes) {
+        ws = std::make_unique<Temp>(*cx.ds, bytes, cx.stream);
+        return ws->get();
+      },
+      cx.stream);
   if (err == cudaErrorNotSupported && p.partials) sums.drop_last();
   if (err == cudaErrorNotSupported) return false;
   DLF_CUDA(err);
@@ -196,12 +200,12 @@ bool edge(CallContext& cx, const Edge& e, BiasSums& sums) {
 }
 
 void backward(CallContext& cx, const Call& c) {
-  const kit::mlp_detail::Stack& s = c.s;
+  const dlfuse_plugin::mlp_detail::Stack& s = c.s;
   const int lowest = c.lowest();
   const int64_t M = s.x->shape[0];
   const size_t esize = size_t(dsize(cx.dt));
   std::unique_ptr<Temp> dz, gbuf;  // layer i's dZ; its output gradient where no edge step made dZ
-  std::unique_ptr<kit::mlp_detail::ScratchMatrix> gmat;
+  std::unique_ptr<dlfuse_plugin::mlp_detail::ScratchMatrix> gmat;
   const DLTensor* g = c.args->inputs[MLPB_IN(grad_out)];
   BiasSums sums;
   bool have_dz = false;
@@ -222,12 +226,13 @@ void backward(CallContext& cx, const Call& c) {
     if (i == lowest) break;
     const int64_t K = s.w[i]->shape[0];
     std::unique_ptr<Temp> below(new Temp(*cx.ds, size_t(M * K) * esize, cx.stream));
-    have_dz = edge(cx, {dz->get(), M, s.w[i], c.output_of(i - 1), s.act_of(i - 1), below->get(), c.grad_b(i - 1)}, sums);
+    have_dz =
+        edge(cx, {dz->get(), M, s.w[i], c.output_of(i - 1), s.act_of(i - 1), below->get(), c.grad_b(i - 1)}, sums);
     if (have_dz) {
       dz = std::move(below);
       continue;
     }
-    gmat.reset(new kit::mlp_detail::ScratchMatrix(below->get(), s.x, M, K));
+    gmat.reset(new dlfuse_plugin::mlp_detail::ScratchMatrix(below->get(), s.x, M, K));
     operand_grads(cx, s.tf32, dzm, shape, c.input_of(i), s.w[i], &gmat->t, nullptr);
     gbuf = std::move(below);
     g = &gmat->t;
@@ -241,7 +246,7 @@ dlfuse_status_t mlp(void* state, void*, const dlfuse_kernel_args_t* args) {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&]() -> dlfuse_status_t {
     CallContext cx(state, args, DLFUSE_ARITY(mlp), DLFUSE_OPTIONAL_INPUTS(mlp));
     Scratch scratch{cx, {}};
-    return kit::mlp_forward(state, kLayers, args, scratch);
+    return dlfuse_plugin::mlp_forward(state, kLayers, args, scratch);
   });
 }
 
@@ -249,7 +254,7 @@ dlfuse_status_t mlp_backward(void* state, void*, const dlfuse_kernel_args_t* arg
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&]() -> dlfuse_status_t {
     CallContext cx(state, args, DLFUSE_ARITY(mlp_backward), DLFUSE_OPTIONAL_INPUTS(mlp_backward));
     kit::check_call(args, DLFUSE_ARITY(mlp_backward), false, kDLCUDA, DLFUSE_OPTIONAL_INPUTS(mlp_backward));
-    const Call c{args, kit::mlp_detail::stack_of(args, MLPB_IN(x), MLPB_IN(w0))};
+    const Call c{args, dlfuse_plugin::mlp_detail::stack_of(args, MLPB_IN(x), MLPB_IN(w0))};
     backward(cx, c);
     return DLFUSE_STATUS_OK;
   });
