@@ -5,12 +5,13 @@ set -euo pipefail
 
 # oneDNN (CPU plugin), the Khronos OpenCL headers + ICD loader with PoCL as the CPU device
 # (OpenCL plugin), clinfo to list platforms, Google Benchmark for bench/, clang-14 with
-# its libFuzzer runtime (the fuzz preset), valgrind (memcheck runs of the CPU path), Mesa's
-# Vulkan drivers for lavapipe, the CPU Vulkan device the WebGPU plugin is tested on, and
-# ccache (the Python wheel's build uses it where installed: bindings/python/wheel).
+# its libFuzzer runtime (the fuzz preset), clang-format-14 (the `format` test), valgrind
+# (memcheck runs of the CPU path), Mesa's Vulkan drivers for lavapipe, the CPU Vulkan
+# device the WebGPU plugin is tested on, and ccache (the Python wheel's build uses it
+# where installed: bindings/python/wheel).
 apt_packages=(cmake g++ make pkg-config python3 python3-pip libgtest-dev libgmock-dev
   libdnnl-dev opencl-headers ocl-icd-opencl-dev pocl-opencl-icd clinfo libbenchmark-dev
-  clang-14 libclang-rt-14-dev valgrind mesa-vulkan-drivers ccache)
+  clang-14 libclang-rt-14-dev clang-format-14 valgrind mesa-vulkan-drivers ccache)
 apt_packages+=(cargo rustc) # bindings/rust: Debian's toolchain (rustc 1.63), no crates from outside
 missing=()
 for p in "${apt_packages[@]}"; do

@@ -78,8 +78,7 @@ static PyObject* py_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs
     if (import(args[n], &v[n]) < 0) break;
   int st = -1;
   if (n == 4) {
-    Py_BEGIN_ALLOW_THREADS
-    st = proto_run(v[0].t, v[1].t, v[2].t, v[3].t);
+    Py_BEGIN_ALLOW_THREADS st = proto_run(v[0].t, v[1].t, v[2].t, v[3].t);
     Py_END_ALLOW_THREADS
   }
   for (int i = 0; i < n; ++i) release(&v[i]);

@@ -13,8 +13,8 @@ namespace {
 using tvm::ffi::TensorView;
 
 int64_t init(int64_t reg, std::string op, int64_t get, int64_t c, int64_t le) {
-  return proto_init(static_cast<uintptr_t>(reg), op.c_str(), static_cast<uintptr_t>(get),
-                    static_cast<uintptr_t>(c), static_cast<uintptr_t>(le));
+  return proto_init(static_cast<uintptr_t>(reg), op.c_str(), static_cast<uintptr_t>(get), static_cast<uintptr_t>(c),
+                    static_cast<uintptr_t>(le));
 }
 
 // TensorView keeps its DLTensor private; the same fields, handed on.

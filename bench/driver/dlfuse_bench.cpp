@@ -64,8 +64,8 @@ struct Dtype {
   DLDataType dl;
   int size;
 };
-const Dtype kDtypes[] = {{"float32", {kDLFloat, 32, 1}, 4}, {"bfloat16", {kDLBfloat, 16, 1}, 2},
-                         {"float64", {kDLFloat, 64, 1}, 8}};
+const Dtype kDtypes[] = {
+    {"float32", {kDLFloat, 32, 1}, 4}, {"bfloat16", {kDLBfloat, 16, 1}, 2}, {"float64", {kDLFloat, 64, 1}, 8}};
 
 const Dtype* find_dtype(const std::string& n) {
   for (const Dtype& d : kDtypes)
@@ -127,8 +127,7 @@ struct DevTensor {
     bytes = n * size_t(dt.size);
     ck(dlfuse_device_alloc(reg, dev, bytes, &ptr), "device_alloc");
     const std::vector<unsigned char> h = host_values(n, dt, seed);
-    ck(dlfuse_device_copy(reg, dev, DLFUSE_COPY_HOST_TO_DEVICE, ptr, 0, h.data(), 0, h.size(), nullptr),
-       "device_copy");
+    ck(dlfuse_device_copy(reg, dev, DLFUSE_COPY_HOST_TO_DEVICE, ptr, 0, h.data(), 0, h.size(), nullptr), "device_copy");
     t.data = ptr;
     t.device = dev;
     t.ndim = int32_t(shape.size());
@@ -182,8 +181,8 @@ std::string check_outputs(Ctx& c, const Dtype& dt, const std::string& what, size
   const double tol = dt.size == 2 ? 2e-2 : dt.size == 4 ? 1e-4 : 1e-10;
   if (worst > tol) {
     g_check_failed = true;
-    std::fprintf(stderr, "  CHECK FAILED: %s %s %s: max error / sum|terms| %.3g > %.3g\n", c.impl.c_str(),
-                 what.c_str(), dt.name, worst, tol);
+    std::fprintf(stderr, "  CHECK FAILED: %s %s %s: max error / sum|terms| %.3g > %.3g\n", c.impl.c_str(), what.c_str(),
+                 dt.name, worst, tol);
   }
   char buf[96];
   std::snprintf(buf, sizeof buf, ", \"check_max_err\": %.3g, \"check\": \"%s\"", worst, worst > tol ? "FAIL" : "ok");
@@ -217,17 +216,20 @@ void bench_matmul(Ctx& c, const Dtype& dt, int64_t M, int64_t K, int64_t N) {
     c.sync();
     const auto a = A[0]->download(), b = B[0]->download(), bi = Bi[0]->download();
     const size_t e = size_t(dt.size);
-    chk = check_outputs(c, dt, "matmul_add_relu " + shape, size_t(M * N), [&](size_t i, double* mag) {
-      const int64_t m = int64_t(i) / N, n = int64_t(i) % N;
-      double acc = to_double(&bi[size_t(n) * e], dt);
-      *mag = std::fabs(acc);
-      for (int64_t k = 0; k < K; ++k) {
-        const double p = to_double(&a[size_t(m * K + k) * e], dt) * to_double(&b[size_t(k * N + n) * e], dt);
-        acc += p;
-        *mag += std::fabs(p);
-      }
-      return acc > 0 ? acc : 0.0;
-    }, *O[0]);
+    chk = check_outputs(
+        c, dt, "matmul_add_relu " + shape, size_t(M * N),
+        [&](size_t i, double* mag) {
+          const int64_t m = int64_t(i) / N, n = int64_t(i) % N;
+          double acc = to_double(&bi[size_t(n) * e], dt);
+          *mag = std::fabs(acc);
+          for (int64_t k = 0; k < K; ++k) {
+            const double p = to_double(&a[size_t(m * K + k) * e], dt) * to_double(&b[size_t(k * N + n) * e], dt);
+            acc += p;
+            *mag += std::fabs(p);
+          }
+          return acc > 0 ? acc : 0.0;
+        },
+        *O[0]);
     // relu keeps NaN (docs/ops.md), also in whatever GEMM epilogue a plugin picks for this
     // shape: A[0, 0] = NaN must make all of row 0 NaN and nothing else.
     const uint64_t nan_bits = dt.size == 8 ? 0x7ff8000000000000ull : dt.size == 4 ? 0x7fc00000ull : 0x7fc0ull;
@@ -236,13 +238,15 @@ void bench_matmul(Ctx& c, const Dtype& dt, int64_t M, int64_t K, int64_t N) {
     c.sync();
     const auto o = O[0]->download();
     int64_t nan_row0 = 0, nan_elsewhere = 0;
-    for (size_t i = 0; i < size_t(M * N); ++i) (i < size_t(N) ? nan_row0 : nan_elsewhere) += std::isnan(to_double(&o[i * e], dt));
+    for (size_t i = 0; i < size_t(M * N); ++i)
+      (i < size_t(N) ? nan_row0 : nan_elsewhere) += std::isnan(to_double(&o[i * e], dt));
     ck(dlfuse_device_copy(c.reg, c.dev, DLFUSE_COPY_HOST_TO_DEVICE, A[0]->ptr, 0, a.data(), 0, e, nullptr), "copy");
     if (nan_row0 != N || nan_elsewhere != 0) {
       g_check_failed = true;
-      std::fprintf(stderr, "  CHECK FAILED: %s matmul_add_relu %s %s: A[0, 0] = NaN gave %lld of %lld NaN in row 0, "
-                   "%lld elsewhere\n", c.impl.c_str(), shape.c_str(), dt.name, (long long)nan_row0, (long long)N,
-                   (long long)nan_elsewhere);
+      std::fprintf(stderr,
+                   "  CHECK FAILED: %s matmul_add_relu %s %s: A[0, 0] = NaN gave %lld of %lld NaN in row 0, "
+                   "%lld elsewhere\n",
+                   c.impl.c_str(), shape.c_str(), dt.name, (long long)nan_row0, (long long)N, (long long)nan_elsewhere);
       chk = ", \"check_max_err\": 1e30, \"check\": \"FAIL\"";
     }
     chk += ", \"nan_row0\": " + std::to_string(nan_row0) + ", \"nan_elsewhere\": " + std::to_string(nan_elsewhere);
@@ -308,14 +312,17 @@ void bench_add_mul(Ctx& c, const Dtype& dt, int64_t M, int64_t N, const std::str
     c.sync();
     const auto x = X[0]->download(), y = Y[0]->download(), b = Bi[0]->download();
     const size_t e = size_t(dt.size);
-    chk = check_outputs(c, dt, op + " " + shape, size_t(M * N), [&](size_t i, double* mag) {
-      const double xv = to_double(&x[i * e], dt), bv = to_double(&b[(i % size_t(N)) * e], dt);
-      const double yv = 0.5 * to_double(&y[i * e], dt), p = xv + bv + yv;
-      *mag = std::fabs(xv) + std::fabs(bv) + std::fabs(yv);
-      if (act == "relu") return p > 0 ? p : 0.0;
-      *mag = 1;  // sigmoid's output is in (0, 1): an absolute error
-      return 1 / (1 + std::exp(-p));
-    }, *O[0]);
+    chk = check_outputs(
+        c, dt, op + " " + shape, size_t(M * N),
+        [&](size_t i, double* mag) {
+          const double xv = to_double(&x[i * e], dt), bv = to_double(&b[(i % size_t(N)) * e], dt);
+          const double yv = 0.5 * to_double(&y[i * e], dt), p = xv + bv + yv;
+          *mag = std::fabs(xv) + std::fabs(bv) + std::fabs(yv);
+          if (act == "relu") return p > 0 ? p : 0.0;
+          *mag = 1;  // sigmoid's output is in (0, 1): an absolute error
+          return 1 / (1 + std::exp(-p));
+        },
+        *O[0]);
   }
   row(op, "fwd", dt.name, shape, c.impl, c.device, s, batch, extra + chk);
   for (bool grad_y : {true, false}) {
@@ -388,22 +395,25 @@ void bench_matmul_epilogue(Ctx& c, const Dtype& dt, int64_t M, int64_t K, int64_
     c.sync();
     const auto a = A[0]->download(), b = B[0]->download(), bi = Bi[0]->download(), r = P[0]->download();
     const size_t e = size_t(dt.size);
-    chk = check_outputs(c, dt, op + " " + shape, size_t(M * N), [&](size_t i, double* mag) {
-      const int64_t m = int64_t(i) / N, n = int64_t(i) % N;
-      double acc = to_double(&bi[size_t(n) * e], dt);
-      *mag = std::fabs(acc);
-      for (int64_t k = 0; k < K; ++k) {
-        const double p = to_double(&a[size_t(m * K + k) * e], dt) * to_double(&b[size_t(k * N + n) * e], dt);
-        acc += p;
-        *mag += std::fabs(p);
-      }
-      if (residual) {
-        const double rv = to_double(&r[i * e], dt);
-        *mag += std::fabs(rv);
-        return acc + rv;
-      }
-      return gelu_tanh(acc);  // |gelu'| <= 1.13: the sum's magnitude bounds its error
-    }, *O[0]);
+    chk = check_outputs(
+        c, dt, op + " " + shape, size_t(M * N),
+        [&](size_t i, double* mag) {
+          const int64_t m = int64_t(i) / N, n = int64_t(i) % N;
+          double acc = to_double(&bi[size_t(n) * e], dt);
+          *mag = std::fabs(acc);
+          for (int64_t k = 0; k < K; ++k) {
+            const double p = to_double(&a[size_t(m * K + k) * e], dt) * to_double(&b[size_t(k * N + n) * e], dt);
+            acc += p;
+            *mag += std::fabs(p);
+          }
+          if (residual) {
+            const double rv = to_double(&r[i * e], dt);
+            *mag += std::fabs(rv);
+            return acc + rv;
+          }
+          return gelu_tanh(acc);  // |gelu'| <= 1.13: the sum's magnitude bounds its error
+        },
+        *O[0]);
   }
   row(op, "fwd", dt.name, shape, c.impl, c.device, s, batch, extra + chk);
   if (residual) return;
@@ -453,10 +463,10 @@ int cmd_ops(const std::string& path, const OpsArgs& a) {
   if (count < 1 || dlfuse_registry_plugin_info(reg, 0, &info) != DLFUSE_STATUS_OK)
     die("could not load " + path + ": " + dlfuse_last_error());
   if (!info.available || a.device_id >= info.device_count) {
-    std::printf("{\"skip\": \"%s\", \"path\": \"%s\", \"reason\": \"%s\"}\n", json_escape(info.name).c_str(),
-                json_escape(info.path).c_str(),
-                info.available ? ("no device_id " + std::to_string(a.device_id)).c_str()
-                               : json_escape(info.reason).c_str());
+    std::printf(
+        "{\"skip\": \"%s\", \"path\": \"%s\", \"reason\": \"%s\"}\n", json_escape(info.name).c_str(),
+        json_escape(info.path).c_str(),
+        info.available ? ("no device_id " + std::to_string(a.device_id)).c_str() : json_escape(info.reason).c_str());
     dlfuse_registry_destroy(reg);
     return 0;
   }
@@ -466,8 +476,8 @@ int cmd_ops(const std::string& path, const OpsArgs& a) {
   c.dev = DLDevice{static_cast<DLDeviceType>(info.device_type), a.device_id};
   c.impl = std::string("dlfuse_") + info.name;
   const char* dev_names[] = {"", "cpu", "cuda", "cuda_host", "opencl"};
-  c.device = (info.device_type >= 1 && info.device_type <= 4 ? dev_names[info.device_type] : "dev") +
-             std::string(":") + std::to_string(a.device_id);
+  c.device = (info.device_type >= 1 && info.device_type <= 4 ? dev_names[info.device_type] : "dev") + std::string(":") +
+             std::to_string(a.device_id);
   if (info.device_count > 1 || info.device_type == kDLOpenCL) c.impl += ":" + std::to_string(a.device_id);
   std::printf("{\"plugin\": \"%s\", \"version\": \"%s\", \"path\": \"%s\", \"device\": \"%s\", \"device_count\": %d}\n",
               json_escape(info.name).c_str(), json_escape(info.version).c_str(), json_escape(info.path).c_str(),
@@ -483,18 +493,24 @@ int cmd_ops(const std::string& path, const OpsArgs& a) {
       (dlfuse_op_get(reg, DLFUSE_OP_MATMUL_ADD_ACTIVATION, &c.ma) != DLFUSE_STATUS_OK ||
        dlfuse_op_get(reg, DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD, &c.mab) != DLFUSE_STATUS_OK))
     c.ma = c.mab = nullptr;
-  if (want(DLFUSE_OP_MATMUL_ADD_RESIDUAL) && dlfuse_op_get(reg, DLFUSE_OP_MATMUL_ADD_RESIDUAL, &c.mr) != DLFUSE_STATUS_OK)
+  if (want(DLFUSE_OP_MATMUL_ADD_RESIDUAL) &&
+      dlfuse_op_get(reg, DLFUSE_OP_MATMUL_ADD_RESIDUAL, &c.mr) != DLFUSE_STATUS_OK)
     c.mr = nullptr;
 
   std::vector<std::vector<int64_t>> shapes;
-  if (!a.shapes.empty()) shapes = parse_shapes(a.shapes);
-  else if (g_mode == Mode::smoke) shapes = {{64, 32, 16}, {64, 32}};
-  else shapes = {{2048, 512, 256}, {4096, 1024, 1024}, {2048, 512}, {16384, 8192}};
-  if (a.shapes.empty() && a.large && g_mode != Mode::smoke) shapes.insert(shapes.begin() + 2, std::vector<int64_t>{8192, 4096, 4096});
+  if (!a.shapes.empty())
+    shapes = parse_shapes(a.shapes);
+  else if (g_mode == Mode::smoke)
+    shapes = {{64, 32, 16}, {64, 32}};
+  else
+    shapes = {{2048, 512, 256}, {4096, 1024, 1024}, {2048, 512}, {16384, 8192}};
+  if (a.shapes.empty() && a.large && g_mode != Mode::smoke)
+    shapes.insert(shapes.begin() + 2, std::vector<int64_t>{8192, 4096, 4096});
   for (const std::string& o : a.ops)
     if (o != "matmul_add_relu" && o != "add_mul_activation" && o != DLFUSE_OP_MATMUL_ADD_ACTIVATION &&
         o != DLFUSE_OP_MATMUL_ADD_RESIDUAL)
-      die("unknown op '" + o + "' (expected matmul_add_relu, add_mul_activation, matmul_add_activation or "
+      die("unknown op '" + o +
+          "' (expected matmul_add_relu, add_mul_activation, matmul_add_activation or "
           "matmul_add_residual)");
   for (const std::string& act : a.activations)
     if (act != "relu" && act != "sigmoid") die("unknown activation '" + act + "' (expected relu or sigmoid)");
@@ -697,9 +713,10 @@ int cmd_dispatch(const std::string& path) {
       if (st != 0) die(std::string(cs.name) + ": a call failed: " + dlfuse_last_error());
     }
     const Stats s = stats_of(ns);
-    std::printf("{\"dispatch\": \"%s\", \"median_ns\": %.2f, \"p10_ns\": %.2f, \"p90_ns\": %.2f, \"min_ns\": %.2f, "
-                "\"calls_per_round\": %d, \"rounds\": %d}\n",
-                cs.name, s.median, s.p10, s.p90, s.min, n, s.n);
+    std::printf(
+        "{\"dispatch\": \"%s\", \"median_ns\": %.2f, \"p10_ns\": %.2f, \"p90_ns\": %.2f, \"min_ns\": %.2f, "
+        "\"calls_per_round\": %d, \"rounds\": %d}\n",
+        cs.name, s.median, s.p10, s.p90, s.min, n, s.n);
     std::fflush(stdout);
     std::fprintf(stderr, "  dispatch %-30s median %8.1f ns/call [p10 %.1f, p90 %.1f]\n", cs.name, s.median, s.p10,
                  s.p90);
@@ -737,13 +754,15 @@ int cmd_copy_bw() {
     }
     const Stats s = stats_of(v);
     // Bytes moved = read + written (2 x bytes), as for the GPU's device-to-device copy.
-    std::printf("{\"ceiling\": \"copy_bw\", \"device\": \"cpu:0\", \"impl\": \"memcpy_%u_threads\", \"bytes\": %zu, "
-                "\"median_ms\": %.6g, \"p10_ms\": %.6g, \"p90_ms\": %.6g, \"GBps\": %.3f, \"GBps_p10\": %.3f, "
-                "\"GBps_p90\": %.3f}\n",
-                nt, 2 * bytes, s.median * 1e3, s.p10 * 1e3, s.p90 * 1e3, 2.0 * double(bytes) / s.median / 1e9,
-                2.0 * double(bytes) / s.p90 / 1e9, 2.0 * double(bytes) / s.p10 / 1e9);
+    std::printf(
+        "{\"ceiling\": \"copy_bw\", \"device\": \"cpu:0\", \"impl\": \"memcpy_%u_threads\", \"bytes\": %zu, "
+        "\"median_ms\": %.6g, \"p10_ms\": %.6g, \"p90_ms\": %.6g, \"GBps\": %.3f, \"GBps_p10\": %.3f, "
+        "\"GBps_p90\": %.3f}\n",
+        nt, 2 * bytes, s.median * 1e3, s.p10 * 1e3, s.p90 * 1e3, 2.0 * double(bytes) / s.median / 1e9,
+        2.0 * double(bytes) / s.p90 / 1e9, 2.0 * double(bytes) / s.p10 / 1e9);
     std::fflush(stdout);
-    std::fprintf(stderr, "  memcpy %u thread(s): %.2f GB/s (read + written)\n", nt, 2.0 * double(bytes) / s.median / 1e9);
+    std::fprintf(stderr, "  memcpy %u thread(s): %.2f GB/s (read + written)\n", nt,
+                 2.0 * double(bytes) / s.median / 1e9);
     if (threads == 1) break;
   }
   return 0;
@@ -758,11 +777,11 @@ int cmd_list() {
     dlfuse_plugin_info_t info{};
     info.struct_size = sizeof info;
     ck(dlfuse_registry_plugin_info(reg, i, &info), "plugin_info");
-    std::printf("{\"name\": \"%s\", \"path\": \"%s\", \"available\": %d, \"reason\": \"%s\", \"device_type\": %d, "
-                "\"device_count\": %d, \"version\": \"%s\"}\n",
-                json_escape(info.name).c_str(), json_escape(info.path).c_str(), info.available,
-                json_escape(info.reason).c_str(), info.device_type, info.device_count,
-                json_escape(info.version).c_str());
+    std::printf(
+        "{\"name\": \"%s\", \"path\": \"%s\", \"available\": %d, \"reason\": \"%s\", \"device_type\": %d, "
+        "\"device_count\": %d, \"version\": \"%s\"}\n",
+        json_escape(info.name).c_str(), json_escape(info.path).c_str(), info.available,
+        json_escape(info.reason).c_str(), info.device_type, info.device_count, json_escape(info.version).c_str());
   }
   dlfuse_registry_destroy(reg);
   return 0;

@@ -4,10 +4,9 @@
 //
 // A case: one warm-up call, then `rounds` batches of `batch` back-to-back calls (about 20 ms
 // each, kBatchSeconds), each batch closed by a device synchronize and timed by the host's
-// steady clock; the per-call time of a batch is its time / batch. Medians and the 10th/90th percentiles are over the batches.
-// Batches keep small GPU calls from being timed as launch + sync latency (like CUDA events
-// around back-to-back calls); a CPU call returns when done, so a batch of a slow CPU case
-// is one call.
+// steady clock; the per-call time of a batch is its time / batch. Medians and the 10th/90th percentiles are over the
+// batches. Batches keep small GPU calls from being timed as launch + sync latency (like CUDA events around back-to-back
+// calls); a CPU call returns when done, so a batch of a slow CPU case is one call.
 #pragma once
 
 #include <algorithm>
@@ -24,10 +23,14 @@ enum class Mode { smoke, quick, full };
 inline Mode g_mode = Mode::full;
 
 inline bool parse_mode(const std::string& m) {
-  if (m == "smoke") g_mode = Mode::smoke;
-  else if (m == "quick") g_mode = Mode::quick;
-  else if (m == "full") g_mode = Mode::full;
-  else return false;
+  if (m == "smoke")
+    g_mode = Mode::smoke;
+  else if (m == "quick")
+    g_mode = Mode::quick;
+  else if (m == "full")
+    g_mode = Mode::full;
+  else
+    return false;
   return true;
 }
 
@@ -105,11 +108,12 @@ inline int sets_for(size_t set_bytes) {
 inline void row(const std::string& op, const std::string& dir, const std::string& dtype, const std::string& shape,
                 const std::string& impl, const std::string& device, const Stats& s, int batch,
                 const std::string& extra = "") {
-  std::printf("{\"op\": \"%s\", \"dir\": \"%s\", \"dtype\": \"%s\", \"shape\": \"%s\", \"impl\": \"%s\", "
-              "\"device\": \"%s\", \"median_ms\": %.6g, \"p10_ms\": %.6g, \"p90_ms\": %.6g, \"min_ms\": %.6g, "
-              "\"rounds\": %d, \"batch\": %d%s}\n",
-              op.c_str(), dir.c_str(), dtype.c_str(), shape.c_str(), impl.c_str(), device.c_str(), s.median * 1e3,
-              s.p10 * 1e3, s.p90 * 1e3, s.min * 1e3, s.n, batch, extra.c_str());
+  std::printf(
+      "{\"op\": \"%s\", \"dir\": \"%s\", \"dtype\": \"%s\", \"shape\": \"%s\", \"impl\": \"%s\", "
+      "\"device\": \"%s\", \"median_ms\": %.6g, \"p10_ms\": %.6g, \"p90_ms\": %.6g, \"min_ms\": %.6g, "
+      "\"rounds\": %d, \"batch\": %d%s}\n",
+      op.c_str(), dir.c_str(), dtype.c_str(), shape.c_str(), impl.c_str(), device.c_str(), s.median * 1e3, s.p10 * 1e3,
+      s.p90 * 1e3, s.min * 1e3, s.n, batch, extra.c_str());
   std::fflush(stdout);
   std::fprintf(stderr, "  %-64s median %10.4f ms  [p10 %.4f, p90 %.4f] x%d\n",
                (impl + " " + op + " " + dir + " " + dtype + " " + shape).c_str(), s.median * 1e3, s.p10 * 1e3,

@@ -29,12 +29,15 @@ dlfuse_status_t say(char* err, size_t err_size, dlfuse_status_t st, const char* 
 dlfuse_status_t nothing(void*, void*, const dlfuse_kernel_args_t*) noexcept { return DLFUSE_STATUS_OK; }
 
 constexpr dlfuse_kernel_t kernel(const char* op) {
-  return dlfuse_kernel_t{sizeof(dlfuse_kernel_t), op, kDLCPU, 4, kDtypes, 1000, nothing, &g_kernel_data, 0, nullptr, nullptr};
+  return dlfuse_kernel_t{sizeof(dlfuse_kernel_t), op, kDLCPU,  4,      kDtypes, 1000, nothing,
+                         &g_kernel_data,          0,  nullptr, nullptr};
 }
 
 const dlfuse_kernel_t kKernels[] = {
-    kernel(DLFUSE_OP_MATMUL_ADD_RELU),     kernel(DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD),
-    kernel(DLFUSE_OP_ADD_MUL_ACTIVATION), kernel(DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD),
+    kernel(DLFUSE_OP_MATMUL_ADD_RELU),
+    kernel(DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD),
+    kernel(DLFUSE_OP_ADD_MUL_ACTIVATION),
+    kernel(DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD),
     kernel("noop"),
 };
 
@@ -48,8 +51,7 @@ dlfuse_status_t open_plugin(const dlfuse_host_info_t* host, void** state, char* 
 
 void close_plugin(void*) noexcept {}
 
-dlfuse_status_t get_kernels(void*, const dlfuse_kernel_t** kernels, int32_t* num, char* err,
-                            size_t err_size) noexcept {
+dlfuse_status_t get_kernels(void*, const dlfuse_kernel_t** kernels, int32_t* num, char* err, size_t err_size) noexcept {
   if (!kernels || !num) return say(err, err_size, DLFUSE_STATUS_INVALID_ARGUMENT, "get_kernels: NULL out-pointer");
   *kernels = kKernels;
   *num = int32_t(sizeof(kKernels) / sizeof(kKernels[0]));
@@ -99,8 +101,19 @@ dlfuse_status_t synchronize(void*, int32_t id, void*, char* err, size_t err_size
   return check_device(id, err, err_size);
 }
 
-const dlfuse_plugin_t kPlugin = {sizeof(dlfuse_plugin_t), DLFUSE_ABI_MAJOR, DLFUSE_ABI_MINOR, "noop", "1.0.0", kDLCPU,
-                                 open_plugin, close_plugin, get_kernels, device_count, alloc, release, copy,
+const dlfuse_plugin_t kPlugin = {sizeof(dlfuse_plugin_t),
+                                 DLFUSE_ABI_MAJOR,
+                                 DLFUSE_ABI_MINOR,
+                                 "noop",
+                                 "1.0.0",
+                                 kDLCPU,
+                                 open_plugin,
+                                 close_plugin,
+                                 get_kernels,
+                                 device_count,
+                                 alloc,
+                                 release,
+                                 copy,
                                  synchronize};
 
 }  // namespace

@@ -59,7 +59,8 @@ struct Buf {
       const float v = float(int64_t(x >> 40) - (1ll << 23)) / float(1 << 23);
       uint32_t u;
       std::memcpy(&u, &v, 4);
-      if (dt.size == 4) std::memcpy(&h[i * 4], &u, 4);
+      if (dt.size == 4)
+        std::memcpy(&h[i * 4], &u, 4);
       else {
         const uint16_t b = uint16_t((u + 0x7fff + ((u >> 16) & 1)) >> 16);
         std::memcpy(&h[i * 2], &b, 2);
@@ -192,10 +193,10 @@ void nan_probe(cublasLtHandle_t h, int64_t M, int64_t K, int64_t N, const Dt& dt
     nan += std::isnan(f) ? 1 : 0;
     zero += f == 0.f ? 1 : 0;
   }
-  std::printf("{\"check\": \"relu_epilogue_nan_probe\", \"impl\": \"cublaslt_relu_bias_epilogue\", \"dtype\": \"%s\", "
-              "\"shape\": \"%s\", \"nan_expected\": %lld, \"nan_got\": %lld, \"zero_instead\": %lld, \"ok\": %s}\n",
-              dt.name, dims_str({M, K, N}).c_str(), (long long)N, (long long)nan, (long long)zero,
-              nan == N ? "true" : "false");
+  std::printf(
+      "{\"check\": \"relu_epilogue_nan_probe\", \"impl\": \"cublaslt_relu_bias_epilogue\", \"dtype\": \"%s\", "
+      "\"shape\": \"%s\", \"nan_expected\": %lld, \"nan_got\": %lld, \"zero_instead\": %lld, \"ok\": %s}\n",
+      dt.name, dims_str({M, K, N}).c_str(), (long long)N, (long long)nan, (long long)zero, nan == N ? "true" : "false");
   std::fflush(stdout);
 }
 
@@ -206,11 +207,16 @@ int main(int argc, char** argv) {
   std::vector<std::string> dtypes{"float32", "bfloat16"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--mode" && i + 1 < argc && parse_mode(argv[i + 1])) ++i;
-    else if (a == "--shapes" && i + 1 < argc) shapes_arg = argv[++i];
-    else if (a == "--dtypes" && i + 1 < argc) dtypes = split_list(argv[++i]);
-    else if (a == "--dlfuse" && i + 1 < argc) plugin = argv[++i];
-    else die("usage: dlfuse_bench_cublaslt [--mode quick|full] [--shapes LIST] [--dtypes LIST] [--dlfuse PLUGIN.so]");
+    if (a == "--mode" && i + 1 < argc && parse_mode(argv[i + 1]))
+      ++i;
+    else if (a == "--shapes" && i + 1 < argc)
+      shapes_arg = argv[++i];
+    else if (a == "--dtypes" && i + 1 < argc)
+      dtypes = split_list(argv[++i]);
+    else if (a == "--dlfuse" && i + 1 < argc)
+      plugin = argv[++i];
+    else
+      die("usage: dlfuse_bench_cublaslt [--mode quick|full] [--shapes LIST] [--dtypes LIST] [--dlfuse PLUGIN.so]");
   }
   ck(cudaSetDevice(0), "cudaSetDevice");
   ck(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking), "stream");
@@ -228,9 +234,9 @@ int main(int argc, char** argv) {
       die(std::string("dlfuse: ") + dlfuse_last_error());
   }
   const auto sync = [] { ck(cudaStreamSynchronize(g_stream), "sync"); };
-  const auto shapes = shapes_arg.empty() ? std::vector<std::vector<int64_t>>{{2048, 512, 256}, {4096, 1024, 1024},
-                                                                            {8192, 4096, 4096}}
-                                         : parse_shapes(shapes_arg);
+  const auto shapes = shapes_arg.empty()
+                          ? std::vector<std::vector<int64_t>>{{2048, 512, 256}, {4096, 1024, 1024}, {8192, 4096, 4096}}
+                          : parse_shapes(shapes_arg);
   for (const std::string& dn : dtypes) {
     const Dt* dtp = nullptr;
     for (const Dt& d : kDts)
@@ -260,12 +266,15 @@ int main(int argc, char** argv) {
       const std::string cand = ", \"candidate\": " + std::to_string(tuned.candidate);
       for (auto [impl, g, extra] : {std::tuple{"cublaslt_gemm_only", &plain, std::string()},
                                     std::tuple{"cublaslt_gemm_only_tuned", &tuned, cand}}) {
-        const Stats st = time_calls([&, g = g](int i) { g->run(A[size_t(i % sets)]->p, B[size_t(i % sets)]->p,
-                                                               D[size_t(i % sets)]->p); }, sync, &batch);
+        const Stats st = time_calls(
+            [&, g = g](int i) { g->run(A[size_t(i % sets)]->p, B[size_t(i % sets)]->p, D[size_t(i % sets)]->p); }, sync,
+            &batch);
         row("matmul_add_relu", "fwd", dt.name, shape, impl, "cuda:0", st, batch, extra);
       }
       const Stats st = time_calls(
-          [&](int i) { epi[size_t(i % sets)]->run(A[size_t(i % sets)]->p, B[size_t(i % sets)]->p, D[size_t(i % sets)]->p); },
+          [&](int i) {
+            epi[size_t(i % sets)]->run(A[size_t(i % sets)]->p, B[size_t(i % sets)]->p, D[size_t(i % sets)]->p);
+          },
           sync, &batch);
       row("matmul_add_relu", "fwd", dt.name, shape, "cublaslt_relu_bias_epilogue", "cuda:0", st, batch);
       nan_probe(h, M, K, N, dt);
@@ -273,7 +282,8 @@ int main(int argc, char** argv) {
       std::vector<std::function<void()>> calls = {[&] { plain.run(A[0]->p, B[0]->p, D[0]->p); },
                                                   [&] { tuned.run(A[0]->p, B[0]->p, D[0]->p); },
                                                   [&] { epi[0]->run(A[0]->p, B[0]->p, D[0]->p); }};
-      std::vector<std::string> names = {"cublaslt_gemm_only", "cublaslt_gemm_only_tuned", "cublaslt_relu_bias_epilogue"};
+      std::vector<std::string> names = {"cublaslt_gemm_only", "cublaslt_gemm_only_tuned",
+                                        "cublaslt_relu_bias_epilogue"};
       int64_t sa[2] = {M, K}, sb[2] = {K, N}, sbias[1] = {N}, sd[2] = {M, N};
       const DLDevice dev{kDLCUDA, 0};
       DLTensor ta{A[0]->p, dev, 2, dt.dl, sa, nullptr, 0}, tb{B[0]->p, dev, 2, dt.dl, sb, nullptr, 0};
@@ -292,7 +302,8 @@ int main(int argc, char** argv) {
       const double budget = g_mode == Mode::full ? 0.2 : g_mode == Mode::quick ? 0.05 : 0.0;
       const int n = int(std::clamp(budget / std::max(one * 1e-3, 1e-7), g_mode == Mode::smoke ? 3.0 : 30.0, 200.0));
       const std::vector<Stats> f = time_flushed(calls, n);
-      for (size_t i = 0; i < f.size(); ++i) row("matmul_add_relu", "fwd_flushed", dt.name, shape, names[i], "cuda:0", f[i], 1);
+      for (size_t i = 0; i < f.size(); ++i)
+        row("matmul_add_relu", "fwd_flushed", dt.name, shape, names[i], "cuda:0", f[i], 1);
     }
   }
   if (reg) dlfuse_registry_destroy(reg);

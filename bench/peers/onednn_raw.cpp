@@ -39,10 +39,14 @@ int main(int argc, char** argv) {
   bool gemm_peak = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--mode" && i + 1 < argc && parse_mode(argv[i + 1])) ++i;
-    else if (a == "--shapes" && i + 1 < argc) shapes_arg = argv[++i];
-    else if (a == "--ops" && i + 1 < argc) ops = split_list(argv[++i]);
-    else if (a == "--gemm-peak") gemm_peak = true;
+    if (a == "--mode" && i + 1 < argc && parse_mode(argv[i + 1]))
+      ++i;
+    else if (a == "--shapes" && i + 1 < argc)
+      shapes_arg = argv[++i];
+    else if (a == "--ops" && i + 1 < argc)
+      ops = split_list(argv[++i]);
+    else if (a == "--gemm-peak")
+      gemm_peak = true;
     else {
       std::fprintf(stderr, "usage: %s [--mode quick|full] [--ops LIST] [--shapes LIST] [--gemm-peak]\n", argv[0]);
       return 2;
@@ -62,18 +66,23 @@ int main(int argc, char** argv) {
     matmul prim(pd);
     memory A(md, eng, a.data()), B(md, eng, b.data()), C(md, eng, c.data());
     const Stats s = time_calls(
-        [&](int) { prim.execute(strm, {{DNNL_ARG_SRC, A}, {DNNL_ARG_WEIGHTS, B}, {DNNL_ARG_DST, C}}); }, sync, &batch);
-    std::printf("{\"ceiling\": \"gemm_peak\", \"device\": \"cpu:0\", \"dtype\": \"float32\", \"impl\": "
-                "\"onednn_matmul_%ld^3\", \"GFLOPs\": %.3f, \"median_ms\": %.6g, \"p10_ms\": %.6g, \"p90_ms\": %.6g, "
-                "\"min_ms\": %.6g, \"rounds\": %d, \"onednn_impl\": \"%s\"}\n",
-                n, 2.0 * double(n) * double(n) * double(n) / s.median / 1e9, s.median * 1e3, s.p10 * 1e3, s.p90 * 1e3,
-                s.min * 1e3, s.n, pd.impl_info_str());
+        [&](int) {
+          prim.execute(strm, {{DNNL_ARG_SRC, A}, {DNNL_ARG_WEIGHTS, B}, {DNNL_ARG_DST, C}});
+        },
+        sync, &batch);
+    std::printf(
+        "{\"ceiling\": \"gemm_peak\", \"device\": \"cpu:0\", \"dtype\": \"float32\", \"impl\": "
+        "\"onednn_matmul_%ld^3\", \"GFLOPs\": %.3f, \"median_ms\": %.6g, \"p10_ms\": %.6g, \"p90_ms\": %.6g, "
+        "\"min_ms\": %.6g, \"rounds\": %d, \"onednn_impl\": \"%s\"}\n",
+        n, 2.0 * double(n) * double(n) * double(n) / s.median / 1e9, s.median * 1e3, s.p10 * 1e3, s.p90 * 1e3,
+        s.min * 1e3, s.n, pd.impl_info_str());
     std::fflush(stdout);
   }
 
-  const auto shapes = shapes_arg.empty()
-                          ? std::vector<std::vector<int64_t>>{{2048, 512, 256}, {4096, 1024, 1024}, {2048, 512}, {16384, 8192}}
-                          : parse_shapes(shapes_arg);
+  const auto shapes =
+      shapes_arg.empty()
+          ? std::vector<std::vector<int64_t>>{{2048, 512, 256}, {4096, 1024, 1024}, {2048, 512}, {16384, 8192}}
+          : parse_shapes(shapes_arg);
   for (const auto& s : shapes) {
     if (s.size() == 3 && want("matmul_add_relu")) {
       const long M = s[0], K = s[1], N = s[2];
@@ -112,7 +121,9 @@ int main(int argc, char** argv) {
       memory X(md, eng, x.data()), Y(md, eng, y.data()), B(bmd, eng, bias.data()), O(md, eng, out.data());
       const Stats st = time_calls(
           [&](int) {
-            prim.execute(strm, {{DNNL_ARG_SRC_0, X}, {DNNL_ARG_SRC_1, Y}, {DNNL_ARG_DST, O},
+            prim.execute(strm, {{DNNL_ARG_SRC_0, X},
+                                {DNNL_ARG_SRC_1, Y},
+                                {DNNL_ARG_DST, O},
                                 {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, B}});
           },
           sync, &batch);

@@ -76,11 +76,10 @@ int dispatch(int argc, char** argv) {
   if (cmd == "list") return cmd_list(parse_args(argc, argv, 2, {"--plugin"}, {}));
   if (cmd == "run")
     return cmd_run(parse_args(argc, argv, 2,
-                              {"--shape", "--batch", "--dtype", "--plugin", "--act", "--multiplier",
-                               "--device-type", "--device-id", "--repeat", "--seed", "--prefer"},
+                              {"--shape", "--batch", "--dtype", "--plugin", "--act", "--multiplier", "--device-type",
+                               "--device-id", "--repeat", "--seed", "--prefer"},
                               {}));
-  if (cmd == "conform")
-    return cmd_conform(parse_args(argc, argv, 2, kConformValued, kConformFlags));
+  if (cmd == "conform") return cmd_conform(parse_args(argc, argv, 2, kConformValued, kConformFlags));
   throw UsageError("unknown command '" + cmd + "'");
 }
 

@@ -20,7 +20,10 @@ std::string device_type_name(int32_t t) {
 
 bool parse_device_type(const std::string& s, int32_t* t) {
   for (int32_t c : {kDLCPU, kDLCUDA, kDLOpenCL, kDLROCM, kDLVulkan, kDLMetal, kDLWebGPU})
-    if (s == device_type_name(c)) { *t = c; return true; }
+    if (s == device_type_name(c)) {
+      *t = c;
+      return true;
+    }
   return false;
 }
 

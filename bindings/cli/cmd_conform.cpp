@@ -12,11 +12,11 @@
 
 namespace dlfuse_cli {
 
-const std::set<std::string> kConformValued = {"--dtype",  "--op",     "--case",    "--exclude", "--device-id",
-                                              "--seed",  "--sweep",  "--repeat",  "--threads", "--nondeterministic",
+const std::set<std::string> kConformValued = {"--dtype",    "--op",    "--case",   "--exclude", "--device-id",
+                                              "--seed",     "--sweep", "--repeat", "--threads", "--nondeterministic",
                                               "--reference"};
-const std::set<std::string> kConformFlags = {"--verbose", "--no-bad-inputs", "--no-stale-memory", "--large",
-                                             "--grid", "--schema-checks"};
+const std::set<std::string> kConformFlags = {"--verbose", "--no-bad-inputs", "--no-stale-memory",
+                                             "--large",   "--grid",          "--schema-checks"};
 
 namespace {
 
@@ -41,12 +41,12 @@ int cmd_conform(const Args& args) {
   dc::ConformOptions opts;
   opts.dtype = args.get("--dtype", "");
   DLDataType dt;
-  if (!opts.dtype.empty() && !dc::parse_dtype(opts.dtype, &dt))
-    throw UsageError("unknown dtype '" + opts.dtype + "'");
+  if (!opts.dtype.empty() && !dc::parse_dtype(opts.dtype, &dt)) throw UsageError("unknown dtype '" + opts.dtype + "'");
   // Any op name: a plugin's own ops are known only once it is loaded (the table then says
   // when no kernel matched).
   opts.op = args.get("--op", "");
-  if (!opts.op.empty() && !valid_op_name(opts.op)) throw UsageError("--op: '" + opts.op + "' is not an op name ([A-Za-z0-9_], 1-64)");
+  if (!opts.op.empty() && !valid_op_name(opts.op))
+    throw UsageError("--op: '" + opts.op + "' is not an op name ([A-Za-z0-9_], 1-64)");
   opts.case_filter = args.get("--case", "");
   opts.case_exclude = args.get("--exclude", "");
   opts.device_id = int(args.get_int("--device-id", -1));

@@ -64,14 +64,16 @@ CaseSpec make_spec(OpKind op, const RunConfig& c) {
 
 std::string format_time(double us) {
   char b[32];
-  if (us < 1000) std::snprintf(b, sizeof b, "%.1f us", us);
-  else std::snprintf(b, sizeof b, "%.2f ms", us / 1000);
+  if (us < 1000)
+    std::snprintf(b, sizeof b, "%.1f us", us);
+  else
+    std::snprintf(b, sizeof b, "%.2f ms", us / 1000);
   return b;
 }
 
 void print_row(const std::string& plugin, const std::string& dev, const std::string& op, const std::string& dt,
-               const std::string& shape, const std::string& time, const std::string& err,
-               const std::string& ratio, const std::string& result) {
+               const std::string& shape, const std::string& time, const std::string& err, const std::string& ratio,
+               const std::string& result) {
   char line[512];
   std::snprintf(line, sizeof line, "%-14s %-8s %-30s %-9s %-18s %11s %10s %9s %s", plugin.c_str(), dev.c_str(),
                 op.c_str(), dt.c_str(), shape.c_str(), time.c_str(), err.c_str(), ratio.c_str(), result.c_str());
@@ -157,7 +159,8 @@ Outcome run_declared_one(dlfuse_registry_t reg, const Target& t, const std::stri
   std::string shape = p.out.empty() ? "-" : shape_text(p.out[0]);
   const std::string suffix = "_backward";
   SchemaOp fwd;
-  const bool backward = op.size() > suffix.size() && op.compare(op.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+  const bool backward = op.size() > suffix.size() &&
+                        op.compare(op.size() - suffix.size(), suffix.size(), suffix) == 0 &&
                         SchemaOp::lookup(reg, op.substr(0, op.size() - suffix.size()), &fwd, &err);
   if (backward) {
     Problem fp;
@@ -166,7 +169,8 @@ Outcome run_declared_one(dlfuse_registry_t reg, const Target& t, const std::stri
       return fail("-", err);
     shape = shape_text(args.in[0]->shape());  // grad_out's
   } else {
-    for (const auto& s : p.in) args.in.push_back(s ? std::optional<HostTensor>(random_tensor(dt, *s, rng)) : std::nullopt);
+    for (const auto& s : p.in)
+      args.in.push_back(s ? std::optional<HostTensor>(random_tensor(dt, *s, rng)) : std::nullopt);
     for (const auto& s : p.out) args.out.push_back(poisoned_tensor(dt, s));
     args.alias.assign(p.out.size(), -1);
     args.attrs = p.attrs;
@@ -201,7 +205,9 @@ Outcome run_declared_one(dlfuse_registry_t reg, const Target& t, const std::stri
   std::snprintf(q, sizeof q, "%.3g", max_ratio);
   const bool checked = !rows.empty();
   print_row(name, dev, op, dname, shape, format_time(times[times.size() / 2]), checked ? a : "-", checked ? q : "-",
-            !checked ? "UNCHECKED" : pass ? "PASS" : "FAIL");
+            !checked ? "UNCHECKED"
+            : pass   ? "PASS"
+                     : "FAIL");
   if (!checked) std::cout << "      no float64 kernel to compare with and no backward to check it by\n";
   for (const SchemaRow& row : rows)
     if (!row.pass) std::cout << "      " << row.name << ": " << row.detail << "\n";
@@ -274,9 +280,12 @@ int cmd_run(const Args& args) {
   std::vector<OpKind> ops;
   OpKind one;
   std::string declared;  // an op a plugin declared (its schema), known once the registry is up
-  if (what == "all") ops.assign(std::begin(kAllOps), std::end(kAllOps));
-  else if (parse_op(what, &one)) ops = {one};
-  else declared = what;
+  if (what == "all")
+    ops.assign(std::begin(kAllOps), std::end(kAllOps));
+  else if (parse_op(what, &one))
+    ops = {one};
+  else
+    declared = what;
 
   RunConfig cfg;
   if (args.has("--shape")) cfg.shape = parse_int_list(args.get("--shape", ""), "--shape");
@@ -296,9 +305,11 @@ int cmd_run(const Args& args) {
     throw UsageError("unknown device type '" + args.get("--device-type", "") + "'");
   const long long device_id = args.get_int("--device-id", -1);
 
-  if (!declared.empty() && (args.has("--shape") || args.has("--batch") || args.has("--act") || args.has("--multiplier")))
-    throw UsageError("a plugin's own op draws its shapes and attributes from its schema: --shape, --batch, --act and "
-                     "--multiplier are for the core ops (--seed draws another call)");
+  if (!declared.empty() &&
+      (args.has("--shape") || args.has("--batch") || args.has("--act") || args.has("--multiplier")))
+    throw UsageError(
+        "a plugin's own op draws its shapes and attributes from its schema: --shape, --batch, --act and "
+        "--multiplier are for the core ops (--seed draws another call)");
   if (args.has("--plugin") && args.has("--prefer"))
     throw UsageError("--plugin and --prefer exclude each other (--plugin runs that plugin alone)");
 
@@ -348,9 +359,11 @@ int cmd_run(const Args& args) {
     dlfuse_op_t h = nullptr;
     dlfuse_op_schema_t schema{};
     schema.struct_size = sizeof schema;
-    if (dlfuse_op_get(reg, declared.c_str(), &h) != DLFUSE_STATUS_OK || dlfuse_op_schema(h, &schema) != DLFUSE_STATUS_OK) {
+    if (dlfuse_op_get(reg, declared.c_str(), &h) != DLFUSE_STATUS_OK ||
+        dlfuse_op_schema(h, &schema) != DLFUSE_STATUS_OK) {
       dlfuse_registry_destroy(reg);
-      throw UsageError("unknown op '" + declared + "': neither a core op nor one a loaded plugin declares (see `dlfuse list`)");
+      throw UsageError("unknown op '" + declared +
+                       "': neither a core op nor one a loaded plugin declares (see `dlfuse list`)");
     }
   }
   print_row("PLUGIN", "DEVICE", "OP", "DTYPE", "SHAPE", "TIME", "MAX_ABS", "MAX_RATIO", "RESULT");
@@ -369,9 +382,12 @@ int cmd_run(const Args& args) {
     if (!declared.empty()) names.push_back(declared);
     for (size_t k = 0; k < names.size(); ++k) {
       std::vector<DLDataType> dtypes;
-      if (dtype_given) dtypes = {dtype};
-      else if (t.plugin >= 0) dtypes = declared_dtypes(reg, t.plugin, names[k], t.dev.device_type);
-      else dtypes = {DLDataType{kDLFloat, 32, 1}};
+      if (dtype_given)
+        dtypes = {dtype};
+      else if (t.plugin >= 0)
+        dtypes = declared_dtypes(reg, t.plugin, names[k], t.dev.device_type);
+      else
+        dtypes = {DLDataType{kDLFloat, 32, 1}};
       for (DLDataType dt : dtypes) {
         if (t.plugin >= 0 && follow_dispatch && !dispatches_to(reg, names[k], t.dev.device_type, dt, t.plugin))
           continue;
@@ -385,8 +401,8 @@ int cmd_run(const Args& args) {
     std::cout << "nothing ran: no available plugin offers these ops (see `dlfuse list`)\n";
     rc = 1;
   }
-  std::cout << passed << " passed, " << failed << " failed" << (unchecked ? ", " + std::to_string(unchecked) + " unchecked" : "")
-            << "\n";
+  std::cout << passed << " passed, " << failed << " failed"
+            << (unchecked ? ", " + std::to_string(unchecked) + " unchecked" : "") << "\n";
   dlfuse_registry_destroy(reg);
   return failed ? 1 : rc;
 }

@@ -25,7 +25,8 @@ namespace {
 namespace kit = dlfuse::kit;
 constexpr const char* kName = "cxx_example";
 
-template <class F> dlfuse_status_t guarded(char* err, size_t err_size, F&& body) noexcept {
+template <class F>
+dlfuse_status_t guarded(char* err, size_t err_size, F&& body) noexcept {
   return kit::guarded(kName, err, err_size, std::forward<F>(body));
 }
 
@@ -44,7 +45,8 @@ double activate(int act, double p) {
 
 // The pre-activations of all elements first (in double), then the activation: two passes
 // so `out` may be `x` itself.
-template <class T> void run(const dlfuse_kernel_args_t* args, int act, double mult) {
+template <class T>
+void run(const dlfuse_kernel_args_t* args, int act, double mult) {
   const kit::View x(args->inputs[0]), y(args->inputs[1]), b(args->inputs[2]), out(args->outputs[0]);
   const int rank = out.rank();
   if (out.numel() == 0) return;
@@ -67,8 +69,10 @@ dlfuse_status_t add_mul_activation(void*, void*, const dlfuse_kernel_args_t* arg
     kit::check_call(args, DLFUSE_ARITY(add_mul_activation), true, kDLCPU);
     const int act = kit::activation(args);
     const double m = kit::multiplier(args);
-    if (args->inputs[0]->dtype.bits == 64) run<double>(args, act, m);
-    else run<float>(args, act, m);
+    if (args->inputs[0]->dtype.bits == 64)
+      run<double>(args, act, m);
+    else
+      run<float>(args, act, m);
   });
 }
 
@@ -83,8 +87,7 @@ dlfuse_status_t outer_shape(const DLTensor* const* inputs, int32_t, const dlfuse
                             int32_t* ndim, int64_t* shape, char* err, size_t err_size) {
   return guarded(err, err_size, [&] {
     for (int k = 0; k < 2; ++k)
-      if (inputs[k]->ndim != 1)
-        kit::invalid(k ? "y" : "x", "1 dim", std::to_string(inputs[k]->ndim) + " dims");
+      if (inputs[k]->ndim != 1) kit::invalid(k ? "y" : "x", "1 dim", std::to_string(inputs[k]->ndim) + " dims");
     *ndim = 2;
     shape[0] = inputs[0]->shape[0];
     shape[1] = inputs[1]->shape[0];
@@ -103,10 +106,11 @@ dlfuse_attr_schema_t scale_attr() {
 const dlfuse_arg_schema_t kOuterInputs[] = {{"x", 0, 0, 0, 0, -1}, {"y", 0, 0, 0, 0, -1}};
 const dlfuse_arg_schema_t kOuterOutputs[] = {{"out", 0, 0, DLFUSE_SHAPE_CALLBACK, 0x3u, -1}};
 const dlfuse_attr_schema_t kOuterAttrs[] = {scale_attr()};
-const dlfuse_op_schema_t kOuterSchema = {sizeof(dlfuse_op_schema_t), kOuter, 2, 2, kOuterInputs, 1, kOuterOutputs,
-                                         1, kOuterAttrs, outer_shape, -1};
+const dlfuse_op_schema_t kOuterSchema = {
+    sizeof(dlfuse_op_schema_t), kOuter, 2, 2, kOuterInputs, 1, kOuterOutputs, 1, kOuterAttrs, outer_shape, -1};
 
-template <class T> void run_outer(const dlfuse_kernel_args_t* args, double scale) {
+template <class T>
+void run_outer(const dlfuse_kernel_args_t* args, double scale) {
   const kit::View x(args->inputs[0]), y(args->inputs[1]), out(args->outputs[0]);
   for (int64_t i = 0; i < x.shape[0]; ++i)
     for (int64_t j = 0; j < y.shape[0]; ++j)
@@ -118,8 +122,10 @@ dlfuse_status_t outer(void*, void*, const dlfuse_kernel_args_t* args) {
   return kit::guarded(kName, args, [&] {
     kit::check_call(args, kOuterSchema.num_inputs, kOuterSchema.num_outputs, true, kDLCPU);
     const double scale = kit::attr_float(args, kAttrScale, 1.0);
-    if (args->inputs[0]->dtype.bits == 64) run_outer<double>(args, scale);
-    else run_outer<float>(args, scale);
+    if (args->inputs[0]->dtype.bits == 64)
+      run_outer<double>(args, scale);
+    else
+      run_outer<float>(args, scale);
   });
 }
 

@@ -91,8 +91,7 @@ static double activate(int act, double p) {
     case DLFUSE_ACT_SIGMOID: return sigmoid(p);
     case DLFUSE_ACT_TANH: return tanh(p);
     case DLFUSE_ACT_GELU_ERF: return 0.5 * p * (1.0 + erf(p * 0.7071067811865476));
-    case DLFUSE_ACT_GELU_TANH:
-      return 0.5 * p * (1.0 + tanh(0.7978845608028654 * (p + 0.044715 * p * p * p)));
+    case DLFUSE_ACT_GELU_TANH: return 0.5 * p * (1.0 + tanh(0.7978845608028654 * (p + 0.044715 * p * p * p)));
     default: return p * sigmoid(p); /* SILU */
   }
 }
@@ -211,8 +210,7 @@ static void reduced_store(reduced_t* r) {
 }
 
 /* inputs grad_out, x, y, bias; outputs grad_x, grad_y, grad_bias, each optional. */
-static dlfuse_status_t add_mul_activation_backward(void* state, void* kernel_data,
-                                                   const dlfuse_kernel_args_t* args) {
+static dlfuse_status_t add_mul_activation_backward(void* state, void* kernel_data, const dlfuse_kernel_args_t* args) {
   (void)state;
   (void)kernel_data;
   attrs_t a;
@@ -225,8 +223,7 @@ static dlfuse_status_t add_mul_activation_backward(void* state, void* kernel_dat
   const int ok = reduced_init(&gx, args->outputs[0], rank) & reduced_init(&gy, args->outputs[1], rank) &
                  reduced_init(&gb, args->outputs[2], rank);
   if (!ok) {
-    st = fail(args->err, args->err_size, DLFUSE_STATUS_OUT_OF_MEMORY,
-              "example: gradient accumulators: malloc failed");
+    st = fail(args->err, args->err_size, DLFUSE_STATUS_OUT_OF_MEMORY, "example: gradient accumulators: malloc failed");
   } else if (numel(g) > 0) {
     int64_t gs[kMaxRank], xs[kMaxRank], ys[kMaxRank], bs[kMaxRank], idx[kMaxRank] = {0};
     aligned_strides(g, rank, gs);
@@ -308,8 +305,7 @@ static dlfuse_status_t copy(void* state, int32_t device_id, dlfuse_copy_kind_t k
   dlfuse_status_t st = check_device(device_id, err, err_size);
   if (st != DLFUSE_STATUS_OK) return st;
   if (kind < DLFUSE_COPY_HOST_TO_DEVICE || kind > DLFUSE_COPY_DEVICE_TO_DEVICE)
-    return fail(err, err_size, DLFUSE_STATUS_INVALID_ARGUMENT, "example: copy: kind: expected 1..3, got %d",
-                (int)kind);
+    return fail(err, err_size, DLFUSE_STATUS_INVALID_ARGUMENT, "example: copy: kind: expected 1..3, got %d", (int)kind);
   if (nbytes == 0) return DLFUSE_STATUS_OK;
   if (!dst || !src) return fail(err, err_size, DLFUSE_STATUS_INVALID_ARGUMENT, "example: copy: NULL pointer");
   memmove((char*)dst + dst_offset, (const char*)src + src_offset, nbytes);
@@ -329,10 +325,20 @@ static const DLDataType kFloat32[] = {{kDLFloat, 32, 1}};
 /* Designated initializers: a field that a later ABI minor appends (1.1 added `flags`) is
  * then zero, which always means "nothing new", and the source keeps compiling warning-free. */
 static const dlfuse_kernel_t kKernels[] = {
-    {.struct_size = sizeof(dlfuse_kernel_t), .op = DLFUSE_OP_ADD_MUL_ACTIVATION, .device_type = kDLCPU,
-     .num_dtypes = 1, .dtypes = kFloat32, .priority = 10, .fn = add_mul_activation},
-    {.struct_size = sizeof(dlfuse_kernel_t), .op = DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, .device_type = kDLCPU,
-     .num_dtypes = 1, .dtypes = kFloat32, .priority = 10, .fn = add_mul_activation_backward},
+    {.struct_size = sizeof(dlfuse_kernel_t),
+     .op = DLFUSE_OP_ADD_MUL_ACTIVATION,
+     .device_type = kDLCPU,
+     .num_dtypes = 1,
+     .dtypes = kFloat32,
+     .priority = 10,
+     .fn = add_mul_activation},
+    {.struct_size = sizeof(dlfuse_kernel_t),
+     .op = DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD,
+     .device_type = kDLCPU,
+     .num_dtypes = 1,
+     .dtypes = kFloat32,
+     .priority = 10,
+     .fn = add_mul_activation_backward},
 };
 
 static dlfuse_status_t get_kernels(void* state, const dlfuse_kernel_t** kernels, int32_t* num, char* err,
@@ -344,8 +350,19 @@ static dlfuse_status_t get_kernels(void* state, const dlfuse_kernel_t** kernels,
   return DLFUSE_STATUS_OK;
 }
 
-static const dlfuse_plugin_t kPlugin = {
-    sizeof(dlfuse_plugin_t), DLFUSE_ABI_MAJOR, DLFUSE_ABI_MINOR, "example", EXAMPLE_VERSION, kDLCPU,
-    open_plugin, close_plugin, get_kernels, device_count, alloc, release, copy, synchronize};
+static const dlfuse_plugin_t kPlugin = {sizeof(dlfuse_plugin_t),
+                                        DLFUSE_ABI_MAJOR,
+                                        DLFUSE_ABI_MINOR,
+                                        "example",
+                                        EXAMPLE_VERSION,
+                                        kDLCPU,
+                                        open_plugin,
+                                        close_plugin,
+                                        get_kernels,
+                                        device_count,
+                                        alloc,
+                                        release,
+                                        copy,
+                                        synchronize};
 
 DLFUSE_EXPORT const dlfuse_plugin_t* dlfuse_plugin_v1(void) { return &kPlugin; }

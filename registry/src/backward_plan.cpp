@@ -61,18 +61,26 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_op_backward_plan(dlfuse_op_t op, const dlfu
       return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
                   "dlfuse_op_backward_plan: argument 'op' is NULL; expected a handle from dlfuse_op_get");
     if (!backward || !backward_inputs || !forward_outputs)
-      return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "dlfuse_op_backward_plan: argument '%s' is NULL; expected a pointer "
-                  "to receive it", !backward ? "backward" : !backward_inputs ? "backward_inputs" : "forward_outputs");
+      return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
+                  "dlfuse_op_backward_plan: argument '%s' is NULL; expected a pointer "
+                  "to receive it",
+                  !backward          ? "backward"
+                  : !backward_inputs ? "backward_inputs"
+                                     : "forward_outputs");
     const OpSpec* spec = spec_of(op);
     if (!spec)
-      return fail(DLFUSE_STATUS_NOT_FOUND, "dlfuse_op_backward_plan: op '%s' has no schema; expected a core op or a "
-                  "declared one", op->name.c_str());
+      return fail(DLFUSE_STATUS_NOT_FOUND,
+                  "dlfuse_op_backward_plan: op '%s' has no schema; expected a core op or a "
+                  "declared one",
+                  op->name.c_str());
     dlfuse_op* bwd = nullptr;
     if (auto s = backward_of(op, &bwd)) return s;
     const OpSpec* bspec = spec_of(bwd);
     if (!bspec)
-      return fail(DLFUSE_STATUS_NOT_FOUND, "dlfuse_op_backward_plan: %s: its backward '%s' has no schema; expected a "
-                  "core op or a declared one", op->name.c_str(), bwd->name.c_str());
+      return fail(DLFUSE_STATUS_NOT_FOUND,
+                  "dlfuse_op_backward_plan: %s: its backward '%s' has no schema; expected a "
+                  "core op or a declared one",
+                  op->name.c_str(), bwd->name.c_str());
     dlfuse_attr_t canonical[kMaxAttrs];
     if (auto s = canonical_attrs(*spec, attrs, num_attrs, canonical)) return s;
     const uint32_t in = spec->save_rule

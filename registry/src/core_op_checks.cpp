@@ -47,8 +47,8 @@ dlfuse_status_t pointwise_shape(const char* op, const TensorView* xyb, int64_t* 
   const DLTensor* y = xyb[1].t;
   const DLTensor* b = xyb[2].t;
   if (!broadcast_shapes(x->shape, x->ndim, y->shape, y->ndim, xy, &nxy))
-    return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: arguments 'x' %s and 'y' %s do not broadcast (NumPy rules)",
-                op, shape_of(xyb[0]).c_str(), shape_of(xyb[1]).c_str());
+    return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: arguments 'x' %s and 'y' %s do not broadcast (NumPy rules)", op,
+                shape_of(xyb[0]).c_str(), shape_of(xyb[1]).c_str());
   if (!broadcast_shapes(xy, nxy, b->shape, b->ndim, shape, n))
     return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
                 "%s: argument 'bias' %s does not broadcast with x and y's shape %s (NumPy rules)", op,
@@ -88,7 +88,6 @@ dlfuse_status_t check_add_mul_activation_backward(const char* op, const TensorVi
   return DLFUSE_STATUS_OK;
 }
 
-
 // matmul_add_activation: out, and pre when given, have out's shape.
 dlfuse_status_t check_matmul_add_activation(const char* op, const TensorView* in, const TensorView* out) {
   int64_t shape[kMaxNdim];
@@ -107,11 +106,11 @@ dlfuse_status_t check_matmul_add_activation_backward(const char* op, const Tenso
   if (auto s = matmul_out_shape(op, in[1], in[2], shape, &n)) return s;
   if (auto s = expect_shape(op, "grad_out", in[0], shape, n, "the forward's out shape")) return s;
   if (!present(in[3]) && !present(in[4]))
-    return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: arguments 'out' and 'pre' are both NULL; expected exactly one of them",
-                op);
+    return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
+                "%s: arguments 'out' and 'pre' are both NULL; expected exactly one of them", op);
   if (present(in[3]) && present(in[4]))
-    return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: arguments 'out' and 'pre' are both given; expected exactly one of them",
-                op);
+    return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
+                "%s: arguments 'out' and 'pre' are both given; expected exactly one of them", op);
   const int which = present(in[3]) ? 3 : 4;
   if (auto s = expect_shape(op, which == 3 ? "out" : "pre", in[which], shape, n, "batch(a, b) + [M, N]")) return s;
   if (present(out[0]))
@@ -131,14 +130,14 @@ dlfuse_status_t out_form_needs_invertible(const char* op, int64_t act, const cha
 }
 
 dlfuse_status_t form_matmul_add_activation_backward(const OpSpec&, const char* op, const TensorView* in,
-                                                   const TensorView*, const dlfuse_attr_t* attrs) {
+                                                    const TensorView*, const dlfuse_attr_t* attrs) {
   if (!present(in[DLFUSE_INPUT(matmul_add_activation_backward, out)])) return DLFUSE_STATUS_OK;
   return out_form_needs_invertible(op, attrs[dlfuse_matmul_add_activation_backward_attr_ACTIVATION].value.i64,
                                    "'pre', which the forward writes");
 }
 
-dlfuse_status_t form_add_mul_activation_backward(const OpSpec&, const char* op, const TensorView* in,
-                                                 const TensorView*, const dlfuse_attr_t* attrs) {
+dlfuse_status_t form_add_mul_activation_backward(const OpSpec&, const char* op, const TensorView* in, const TensorView*,
+                                                 const dlfuse_attr_t* attrs) {
   if (!present(in[DLFUSE_INPUT(add_mul_activation_backward, out)])) return DLFUSE_STATUS_OK;
   return out_form_needs_invertible(op, attrs[dlfuse_add_mul_activation_backward_attr_ACTIVATION].value.i64,
                                    "x, y and bias instead");
@@ -147,8 +146,7 @@ dlfuse_status_t form_add_mul_activation_backward(const OpSpec&, const char* op, 
 // The ops without such rules.
 constexpr FormCheck form_matmul_add_relu = nullptr, form_matmul_add_relu_backward = nullptr,
                     form_add_mul_activation = nullptr, form_matmul_add_activation = nullptr,
-                    form_matmul_add_residual = nullptr, form_matmul_add_residual_backward = nullptr,
-                    form_mlp = nullptr;
+                    form_matmul_add_residual = nullptr, form_matmul_add_residual_backward = nullptr, form_mlp = nullptr;
 
 // matmul_add_residual: a, b, bias, residual.
 dlfuse_status_t check_matmul_add_residual(const char* op, const TensorView* in, const TensorView* out) {
@@ -183,8 +181,8 @@ uint32_t saves_add_mul_activation(const dlfuse_attr_t* canonical, bool takes_new
   const uint32_t grad_out = bit(DLFUSE_INPUT(add_mul_activation_backward, grad_out));
   if (takes_newer_inputs && derivative_from_out(canonical[dlfuse_add_mul_activation_attr_ACTIVATION].value.i64))
     return grad_out | bit(DLFUSE_INPUT(add_mul_activation_backward, out));
-  return grad_out | bit(DLFUSE_INPUT(add_mul_activation_backward, x)) | bit(DLFUSE_INPUT(add_mul_activation_backward, y)) |
-         bit(DLFUSE_INPUT(add_mul_activation_backward, bias));
+  return grad_out | bit(DLFUSE_INPUT(add_mul_activation_backward, x)) |
+         bit(DLFUSE_INPUT(add_mul_activation_backward, y)) | bit(DLFUSE_INPUT(add_mul_activation_backward, bias));
 }
 
 uint32_t saves_matmul_add_activation(const dlfuse_attr_t* canonical, bool) {
@@ -197,9 +195,12 @@ uint32_t saves_matmul_add_activation(const dlfuse_attr_t* canonical, bool) {
 }
 
 // The ops whose backward reads every tensor of the same name keep no rule.
-template <int32_t Op> constexpr SaveRule kSaveRule = nullptr;
-template <> constexpr SaveRule kSaveRule<DLFUSE_OP_INDEX(add_mul_activation)> = saves_add_mul_activation;
-template <> constexpr SaveRule kSaveRule<DLFUSE_OP_INDEX(matmul_add_activation)> = saves_matmul_add_activation;
+template <int32_t Op>
+constexpr SaveRule kSaveRule = nullptr;
+template <>
+constexpr SaveRule kSaveRule<DLFUSE_OP_INDEX(add_mul_activation)> = saves_add_mul_activation;
+template <>
+constexpr SaveRule kSaveRule<DLFUSE_OP_INDEX(matmul_add_activation)> = saves_matmul_add_activation;
 
 OpSpec make_core_spec(int32_t index, ShapeCheck check, FormCheck form, SaveRule save) {
   OpSpec s{};
@@ -219,12 +220,14 @@ bool derivative_from_out(int64_t act) {
 }
 
 const char* activation_name(int64_t act) {
-  static const char* const kNames[DLFUSE_ACT_COUNT] = {"IDENTITY", "RELU", "SIGMOID", "TANH",
+  static const char* const kNames[DLFUSE_ACT_COUNT] = {"IDENTITY", "RELU",      "SIGMOID", "TANH",
                                                        "GELU_ERF", "GELU_TANH", "SILU"};
   return act >= 0 && act < DLFUSE_ACT_COUNT ? kNames[act] : "?";
 }
 
 const OpSpec* core_op(int32_t i) {
+// X-lists over ops.def, kept as written:
+// clang-format off
 #define DLFUSE_OP(op, since) \
   make_core_spec(DLFUSE_OP_INDEX(op), check_##op, form_##op, kSaveRule<DLFUSE_OP_INDEX(op)>),
 #define DLFUSE_IN(op, name, flags, since)
@@ -239,6 +242,7 @@ const OpSpec* core_op(int32_t i) {
 #undef DLFUSE_OUT
 #undef DLFUSE_ATTR
 #undef DLFUSE_END
+  // clang-format on
   return &kCoreOps[i];
 }
 

@@ -27,8 +27,9 @@ dlfuse_shape_fn_t core_shape_fn(int32_t index) {
 // Function-local statics: the attribute defaults are built at run time, on first use, so
 // no other file's static initializer can read them unset.
 const dlfuse_op_schema_t* core_table() {
-
 // Each array ends in a zero entry, so an op without attributes still has an array.
+// X-lists over ops.def, kept as written:
+// clang-format off
 #define DLFUSE_OP(op, since) static const dlfuse_arg_schema_t op##_inputs[] = {
 #define DLFUSE_IN(op, name, flags, since) {#name, flags, since, 0, 0, -1},
 #define DLFUSE_OUT(op, name, flags, rule, s0, s1, s2, alias)
@@ -84,6 +85,7 @@ static const dlfuse_op_schema_t kCoreSchemas[DLFUSE_NUM_CORE_OPS] = {
 #undef DLFUSE_ATTR
 #undef DLFUSE_END
 #undef DLFUSE_BIT
+  // clang-format on
   return kCoreSchemas;
 }
 

@@ -11,6 +11,8 @@ namespace core_counts {
 #define DLFUSE_OUT(op, name, flags, rule, s0, s1, s2, alias)
 #define DLFUSE_ATTR(op, key, type, flags, def, lo, hi)
 #define DLFUSE_END(op)
+// X-lists over ops.def, kept as written:
+// clang-format off
 #define DLFUSE_OP(op, since) dlfuse_##op##_num_inputs,
 constexpr int32_t kInputs[] = {
 #include "dlfuse/ops.def"
@@ -35,7 +37,9 @@ constexpr int32_t kAttrs[] = {
 #undef DLFUSE_OUT
 #undef DLFUSE_ATTR
 #undef DLFUSE_END
-template <size_t N> constexpr int32_t max_of(const int32_t (&v)[N]) {
+// clang-format on
+template <size_t N>
+constexpr int32_t max_of(const int32_t (&v)[N]) {
   int32_t m = 0;
   for (int32_t x : v) m = x > m ? x : m;
   return m;

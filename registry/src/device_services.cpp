@@ -13,8 +13,8 @@ dlfuse_status_t serving(dlfuse_registry_t r, DLDevice dev, const char* fn, Plugi
   Plugin* p = device_plugin(r, dev.device_type, fn);
   if (!p) return DLFUSE_STATUS_NOT_FOUND;
   if (dev.device_id < 0 || dev.device_id >= p->device_count)
-    return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument 'device' is %s; expected device_id 0..%d (plugin '%s')", fn,
-                device_name(dev).c_str(), p->device_count - 1, p->name.c_str());
+    return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument 'device' is %s; expected device_id 0..%d (plugin '%s')",
+                fn, device_name(dev).c_str(), p->device_count - 1, p->name.c_str());
   *out = p;
   return DLFUSE_STATUS_OK;
 }
@@ -43,7 +43,8 @@ extern "C" {
 DLFUSE_EXPORT dlfuse_status_t dlfuse_device_count(dlfuse_registry_t registry, int32_t device_type, int32_t* count) {
   return guarded("dlfuse_device_count", [&] {
     if (!registry || !count)
-      return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "dlfuse_device_count: argument '%s' is NULL", registry ? "count" : "registry");
+      return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "dlfuse_device_count: argument '%s' is NULL",
+                  registry ? "count" : "registry");
     *count = 0;
     // No plugin for the type simply means no such device.
     const Snapshot* snap = registry->current.load(std::memory_order_acquire);
@@ -56,15 +57,15 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_device_count(dlfuse_registry_t registry, in
   });
 }
 
-DLFUSE_EXPORT dlfuse_status_t dlfuse_device_alloc(dlfuse_registry_t registry, DLDevice device, size_t nbytes, void** ptr) {
+DLFUSE_EXPORT dlfuse_status_t dlfuse_device_alloc(dlfuse_registry_t registry, DLDevice device, size_t nbytes,
+                                                  void** ptr) {
   return guarded("dlfuse_device_alloc", [&] {
     if (!ptr) return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "dlfuse_device_alloc: argument 'ptr' is NULL");
     *ptr = nullptr;
     Plugin* p;
     if (auto s = serving(registry, device, "dlfuse_device_alloc", &p)) return s;
-    return service("dlfuse_device_alloc", p, [&](char* e, size_t n) {
-      return p->api.alloc(p->state, device.device_id, nbytes, ptr, e, n);
-    });
+    return service("dlfuse_device_alloc", p,
+                   [&](char* e, size_t n) { return p->api.alloc(p->state, device.device_id, nbytes, ptr, e, n); });
   });
 }
 
@@ -73,9 +74,8 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_device_free(dlfuse_registry_t registry, DLD
     if (!ptr) return DLFUSE_STATUS_OK;  // like free(NULL)
     Plugin* p;
     if (auto s = serving(registry, device, "dlfuse_device_free", &p)) return s;
-    return service("dlfuse_device_free", p, [&](char* e, size_t n) {
-      return p->api.free(p->state, device.device_id, ptr, e, n);
-    });
+    return service("dlfuse_device_free", p,
+                   [&](char* e, size_t n) { return p->api.free(p->state, device.device_id, ptr, e, n); });
   });
 }
 
@@ -83,15 +83,18 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_device_copy(dlfuse_registry_t registry, DLD
                                                  void* dst, size_t dst_offset, const void* src, size_t src_offset,
                                                  size_t nbytes, void* stream) {
   return guarded("dlfuse_device_copy", [&] {
-    if (kind != DLFUSE_COPY_HOST_TO_DEVICE && kind != DLFUSE_COPY_DEVICE_TO_HOST && kind != DLFUSE_COPY_DEVICE_TO_DEVICE)
-      return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "dlfuse_device_copy: argument 'kind' is %d; expected 1..3 (dlfuse_copy_kind_t)",
+    if (kind != DLFUSE_COPY_HOST_TO_DEVICE && kind != DLFUSE_COPY_DEVICE_TO_HOST &&
+        kind != DLFUSE_COPY_DEVICE_TO_DEVICE)
+      return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
+                  "dlfuse_device_copy: argument 'kind' is %d; expected 1..3 (dlfuse_copy_kind_t)",
                   static_cast<int>(kind));
     Plugin* p;
     if (auto s = serving(registry, device, "dlfuse_device_copy", &p)) return s;
     if (nbytes == 0) return DLFUSE_STATUS_OK;
     if (!dst || !src)
-      return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "dlfuse_device_copy: argument '%s' is NULL; expected a buffer of %zu bytes",
-                  dst ? "src" : "dst", nbytes);
+      return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
+                  "dlfuse_device_copy: argument '%s' is NULL; expected a buffer of %zu bytes", dst ? "src" : "dst",
+                  nbytes);
     return service("dlfuse_device_copy", p, [&](char* e, size_t n) {
       return p->api.copy(p->state, device.device_id, kind, dst, dst_offset, src, src_offset, nbytes, stream, e, n);
     });
@@ -102,9 +105,8 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_device_synchronize(dlfuse_registry_t regist
   return guarded("dlfuse_device_synchronize", [&] {
     Plugin* p;
     if (auto s = serving(registry, device, "dlfuse_device_synchronize", &p)) return s;
-    return service("dlfuse_device_synchronize", p, [&](char* e, size_t n) {
-      return p->api.synchronize(p->state, device.device_id, stream, e, n);
-    });
+    return service("dlfuse_device_synchronize", p,
+                   [&](char* e, size_t n) { return p->api.synchronize(p->state, device.device_id, stream, e, n); });
   });
 }
 

@@ -45,7 +45,8 @@ void load_path_list(dlfuse_registry* r, const char* list) {
     const std::string entry = s.substr(start, end - start);
     // An empty or relative entry would mean "somewhere under the current directory",
     // which is never searched: a plugin is code that runs in the host process.
-    if (!entry.empty() && entry[0] == '/') load_entry(r, entry);
+    if (!entry.empty() && entry[0] == '/')
+      load_entry(r, entry);
     else if (!entry.empty())
       record_refusal_locked(r, entry, DLFUSE_STATUS_INVALID_ARGUMENT,
                             "relative path in a plugin path list; expected an absolute path "

@@ -50,8 +50,7 @@ const Candidate* pick(const OpTable& t, int32_t device_type, DLDataType dtype) {
     int32_t prio;
     if (!c.kernel->accepts(device_type, dtype, &prio)) continue;
     if (!best || c.pref < best->pref ||
-        (c.pref == best->pref &&
-         (prio > best_prio || (prio == best_prio && c.plugin->index < best->plugin->index)))) {
+        (c.pref == best->pref && (prio > best_prio || (prio == best_prio && c.plugin->index < best->plugin->index)))) {
       best = &c;
       best_prio = prio;
     }
@@ -64,8 +63,7 @@ dlfuse_status_t no_kernel(const dlfuse_op* op, const OpTable& t, DLDevice dev, D
   for (const Candidate& c : t.candidates) {
     offered += offered.empty() ? "" : "; ";
     offered += c.plugin->name + " (" + device_type_name(c.kernel->device_type) + ":";
-    for (size_t i = 0; i < c.kernel->dtypes.size(); ++i)
-      offered += (i ? "," : " ") + dtype_name(c.kernel->dtypes[i]);
+    for (size_t i = 0; i < c.kernel->dtypes.size(); ++i) offered += (i ? "," : " ") + dtype_name(c.kernel->dtypes[i]);
     offered += ")";
   }
   return fail(DLFUSE_STATUS_UNSUPPORTED, "%s: no kernel for device %s and dtype %s; available: %s", op->name.c_str(),
@@ -120,9 +118,8 @@ void publish_snapshot_locked(dlfuse_registry* r) {
   r->snapshots.push_back(std::move(snap));
 }
 
-dlfuse_status_t call_op(dlfuse_op* op, const DLTensor* const* inputs, int32_t num_inputs,
-                        DLTensor* const* outputs, int32_t num_outputs, const dlfuse_attr_t* attrs,
-                        int32_t num_attrs, void* stream) {
+dlfuse_status_t call_op(dlfuse_op* op, const DLTensor* const* inputs, int32_t num_inputs, DLTensor* const* outputs,
+                        int32_t num_outputs, const dlfuse_attr_t* attrs, int32_t num_attrs, void* stream) {
   const Snapshot* snap = op->registry->current.load(std::memory_order_acquire);
   const OpTable& table = snap->by_op_id[op->id];
   const OpSpec* spec = table.spec;
@@ -134,15 +131,15 @@ dlfuse_status_t call_op(dlfuse_op* op, const DLTensor* const* inputs, int32_t nu
     num_inputs = op_num_inputs(spec);
   }
   CallPlan plan;
-  if (auto s = validate_call(spec, op->name.c_str(), inputs, num_inputs, outputs, num_outputs, attrs, num_attrs,
-                             &plan))
+  if (auto s = validate_call(spec, op->name.c_str(), inputs, num_inputs, outputs, num_outputs, attrs, num_attrs, &plan))
     return s;
   const Candidate* c = pick(table, plan.device.device_type, plan.dtype);
   if (!c) return no_kernel(op, table, plan.device, plan.dtype);
   if (plan.device.device_id < 0 || plan.device.device_id >= c->plugin->device_count)
-    return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: tensors are on %s; expected device_id 0..%d (plugin '%s' has %d devices)",
-                op->name.c_str(), device_name(plan.device).c_str(), c->plugin->device_count - 1,
-                c->plugin->name.c_str(), c->plugin->device_count);
+    return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
+                "%s: tensors are on %s; expected device_id 0..%d (plugin '%s' has %d devices)", op->name.c_str(),
+                device_name(plan.device).c_str(), c->plugin->device_count - 1, c->plugin->name.c_str(),
+                c->plugin->device_count);
   if (plan.skip) return DLFUSE_STATUS_OK;
   if (spec && num_inputs > op_min_inputs(spec) && !(c->kernel->flags & DLFUSE_KERNEL_TAKES_V1_1_INPUTS)) {
     // The kernel reads the op's 1.0 inputs only, so the inputs appended since must be absent.

@@ -40,8 +40,6 @@ const char* status_name(dlfuse_status_t status) {
   return "UNKNOWN_STATUS";
 }
 
-bool is_known_status(int status) {
-  return status >= DLFUSE_STATUS_OK && status <= DLFUSE_STATUS_INTERNAL;
-}
+bool is_known_status(int status) { return status >= DLFUSE_STATUS_OK && status <= DLFUSE_STATUS_INTERNAL; }
 
 }  // namespace dlfuse

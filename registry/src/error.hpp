@@ -7,8 +7,7 @@
 namespace dlfuse {
 
 // Formats like printf, stores the message as this thread's last error, returns status.
-dlfuse_status_t fail(dlfuse_status_t status, const char* fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+dlfuse_status_t fail(dlfuse_status_t status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
 const char* last_error();
 const char* status_name(dlfuse_status_t status);

@@ -7,7 +7,7 @@
 namespace dlfuse {
 namespace {
 
-constexpr int32_t kRememberedNdim = 6;                // deeper layouts are not remembered
+constexpr int32_t kRememberedNdim = 6;  // deeper layouts are not remembered
 // Per op: a model's layers calling one op in turn (an MLP's matmuls) each keep theirs.
 constexpr int32_t kRememberedLayouts = 8;
 

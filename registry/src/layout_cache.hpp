@@ -18,9 +18,9 @@
 
 namespace dlfuse {
 
-constexpr int32_t kKnownOps = DLFUSE_NUM_CORE_OPS;     // the ops whose layouts are remembered
-constexpr int32_t kLayoutInputs = kCoreMaxInputs;     // the most inputs of any core op
-constexpr int32_t kLayoutOutputs = kCoreMaxOutputs;   // the most outputs of any core op
+constexpr int32_t kKnownOps = DLFUSE_NUM_CORE_OPS;   // the ops whose layouts are remembered
+constexpr int32_t kLayoutInputs = kCoreMaxInputs;    // the most inputs of any core op
+constexpr int32_t kLayoutOutputs = kCoreMaxOutputs;  // the most outputs of any core op
 
 // One call of known op number `op_index` (its place in the registry's op table).
 struct LayoutCall {

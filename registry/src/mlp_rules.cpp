@@ -174,8 +174,8 @@ dlfuse_status_t form_mlp_backward(const OpSpec&, const char* op, const TensorVie
   return DLFUSE_STATUS_OK;
 }
 
-dlfuse_status_t mlp_output_shape(const DLTensor* const* inputs, int32_t, const dlfuse_attr_t*, int32_t,
-                                 int32_t output, int32_t* ndim, int64_t* shape, char* err, size_t err_size) {
+dlfuse_status_t mlp_output_shape(const DLTensor* const* inputs, int32_t, const dlfuse_attr_t*, int32_t, int32_t output,
+                                 int32_t* ndim, int64_t* shape, char* err, size_t err_size) {
   Layers L;
   const std::string why = layers_of(inputs[DLFUSE_INPUT(mlp, x)], inputs + DLFUSE_INPUT(mlp, w0), &L);
   if (!why.empty()) return callback_error(why, err, err_size);
@@ -186,8 +186,7 @@ dlfuse_status_t mlp_output_shape(const DLTensor* const* inputs, int32_t, const d
 }
 
 dlfuse_status_t mlp_backward_output_shape(const DLTensor* const* inputs, int32_t, const dlfuse_attr_t*, int32_t,
-                                          int32_t output, int32_t* ndim, int64_t* shape, char* err,
-                                          size_t err_size) {
+                                          int32_t output, int32_t* ndim, int64_t* shape, char* err, size_t err_size) {
   Layers L;
   const DLTensor* const* w = inputs + DLFUSE_INPUT(mlp_backward, w0);
   const std::string why = layers_of(inputs[DLFUSE_INPUT(mlp_backward, x)], w, &L);

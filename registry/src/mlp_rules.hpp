@@ -14,8 +14,8 @@ dlfuse_status_t form_mlp_backward(const OpSpec& spec, const char* op, const Tens
 dlfuse_status_t mlp_output_shape(const DLTensor* const* inputs, int32_t num_inputs, const dlfuse_attr_t* attrs,
                                  int32_t num_attrs, int32_t output, int32_t* ndim, int64_t* shape, char* err,
                                  size_t err_size);
-dlfuse_status_t mlp_backward_output_shape(const DLTensor* const* inputs, int32_t num_inputs,
-                                          const dlfuse_attr_t* attrs, int32_t num_attrs, int32_t output,
-                                          int32_t* ndim, int64_t* shape, char* err, size_t err_size);
+dlfuse_status_t mlp_backward_output_shape(const DLTensor* const* inputs, int32_t num_inputs, const dlfuse_attr_t* attrs,
+                                          int32_t num_attrs, int32_t output, int32_t* ndim, int64_t* shape, char* err,
+                                          size_t err_size);
 
 }  // namespace dlfuse

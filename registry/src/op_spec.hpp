@@ -31,9 +31,9 @@ struct OpSpec {
   uint32_t optional_outputs;  // bit i: outputs[i] may be NULL
   const char* input_names[kMaxArgs];
   const char* output_names[kMaxArgs];
-  ShapeCheck check_shapes;    // may be NULL
-  FormCheck check_form;       // may be NULL
-  SaveRule save_rule;         // may be NULL
+  ShapeCheck check_shapes;  // may be NULL
+  FormCheck check_form;     // may be NULL
+  SaveRule save_rule;       // may be NULL
 };
 
 // Fills the derived fields of `spec` from spec->schema.

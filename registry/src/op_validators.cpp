@@ -23,8 +23,10 @@ dlfuse_status_t canonical_attrs(const OpSpec& spec, const dlfuse_attr_t* attrs, 
                                 dlfuse_attr_t* canonical) {
   const dlfuse_op_schema_t& op = *spec.schema;
   if (num_attrs < 0 || (num_attrs > 0 && !attrs))
-    return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument 'attrs': %d attributes at %p; expected num_attrs >= 0 "
-                "and a non-NULL array when > 0", op.name, num_attrs, static_cast<const void*>(attrs));
+    return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
+                "%s: argument 'attrs': %d attributes at %p; expected num_attrs >= 0 "
+                "and a non-NULL array when > 0",
+                op.name, num_attrs, static_cast<const void*>(attrs));
   bool seen[kMaxAttrs] = {};
   for (int32_t i = 0; i < op.num_attrs; ++i) canonical[i] = op.attrs[i].default_value;
   for (int32_t j = 0; j < num_attrs; ++j) {
@@ -34,13 +36,14 @@ dlfuse_status_t canonical_attrs(const OpSpec& spec, const dlfuse_attr_t* attrs, 
     if (i == op.num_attrs) {
       std::string keys;
       for (int32_t k = 0; k < op.num_attrs; ++k)
-        keys += std::string(k ? ", " : "") + op.attrs[k].name + " (" + std::to_string(op.attrs[k].default_value.key) +
-                ")";
+        keys +=
+            std::string(k ? ", " : "") + op.attrs[k].name + " (" + std::to_string(op.attrs[k].default_value.key) + ")";
       return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: attrs[%d]: key is %d; expected one of %s", op.name, j, a.key,
                   keys.empty() ? "none (the op takes no attributes)" : keys.c_str());
     }
     const dlfuse_attr_schema_t& s = op.attrs[i];
-    if (seen[i]) return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: attribute %s given twice; expected once", op.name, s.name);
+    if (seen[i])
+      return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: attribute %s given twice; expected once", op.name, s.name);
     if (a.type != s.default_value.type)
       return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: attribute %s: type is %s; expected %s", op.name, s.name,
                   attr_type_name(a.type), attr_type_name(s.default_value.type));
@@ -65,8 +68,9 @@ dlfuse_status_t canonical_attrs(const OpSpec& spec, const dlfuse_attr_t* attrs, 
 namespace {
 
 // Names for messages, without building a string on every call (kMaxArgs == 16).
-#define DLFUSE_ARGS16(p) p "[0]", p "[1]", p "[2]", p "[3]", p "[4]", p "[5]", p "[6]", p "[7]", p "[8]", \
-    p "[9]", p "[10]", p "[11]", p "[12]", p "[13]", p "[14]", p "[15]"
+#define DLFUSE_ARGS16(p)                                                                                        \
+  p "[0]", p "[1]", p "[2]", p "[3]", p "[4]", p "[5]", p "[6]", p "[7]", p "[8]", p "[9]", p "[10]", p "[11]", \
+      p "[12]", p "[13]", p "[14]", p "[15]"
 const char* const kInputNames[kMaxArgs] = {DLFUSE_ARGS16("inputs")};
 const char* const kOutputNames[kMaxArgs] = {DLFUSE_ARGS16("outputs")};
 #undef DLFUSE_ARGS16
@@ -77,7 +81,7 @@ const char* arg_name(const OpSpec* spec, bool output, int32_t i) {
 }
 
 __attribute__((noinline, cold)) dlfuse_status_t mismatch_message(const char* op, const char* name, const DLTensor* t,
-                                                                const DLTensor* first, const char* first_name) {
+                                                                 const DLTensor* first, const char* first_name) {
   if (t->dtype.code != first->dtype.code || t->dtype.bits != first->dtype.bits)
     return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s': dtype is %s; expected %s, the dtype of '%s'", op,
                 name, dtype_name(t->dtype).c_str(), dtype_name(first->dtype).c_str(), first_name);
@@ -105,9 +109,10 @@ inline dlfuse_status_t check_common(const char* op, const TensorView& v, const c
 
 // Every tensor's own checks, in argument order (inputs, then outputs), and the common
 // dtype and device. A NULL output gets a view with t == NULL and numel 0.
-__attribute__((always_inline)) inline dlfuse_status_t check_tensors(const OpSpec* spec, const char* op, const DLTensor* const* inputs, int32_t num_inputs,
-                              DLTensor* const* outputs, int32_t num_outputs, TensorView* in, TensorView* out,
-                              CallPlan* plan) {
+__attribute__((always_inline)) inline dlfuse_status_t check_tensors(const OpSpec* spec, const char* op,
+                                                                    const DLTensor* const* inputs, int32_t num_inputs,
+                                                                    DLTensor* const* outputs, int32_t num_outputs,
+                                                                    TensorView* in, TensorView* out, CallPlan* plan) {
   const DLTensor* first = nullptr;
   const char* first_name = "";
   for (int32_t i = 0; i < num_inputs; ++i) {
@@ -127,8 +132,8 @@ __attribute__((always_inline)) inline dlfuse_status_t check_tensors(const OpSpec
       out[i].t = nullptr;
       out[i].numel = 0;
       if (spec && !(spec->optional_outputs >> i & 1u))
-        return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s' is NULL; expected a DLTensor (it is required)", op,
-                    name);
+        return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s' is NULL; expected a DLTensor (it is required)",
+                    op, name);
       continue;
     }
     if (auto s = check_tensor(op, name, outputs[i], true, &out[i])) return s;
@@ -149,15 +154,16 @@ dlfuse_status_t check_overlaps(const OpSpec* spec, const char* op, const TensorV
     if (!out[i].t) continue;
     for (int32_t j = 0; j < i; ++j)
       if (out[j].t && views_overlap(out[i], out[j]))
-        return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s' overlaps output '%s' in memory; expected disjoint outputs",
-                    op, arg_name(spec, true, i), arg_name(spec, true, j));
+        return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
+                    "%s: argument '%s' overlaps output '%s' in memory; expected disjoint outputs", op,
+                    arg_name(spec, true, i), arg_name(spec, true, j));
     for (int32_t j = 0; j < num_inputs; ++j) {
       if (!views_overlap(out[i], in[j])) continue;
       const bool may_alias = spec && j == spec->schema->outputs[i].alias_input;
       if (may_alias && same_view(out[i], in[j])) continue;
-      return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s' overlaps input '%s' in memory; expected no overlap%s", op,
-                  arg_name(spec, true, i), arg_name(spec, false, j),
-                  may_alias ? " other than exactly the same view (in place)" : "");
+      return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
+                  "%s: argument '%s' overlaps input '%s' in memory; expected no overlap%s", op, arg_name(spec, true, i),
+                  arg_name(spec, false, j), may_alias ? " other than exactly the same view (in place)" : "");
     }
   }
   return DLFUSE_STATUS_OK;
@@ -231,9 +237,9 @@ int32_t op_min_inputs(const OpSpec* spec) { return spec->min_inputs; }
 uint32_t op_since_minor(const OpSpec* spec) { return spec->schema->since_minor; }
 const char* op_input_name(const OpSpec* spec, int32_t i) { return spec->input_names[i]; }
 
-dlfuse_status_t validate_call(const OpSpec* spec, const char* op, const DLTensor* const* inputs,
-                              int32_t num_inputs, DLTensor* const* outputs, int32_t num_outputs,
-                              const dlfuse_attr_t* attrs, int32_t num_attrs, CallPlan* plan) {
+dlfuse_status_t validate_call(const OpSpec* spec, const char* op, const DLTensor* const* inputs, int32_t num_inputs,
+                              DLTensor* const* outputs, int32_t num_outputs, const dlfuse_attr_t* attrs,
+                              int32_t num_attrs, CallPlan* plan) {
   // call_op has already widened an older minor's min_inputs to num_inputs.
   const int32_t want_in = spec ? spec->schema->num_inputs : 0, want_out = spec ? spec->schema->num_outputs : 0;
   if (spec ? num_inputs != want_in : (num_inputs < 0 || num_inputs > kMaxArgs))
@@ -246,16 +252,19 @@ dlfuse_status_t validate_call(const OpSpec* spec, const char* op, const DLTensor
     return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: num_outputs is %d; expected %s", op, num_outputs,
                 spec ? std::to_string(want_out).c_str() : "1..16");
   if (num_inputs > 0 && !inputs)
-    return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument 'inputs' is NULL; expected an array of %d tensors", op, num_inputs);
+    return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument 'inputs' is NULL; expected an array of %d tensors", op,
+                num_inputs);
   if (!outputs)
-    return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument 'outputs' is NULL; expected an array of %d tensors", op, num_outputs);
+    return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument 'outputs' is NULL; expected an array of %d tensors", op,
+                num_outputs);
   if (spec) return validate_known(*spec, op, inputs, outputs, attrs, num_attrs, plan);
 
   TensorView in[kMaxArgs], out[kMaxArgs];  // uninitialized: check_tensors fills what is used
   if (auto s = check_tensors(nullptr, op, inputs, num_inputs, outputs, num_outputs, in, out, plan)) return s;
   if (auto s = check_overlaps(nullptr, op, in, num_inputs, out, num_outputs)) return s;
   if (num_attrs < 0 || (num_attrs > 0 && !attrs))
-    return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument 'attrs' is NULL with num_attrs %d; expected an array", op, num_attrs);
+    return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument 'attrs' is NULL with num_attrs %d; expected an array", op,
+                num_attrs);
   plan->attrs = attrs;
   plan->num_attrs = num_attrs;
   return DLFUSE_STATUS_OK;

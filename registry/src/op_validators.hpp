@@ -10,8 +10,8 @@
 
 namespace dlfuse {
 
-constexpr int32_t kMaxArgs = DLFUSE_MAX_ARGS;   // inputs or outputs of one call
-constexpr int32_t kMaxAttrs = DLFUSE_MAX_ATTRS; // attributes of an op with a schema
+constexpr int32_t kMaxArgs = DLFUSE_MAX_ARGS;    // inputs or outputs of one call
+constexpr int32_t kMaxAttrs = DLFUSE_MAX_ATTRS;  // attributes of an op with a schema
 static_assert(DLFUSE_MAX_NDIM == kMaxNdim, "one dims limit");
 
 struct OpSpec;  // an op with a schema
@@ -20,7 +20,7 @@ struct OpSpec;  // an op with a schema
 struct CallPlan {
   DLDevice device{};
   DLDataType dtype{};
-  bool skip = false;  // every present output is empty: nothing to run
+  bool skip = false;                     // every present output is empty: nothing to run
   const dlfuse_attr_t* attrs = nullptr;  // what the kernel receives
   int32_t num_attrs = 0;
   dlfuse_attr_t canonical[kMaxAttrs];  // storage for a schema op's complete attribute list
@@ -45,9 +45,8 @@ uint32_t op_since_minor(const OpSpec* spec);
 const char* op_input_name(const OpSpec* spec, int32_t i);
 
 // Validates everything about a call that does not depend on the chosen plugin.
-dlfuse_status_t validate_call(const OpSpec* spec, const char* op_name,
-                              const DLTensor* const* inputs, int32_t num_inputs,
-                              DLTensor* const* outputs, int32_t num_outputs,
+dlfuse_status_t validate_call(const OpSpec* spec, const char* op_name, const DLTensor* const* inputs,
+                              int32_t num_inputs, DLTensor* const* outputs, int32_t num_outputs,
                               const dlfuse_attr_t* attrs, int32_t num_attrs, CallPlan* plan);
 
 // The outputs' shapes and dtypes of a call from its inputs (ndim, shape and dtype read) and

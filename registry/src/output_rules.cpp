@@ -100,15 +100,16 @@ dlfuse_status_t check_by_rules(const OpSpec& spec, const char* op, const TensorV
 }
 
 dlfuse_status_t bad_layout(const char* op, const char* name, const DLTensor* t) {
-  return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s': ndim is %d with shape %p; expected 0..%d dims "
-              "and a shape array", op, name, t->ndim, static_cast<const void*>(t->shape), kMaxNdim);
+  return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
+              "%s: argument '%s': ndim is %d with shape %p; expected 0..%d dims "
+              "and a shape array",
+              op, name, t->ndim, static_cast<const void*>(t->shape), kMaxNdim);
 }
 
 bool valid_identifier(const char* name) {
   if (!name || !*name || std::strlen(name) > 64) return false;
   for (const char* c = name; *c; ++c)
-    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_'))
-      return false;
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_')) return false;
   return true;
 }
 
@@ -120,15 +121,15 @@ std::string check_output(const dlfuse_op_schema_t& s, int32_t i) {
   const uint32_t all = s.num_inputs >= 32 ? ~0u : (1u << s.num_inputs) - 1;
   if (o.flags & ~(DLFUSE_ARG_OPTIONAL | DLFUSE_ARG_REDUCIBLE))
     return where + "flags are " + std::to_string(o.flags) + "; expected DLFUSE_ARG_* bits";
-  if (o.shape_inputs & ~all)
-    return where + "shape_inputs names inputs past the op's " + std::to_string(s.num_inputs);
+  if (o.shape_inputs & ~all) return where + "shape_inputs names inputs past the op's " + std::to_string(s.num_inputs);
   if (o.alias_input < -1 || o.alias_input >= s.num_inputs)
     return where + "alias_input is " + std::to_string(o.alias_input) + "; expected -1.." +
            std::to_string(s.num_inputs - 1);
   switch (o.shape_rule) {
     case DLFUSE_SHAPE_MATMUL:
-      if (popcount(o.shape_inputs) != 2) return where + "rule MATMUL reads exactly two inputs; shape_inputs has " +
-                                                std::to_string(popcount(o.shape_inputs));
+      if (popcount(o.shape_inputs) != 2)
+        return where + "rule MATMUL reads exactly two inputs; shape_inputs has " +
+               std::to_string(popcount(o.shape_inputs));
       return "";
     case DLFUSE_SHAPE_BROADCAST:
     case DLFUSE_SHAPE_LIKE:
@@ -137,8 +138,7 @@ std::string check_output(const dlfuse_op_schema_t& s, int32_t i) {
     case DLFUSE_SHAPE_CALLBACK:
       if (!s.shape_fn) return where + "rule CALLBACK without a shape_fn";
       return "";
-    default:
-      return where + "shape_rule is " + std::to_string(o.shape_rule) + "; expected a dlfuse_shape_rule_t";
+    default: return where + "shape_rule is " + std::to_string(o.shape_rule) + "; expected a dlfuse_shape_rule_t";
   }
 }
 
@@ -179,13 +179,14 @@ dlfuse_status_t rule_shape(const OpSpec& spec, const char* op, const DLTensor* c
   if (o.shape_rule == DLFUSE_SHAPE_CALLBACK) return callback_shape(spec, op, inputs, canonical, i, shape, ndim);
   int32_t at = -1;
   switch (dlfuse_shape_by_rule(o.shape_rule, bits, inputs, s.num_inputs, shape, ndim, &at)) {
-    case DLFUSE_SHAPE_RULE_OK:
-      return DLFUSE_STATUS_OK;
+    case DLFUSE_SHAPE_RULE_OK: return DLFUSE_STATUS_OK;
     case DLFUSE_SHAPE_RULE_BAD_TENSOR:  // inputs are checked before any rule runs
       return bad_layout(op, s.inputs[at].name, inputs[at]);
     case DLFUSE_SHAPE_RULE_ABSENT:
-      return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s' is NULL; expected a DLTensor (output '%s' "
-                  "is computed from it)", op, s.inputs[at].name, o.name);
+      return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
+                  "%s: argument '%s' is NULL; expected a DLTensor (output '%s' "
+                  "is computed from it)",
+                  op, s.inputs[at].name, o.name);
     case DLFUSE_SHAPE_RULE_NO_MATMUL: {  // matmul_out_shape says which dims do not fit
       int32_t ab[2] = {-1, -1}, k = 0;
       for (int32_t j = 0; j < s.num_inputs && k < 2; ++j)
@@ -203,10 +204,11 @@ dlfuse_status_t rule_shape(const OpSpec& spec, const char* op, const DLTensor* c
                   shape_string(t->shape, t->ndim).c_str(), so_far.c_str(), shape_string(shape, *ndim).c_str());
     }
     case DLFUSE_SHAPE_RULE_NO_INPUT:
-      return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: output '%s' has its shape from %s; expected at least one of "
-                  "them, got none", op, o.name, rule_inputs(s, bits).c_str());
-    case DLFUSE_SHAPE_RULE_NOT_NAMED:
-      break;
+      return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
+                  "%s: output '%s' has its shape from %s; expected at least one of "
+                  "them, got none",
+                  op, o.name, rule_inputs(s, bits).c_str());
+    case DLFUSE_SHAPE_RULE_NOT_NAMED: break;
   }
   return fail(DLFUSE_STATUS_INTERNAL, "%s: output '%s' has shape rule %d, which is not a dlfuse_shape_rule_t", op,
               o.name, o.shape_rule);
@@ -241,8 +243,10 @@ dlfuse_status_t infer_outputs(const OpSpec& spec, const DLTensor* const* inputs,
       first = t;
     } else if (t->dtype.code != first->dtype.code || t->dtype.bits != first->dtype.bits ||
                t->dtype.lanes != first->dtype.lanes) {
-      return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s': dtype is %s; expected %s, the dtype of the "
-                  "first input given", op, name, dtype_name(t->dtype).c_str(), dtype_name(first->dtype).c_str());
+      return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
+                  "%s: argument '%s': dtype is %s; expected %s, the dtype of the "
+                  "first input given",
+                  op, name, dtype_name(t->dtype).c_str(), dtype_name(first->dtype).c_str());
     }
   }
   dlfuse_attr_t canonical[kMaxAttrs];
@@ -276,7 +280,8 @@ std::string check_declared_schema(const dlfuse_op_schema_t& s) {
       if (n == a.name) return op + "argument name '" + n + "' appears twice";
     names.push_back(a.name);
     if (k < s.num_inputs && (a.flags & ~DLFUSE_ARG_OPTIONAL))
-      return op + "input '" + a.name + "': flags are " + std::to_string(a.flags) + "; expected 0 or DLFUSE_ARG_OPTIONAL";
+      return op + "input '" + a.name + "': flags are " + std::to_string(a.flags) +
+             "; expected 0 or DLFUSE_ARG_OPTIONAL";
   }
   for (int32_t i = 0; i < s.num_outputs; ++i) {
     const std::string why = check_output(s, i);

@@ -78,16 +78,18 @@ bool valid_name(const char* name) {
 }
 
 dlfuse_status_t read_descriptor(Plugin* p, const dlfuse_plugin_t* d) {
-  if (!d) return refuse(p, DLFUSE_STATUS_LOAD_FAILED, std::string(DLFUSE_PLUGIN_ENTRY) + "() returned NULL; expected a descriptor");
+  if (!d)
+    return refuse(p, DLFUSE_STATUS_LOAD_FAILED,
+                  std::string(DLFUSE_PLUGIN_ENTRY) + "() returned NULL; expected a descriptor");
   if (d->struct_size < offsetof(dlfuse_plugin_t, abi_minor) + sizeof(uint32_t))
     return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT,
                   "descriptor struct_size is " + std::to_string(d->struct_size) + "; expected at least " +
                       std::to_string(kPluginV1_0Size) + " (ABI 1.0)");
   if (d->abi_major != DLFUSE_ABI_MAJOR)
     return refuse(p, DLFUSE_STATUS_ABI_MISMATCH,
-                  "plugin was built for dlfuse ABI " + std::to_string(d->abi_major) + "." + std::to_string(d->abi_minor) +
-                      "; this libdlfuse speaks ABI " + std::to_string(DLFUSE_ABI_MAJOR) + "." +
-                      std::to_string(DLFUSE_ABI_MINOR) + " (majors must match)");
+                  "plugin was built for dlfuse ABI " + std::to_string(d->abi_major) + "." +
+                      std::to_string(d->abi_minor) + "; this libdlfuse speaks ABI " + std::to_string(DLFUSE_ABI_MAJOR) +
+                      "." + std::to_string(DLFUSE_ABI_MINOR) + " (majors must match)");
   if (d->struct_size < kPluginV1_0Size)
     return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT,
                   "descriptor struct_size is " + std::to_string(d->struct_size) + "; expected at least " +
@@ -96,7 +98,8 @@ dlfuse_status_t read_descriptor(Plugin* p, const dlfuse_plugin_t* d) {
   std::memcpy(&p->api, d, d->struct_size < sizeof(p->api) ? d->struct_size : sizeof(p->api));
   const dlfuse_plugin_t& a = p->api;
   if (!valid_name(a.name))
-    return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT, "descriptor name is invalid; expected 1-64 characters of [a-z0-9_]");
+    return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT,
+                  "descriptor name is invalid; expected 1-64 characters of [a-z0-9_]");
   p->name = a.name;
   p->version = a.version ? a.version : "";
   const struct {
@@ -111,7 +114,9 @@ dlfuse_status_t read_descriptor(Plugin* p, const dlfuse_plugin_t* d) {
                   {reinterpret_cast<const void*>(a.copy), "copy"},
                   {reinterpret_cast<const void*>(a.synchronize), "synchronize"}};
   for (const auto& r : required)
-    if (!r.fn) return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT, std::string("descriptor field '") + r.field + "' is NULL; expected a function");
+    if (!r.fn)
+      return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT,
+                    std::string("descriptor field '") + r.field + "' is NULL; expected a function");
   return DLFUSE_STATUS_OK;
 }
 
@@ -132,18 +137,20 @@ dlfuse_status_t copy_kernels(Plugin* p, const dlfuse_kernel_t* table, int32_t n)
                         (k.struct_size < kKernelV1_0Size ? "at least " + std::to_string(kKernelV1_0Size)
                                                          : "entry 0's, " + std::to_string(stride)) +
                         " (one size for every entry)");
-    if (!k.op || !*k.op) return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT, where + "op is NULL or empty; expected an op name");
+    if (!k.op || !*k.op)
+      return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT, where + "op is NULL or empty; expected an op name");
     if (!k.fn) return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT, where + "fn is NULL; expected a function");
     if (k.device_type != p->api.device_type)
       return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT,
                     where + "device_type is " + device_type_name(k.device_type) + "; expected " +
                         device_type_name(p->api.device_type) + ", the plugin's");
     if (k.num_dtypes <= 0 || !k.dtypes)
-      return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT, where + "declares " + std::to_string(k.num_dtypes) +
-                                                            " dtypes; expected at least one");
+      return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT,
+                    where + "declares " + std::to_string(k.num_dtypes) + " dtypes; expected at least one");
     for (const Kernel& other : p->kernels)
       if (other.op == k.op)
-        return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT, where + "op '" + k.op + "' appears twice; expected one entry per op");
+        return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT,
+                      where + "op '" + k.op + "' appears twice; expected one entry per op");
     Kernel c;
     c.op = k.op;
     c.device_type = k.device_type;
@@ -160,13 +167,15 @@ dlfuse_status_t copy_kernels(Plugin* p, const dlfuse_kernel_t* table, int32_t n)
     const dlfuse_op_schema_t* schema = DLFUSE_HAS_FIELD(&k, dlfuse_kernel_t, schema) ? k.schema : nullptr;
     if (schema) {
       if (find_core_op(k.op))
-        return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT,
-                      where + "declares a schema for '" + k.op + "', a core op; expected NULL (dlfuse/ops.def describes it)");
+        return refuse(
+            p, DLFUSE_STATUS_INVALID_ARGUMENT,
+            where + "declares a schema for '" + k.op + "', a core op; expected NULL (dlfuse/ops.def describes it)");
       const std::string why = check_declared_schema(*schema);
       if (!why.empty()) return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT, where + why);
       if (std::strcmp(schema->name, k.op) != 0)
-        return refuse(p, DLFUSE_STATUS_INVALID_ARGUMENT,
-                      where + "op is '" + k.op + "' but its schema names '" + schema->name + "'; expected the same name");
+        return refuse(
+            p, DLFUSE_STATUS_INVALID_ARGUMENT,
+            where + "op is '" + k.op + "' but its schema names '" + schema->name + "'; expected the same name");
       p->declares.push_back(copy_declared(*schema));
     }
     p->kernels.push_back(std::move(c));
@@ -203,7 +212,8 @@ dlfuse_status_t open_plugin(Plugin* p) {
     s = p->api.device_count(state, &count, err, sizeof err);
     err[sizeof err - 1] = '\0';
     if (s != DLFUSE_STATUS_OK) return refuse(p, DLFUSE_STATUS_UNAVAILABLE, plugin_said("device_count", s));
-    if (count <= 0) return refuse(p, DLFUSE_STATUS_UNAVAILABLE, "device_count is " + std::to_string(count) + ": no device");
+    if (count <= 0)
+      return refuse(p, DLFUSE_STATUS_UNAVAILABLE, "device_count is " + std::to_string(count) + ": no device");
     p->device_count = count;
   } catch (const std::exception& e) {
     return refuse(p, DLFUSE_STATUS_INTERNAL, std::string("plugin threw a C++ exception while opening: ") + e.what());
@@ -268,8 +278,8 @@ dlfuse_status_t load_plugin_locked(dlfuse_registry* r, const std::string& path, 
   // which a caller can tell from LOAD_FAILED (a file that is there but does not load).
   struct stat st;
   if (stat(real.c_str(), &st) != 0 && (errno == ENOENT || errno == ENOTDIR))
-    return refuse(p, DLFUSE_STATUS_NOT_FOUND, "argument 'path' names no file (" + std::string(std::strerror(errno)) +
-                                                  "); expected a plugin file");
+    return refuse(p, DLFUSE_STATUS_NOT_FOUND,
+                  "argument 'path' names no file (" + std::string(std::strerror(errno)) + "); expected a plugin file");
   const std::string truncated = truncated_elf(real);
   if (!truncated.empty()) return refuse(p, DLFUSE_STATUS_LOAD_FAILED, truncated);
   // RTLD_LOCAL: plugins never see each other's symbols, nor leak theirs into the host.
@@ -287,7 +297,8 @@ dlfuse_status_t load_plugin_locked(dlfuse_registry* r, const std::string& path, 
                       "plugin exports " + newer + " (ABI " + std::to_string(major) + "); this libdlfuse speaks ABI " +
                           std::to_string(DLFUSE_ABI_MAJOR) + " and looks for " + DLFUSE_PLUGIN_ENTRY);
     }
-    return refuse(p, DLFUSE_STATUS_LOAD_FAILED, std::string("no entry symbol ") + DLFUSE_PLUGIN_ENTRY + "; not a dlfuse plugin");
+    return refuse(p, DLFUSE_STATUS_LOAD_FAILED,
+                  std::string("no entry symbol ") + DLFUSE_PLUGIN_ENTRY + "; not a dlfuse plugin");
   }
   const dlfuse_plugin_t* desc = nullptr;
   try {

@@ -37,10 +37,11 @@ dlfuse_status_t check_registry(dlfuse_registry_t r, const char* fn) {
 }
 
 // A caller-filled info struct: present, and at least its ABI 1.0 fields (`need` bytes).
-template <class Info> dlfuse_status_t check_info(const Info* info, size_t need, const char* fn, const char* type) {
+template <class Info>
+dlfuse_status_t check_info(const Info* info, size_t need, const char* fn, const char* type) {
   if (!info)
-    return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument 'info' is NULL; expected a %s with struct_size >= %zu", fn,
-                type, need);
+    return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument 'info' is NULL; expected a %s with struct_size >= %zu",
+                fn, type, need);
   if (info->struct_size < need)
     return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument 'info': struct_size is %zu; expected >= %zu", fn,
                 static_cast<size_t>(info->struct_size), need);
@@ -61,17 +62,21 @@ extern "C" {
 DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_create(const dlfuse_registry_options_t* options,
                                                      dlfuse_registry_t* registry) {
   return guarded("dlfuse_registry_create", [&] {
-    if (!registry) return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "dlfuse_registry_create: argument 'registry' is NULL; expected a pointer to receive the registry");
+    if (!registry)
+      return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
+                  "dlfuse_registry_create: argument 'registry' is NULL; expected a pointer to receive the registry");
     *registry = nullptr;
     uint32_t flags = DLFUSE_DISCOVER_DEFAULT;
     const char* paths = nullptr;
     if (options) {
       constexpr size_t need = offsetof(dlfuse_registry_options_t, plugin_paths) + sizeof(const char*);
       if (options->struct_size < need)
-        return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "dlfuse_registry_create: argument 'options': struct_size is %zu; expected >= %zu",
+        return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
+                    "dlfuse_registry_create: argument 'options': struct_size is %zu; expected >= %zu",
                     options->struct_size, need);
       if (options->discovery & ~static_cast<uint32_t>(DLFUSE_DISCOVER_DEFAULT))
-        return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "dlfuse_registry_create: argument 'options': discovery is 0x%x; expected bits of 0x%x",
+        return fail(DLFUSE_STATUS_INVALID_ARGUMENT,
+                    "dlfuse_registry_create: argument 'options': discovery is 0x%x; expected bits of 0x%x",
                     options->discovery, DLFUSE_DISCOVER_DEFAULT);
       flags = options->discovery;
       paths = options->plugin_paths;
@@ -133,7 +138,8 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_plugin_info(dlfuse_registry_t regi
                                                           dlfuse_plugin_info_t* info) {
   return guarded("dlfuse_registry_plugin_info", [&] {
     if (auto s = check_registry(registry, "dlfuse_registry_plugin_info")) return s;
-    if (auto s = check_info(info, offsetof(dlfuse_plugin_info_t, num_kernels) + sizeof(int32_t), "dlfuse_registry_plugin_info", "dlfuse_plugin_info_t"))
+    if (auto s = check_info(info, offsetof(dlfuse_plugin_info_t, num_kernels) + sizeof(int32_t),
+                            "dlfuse_registry_plugin_info", "dlfuse_plugin_info_t"))
       return s;
     std::lock_guard<std::mutex> lock(registry->mutex);
     if (auto s = check_plugin_index(registry, plugin, "dlfuse_registry_plugin_info")) return s;
@@ -160,15 +166,17 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_kernel_info(dlfuse_registry_t regi
                                                           dlfuse_kernel_info_t* info) {
   return guarded("dlfuse_registry_kernel_info", [&] {
     if (auto s = check_registry(registry, "dlfuse_registry_kernel_info")) return s;
-    if (auto s = check_info(info, offsetof(dlfuse_kernel_info_t, priority) + sizeof(int32_t), "dlfuse_registry_kernel_info", "dlfuse_kernel_info_t"))
+    if (auto s = check_info(info, offsetof(dlfuse_kernel_info_t, priority) + sizeof(int32_t),
+                            "dlfuse_registry_kernel_info", "dlfuse_kernel_info_t"))
       return s;
     std::lock_guard<std::mutex> lock(registry->mutex);
     if (auto s = check_plugin_index(registry, plugin, "dlfuse_registry_kernel_info")) return s;
     const Plugin& p = *registry->plugins[plugin];
     const int32_t n = static_cast<int32_t>(p.kernels.size());
     if (kernel < 0 || kernel >= n)
-      return fail(DLFUSE_STATUS_NOT_FOUND, "dlfuse_registry_kernel_info: argument 'kernel' is %d; expected 0..%d (plugin '%s')",
-                  kernel, n - 1, p.name.c_str());
+      return fail(DLFUSE_STATUS_NOT_FOUND,
+                  "dlfuse_registry_kernel_info: argument 'kernel' is %d; expected 0..%d (plugin '%s')", kernel, n - 1,
+                  p.name.c_str());
     const Kernel& k = p.kernels[kernel];
     const size_t size = info->struct_size;
     dlfuse_kernel_info_t full{};
@@ -185,7 +193,8 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_kernel_info(dlfuse_registry_t regi
   });
 }
 
-DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_prefer(dlfuse_registry_t registry, const char* op, const char* plugin_name) {
+DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_prefer(dlfuse_registry_t registry, const char* op,
+                                                     const char* plugin_name) {
   return guarded("dlfuse_registry_prefer", [&] {
     if (auto s = check_registry(registry, "dlfuse_registry_prefer")) return s;
     std::lock_guard<std::mutex> lock(registry->mutex);
@@ -202,7 +211,8 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_prefer(dlfuse_registry_t registry,
         std::string names;
         for (const auto& p : registry->plugins)
           if (p->available) names += (names.empty() ? "" : ", ") + p->name;
-        return fail(DLFUSE_STATUS_NOT_FOUND, "dlfuse_registry_prefer: argument 'plugin_name' is '%s'; expected an available plugin: %s",
+        return fail(DLFUSE_STATUS_NOT_FOUND,
+                    "dlfuse_registry_prefer: argument 'plugin_name' is '%s'; expected an available plugin: %s",
                     plugin_name, names.empty() ? "(none)" : names.c_str());
       }
       prefs.insert(prefs.begin(), {op_key, plugin_name});

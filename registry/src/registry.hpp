@@ -22,7 +22,7 @@ struct Kernel {
   int32_t priority = 0;
   dlfuse_kernel_fn_t fn = nullptr;
   void* kernel_data = nullptr;
-  uint32_t flags = 0;  // DLFUSE_KERNEL_* (0 from a 1.0 table)
+  uint32_t flags = 0;                     // DLFUSE_KERNEL_* (0 from a 1.0 table)
   std::vector<int32_t> dtype_priorities;  // one per dtype (all `priority` before ABI 1.2)
   // Whether it serves (dev, dt), and at which priority.
   bool accepts(int32_t dev, DLDataType dt, int32_t* prio) const {
@@ -74,7 +74,7 @@ struct OpTable {
 // Immutable once published; old ones live until the registry dies, so a call that
 // read a pointer can always finish with it.
 struct Snapshot {
-  std::vector<OpTable> by_op_id;  // indexed by dlfuse_op::id
+  std::vector<OpTable> by_op_id;       // indexed by dlfuse_op::id
   std::vector<Plugin*> service_order;  // available plugins, preferred first, for device services
 };
 
@@ -96,7 +96,7 @@ struct dlfuse_registry {
   std::vector<std::pair<std::string, std::string>> preferences;
   std::vector<std::unique_ptr<const dlfuse::Snapshot>> snapshots;
   std::atomic<const dlfuse::Snapshot*> current{nullptr};
-  dlfuse_op* builtin[DLFUSE_NUM_CORE_OPS] = {};  // the typed functions' handles, by core-op index
+  dlfuse_op* builtin[DLFUSE_NUM_CORE_OPS] = {};               // the typed functions' handles, by core-op index
   std::vector<std::unique_ptr<dlfuse::DeclaredOp>> declared;  // in declaration order
 };
 
@@ -115,8 +115,7 @@ void publish_snapshot_locked(dlfuse_registry* r);
 // Loads one file (under the mutex); always leaves an entry describing the outcome.
 dlfuse_status_t load_plugin_locked(dlfuse_registry* r, const std::string& path, int32_t* index);
 // Under the mutex: lists `path` as unavailable without opening it.
-void record_refusal_locked(dlfuse_registry* r, const std::string& path, dlfuse_status_t status,
-                           const std::string& why);
+void record_refusal_locked(dlfuse_registry* r, const std::string& path, dlfuse_status_t status, const std::string& why);
 // The plugin serving device services for a device type, or NULL (last error set).
 Plugin* device_plugin(dlfuse_registry* r, int32_t device_type, const char* caller);
 dlfuse_status_t resolve_op(dlfuse_op* op, int32_t device_type, DLDataType dtype, int32_t* plugin);
@@ -124,8 +123,7 @@ dlfuse_status_t resolve_op(dlfuse_op* op, int32_t device_type, DLDataType dtype,
 // op's minor (DLFUSE_KERNEL_TAKES_V1_1_INPUTS); false where none serves it.
 bool serving_kernel_takes_newer_inputs(dlfuse_op* op, int32_t device_type, DLDataType dtype);
 // Runs a validated call (shared by dlfuse_op_call and the typed functions).
-dlfuse_status_t call_op(dlfuse_op* op, const DLTensor* const* inputs, int32_t num_inputs,
-                        DLTensor* const* outputs, int32_t num_outputs, const dlfuse_attr_t* attrs,
-                        int32_t num_attrs, void* stream);
+dlfuse_status_t call_op(dlfuse_op* op, const DLTensor* const* inputs, int32_t num_inputs, DLTensor* const* outputs,
+                        int32_t num_outputs, const dlfuse_attr_t* attrs, int32_t num_attrs, void* stream);
 
 }  // namespace dlfuse

@@ -8,14 +8,14 @@ namespace dlfuse {
 
 std::string shape_of(const TensorView& v) { return shape_string(v.t->shape, v.t->ndim); }
 
-dlfuse_status_t shape_mismatch(const char* op, const char* arg, const std::string& expected,
-                               const TensorView& got, const char* why) {
-  return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s': shape is %s; expected %s (%s)", op,
-              arg, shape_of(got).c_str(), expected.c_str(), why);
+dlfuse_status_t shape_mismatch(const char* op, const char* arg, const std::string& expected, const TensorView& got,
+                               const char* why) {
+  return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s': shape is %s; expected %s (%s)", op, arg,
+              shape_of(got).c_str(), expected.c_str(), why);
 }
 
-dlfuse_status_t matmul_out_shape(const char* op, const DLTensor* A, const DLTensor* B, const char* an,
-                                 const char* bn, int64_t* out, int32_t* nout) {
+dlfuse_status_t matmul_out_shape(const char* op, const DLTensor* A, const DLTensor* B, const char* an, const char* bn,
+                                 int64_t* out, int32_t* nout) {
   if (A->ndim < 2)
     return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s': ndim is %d; expected >= 2 ([..., M, K])", op, an,
                 A->ndim);
@@ -37,17 +37,16 @@ dlfuse_status_t matmul_out_shape(const char* op, const DLTensor* A, const DLTens
   return DLFUSE_STATUS_OK;
 }
 
-dlfuse_status_t expect_shape(const char* op, const char* arg, const TensorView& v, const int64_t* shape,
-                             int32_t n, const char* why) {
+dlfuse_status_t expect_shape(const char* op, const char* arg, const TensorView& v, const int64_t* shape, int32_t n,
+                             const char* why) {
   if (same_shape(v.t->shape, v.t->ndim, shape, n)) return DLFUSE_STATUS_OK;
   return shape_mismatch(op, arg, shape_string(shape, n), v, why);
 }
 
-dlfuse_status_t expect_broadcastable(const char* op, const char* arg, const TensorView& v,
-                                     const int64_t* shape, int32_t n) {
+dlfuse_status_t expect_broadcastable(const char* op, const char* arg, const TensorView& v, const int64_t* shape,
+                                     int32_t n) {
   if (broadcasts_to(v.t->shape, v.t->ndim, shape, n)) return DLFUSE_STATUS_OK;
-  return shape_mismatch(op, arg, "a shape that broadcasts to " + shape_string(shape, n), v,
-                        "NumPy broadcasting");
+  return shape_mismatch(op, arg, "a shape that broadcasts to " + shape_string(shape, n), v, "NumPy broadcasting");
 }
 
 bool present(const TensorView& v) { return v.t != nullptr; }

@@ -12,8 +12,8 @@ dlfuse_status_t shape_mismatch(const char* op, const char* arg, const std::strin
                                const char* why);
 // The shape of A @ B (A [..., M, K] named an, B [..., K, N] named bn): broadcast batch dims
 // + [M, N]; fails naming the argument when they do not multiply.
-dlfuse_status_t matmul_out_shape(const char* op, const DLTensor* A, const DLTensor* B, const char* an,
-                                 const char* bn, int64_t* out, int32_t* nout);
+dlfuse_status_t matmul_out_shape(const char* op, const DLTensor* A, const DLTensor* B, const char* an, const char* bn,
+                                 int64_t* out, int32_t* nout);
 inline dlfuse_status_t matmul_out_shape(const char* op, const TensorView& a, const TensorView& b, int64_t* out,
                                         int32_t* nout) {
   return matmul_out_shape(op, a.t, b.t, "a", "b", out, nout);

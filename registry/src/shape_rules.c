@@ -83,7 +83,6 @@ dlfuse_shape_rule_result_t dlfuse_shape_by_rule(int32_t rule, uint32_t reads, co
       *ndim = n;
       return DLFUSE_SHAPE_RULE_OK;
     }
-    default:
-      return DLFUSE_SHAPE_RULE_NOT_NAMED;
+    default: return DLFUSE_SHAPE_RULE_NOT_NAMED;
   }
 }

@@ -50,12 +50,11 @@ bool self_overlapping(const DLTensor* t, const int64_t* strides) {
 }  // namespace
 
 // Messages name the op, the argument, what is wrong, its value and what was expected.
-#define DLFUSE_BAD(what, expected, actual)                                                          \
+#define DLFUSE_BAD(what, expected, actual)                                                        \
   fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s': %s is %s; expected %s", op, arg, what, \
        std::string(actual).c_str(), std::string(expected).c_str())
 
-dlfuse_status_t check_layout(const char* op, const char* arg, const DLTensor* t, bool is_output,
-                             TensorView* v) {
+dlfuse_status_t check_layout(const char* op, const char* arg, const DLTensor* t, bool is_output, TensorView* v) {
   if (!t) return fail(DLFUSE_STATUS_INVALID_ARGUMENT, "%s: argument '%s' is NULL; expected a DLTensor", op, arg);
   if (t->ndim < 0 || t->ndim > kMaxNdim)
     return DLFUSE_BAD("ndim", "0.." + std::to_string(kMaxNdim), std::to_string(t->ndim));
@@ -78,8 +77,8 @@ dlfuse_status_t check_layout(const char* op, const char* arg, const DLTensor* t,
   if (t->strides) {
     for (int32_t i = 0; i < t->ndim; ++i) {
       if (t->strides[i] < 0)
-        return DLFUSE_BAD(("strides[" + std::to_string(i) + "]").c_str(),
-                          ">= 0 (negative strides are not supported)", std::to_string(t->strides[i]));
+        return DLFUSE_BAD(("strides[" + std::to_string(i) + "]").c_str(), ">= 0 (negative strides are not supported)",
+                          std::to_string(t->strides[i]));
       v->strides[i] = t->strides[i];
     }
   } else {
@@ -100,9 +99,9 @@ dlfuse_status_t check_layout(const char* op, const char* arg, const DLTensor* t,
   for (int32_t i = 0; t->strides && i < t->ndim; ++i) {
     int64_t step;
     if (!mul_ok(t->shape[i] - 1, v->strides[i], &step) || !add_ok(last, step, &last))
-      return DLFUSE_BAD("extent", "<= 2^63-1 elements",
-                        "larger (shape " + shape_string(t->shape, t->ndim) + ", strides " +
-                            shape_string(v->strides, t->ndim) + ")");
+      return DLFUSE_BAD(
+          "extent", "<= 2^63-1 elements",
+          "larger (shape " + shape_string(t->shape, t->ndim) + ", strides " + shape_string(v->strides, t->ndim) + ")");
   }
   if (!add_ok(last, 1, &v->bytes) || !mul_ok(v->bytes, v->itemsize, &v->bytes))
     return DLFUSE_BAD("byte extent", "<= 2^63-1",
@@ -137,9 +136,9 @@ dlfuse_status_t check_placement_slow(const char* op, const char* arg, TensorView
     // A power-of-two item size: a mask, not a 64-bit division (a tenth of a call's dispatch).
     const uint64_t mask = static_cast<uint64_t>(v->itemsize) - 1;
     if ((v->itemsize & mask) == 0 && (first & mask) != 0)
-      return DLFUSE_BAD("data + byte_offset", "aligned to " + std::to_string(v->itemsize) + " bytes",
-                        hex_address(first) + " (data " + hex_address(addr) + ", byte_offset " +
-                            std::to_string(t->byte_offset) + ")");
+      return DLFUSE_BAD(
+          "data + byte_offset", "aligned to " + std::to_string(v->itemsize) + " bytes",
+          hex_address(first) + " (data " + hex_address(addr) + ", byte_offset " + std::to_string(t->byte_offset) + ")");
     v->lo = first;
     v->hi = first + static_cast<uint64_t>(v->bytes);
   } else {
@@ -163,8 +162,7 @@ bool same_view(const TensorView& a, const TensorView& b) {
   return true;
 }
 
-bool broadcast_shapes(const int64_t* a, int32_t na, const int64_t* b, int32_t nb, int64_t* out,
-                      int32_t* nout) {
+bool broadcast_shapes(const int64_t* a, int32_t na, const int64_t* b, int32_t nb, int64_t* out, int32_t* nout) {
   const int32_t n = na > nb ? na : nb;
   if (n > kMaxNdim) return false;
   for (int32_t i = 0; i < n; ++i) {

@@ -20,7 +20,7 @@ struct TensorView {
   int64_t numel;
   int64_t itemsize;
   int64_t strides[kMaxNdim];  // in elements; compact row-major when t->strides is NULL
-  int64_t bytes;  // from the first element's byte to past the farthest one's; 0 if empty
+  int64_t bytes;              // from the first element's byte to past the farthest one's; 0 if empty
   // The bytes the view can touch, [lo, hi), in the address space named by `space`:
   // 0 for directly addressed memory, the handle itself where data is one (data_is_handle).
   uintptr_t space;
@@ -34,8 +34,7 @@ struct TensorView {
 // Validates the layout of `t` as argument `arg` of `op`: non-NULL, 0 <= ndim <= kMaxNdim,
 // sizes >= 0, lanes 1, whole-byte items, strides >= 0, no int64 overflow in sizes or
 // element extents. Outputs must also not overlap themselves.
-dlfuse_status_t check_layout(const char* op, const char* arg, const DLTensor* t, bool is_output,
-                             TensorView* view);
+dlfuse_status_t check_layout(const char* op, const char* arg, const DLTensor* t, bool is_output, TensorView* view);
 // Validates where the laid-out tensor `view->t` lies: byte_offset and the byte extent fit,
 // data present (when not empty) and item-aligned, the extent inside the address space.
 // Sets space, lo and hi.
@@ -85,8 +84,7 @@ inline bool views_overlap(const TensorView& a, const TensorView& b) {
 bool same_view(const TensorView& a, const TensorView& b);
 
 // NumPy broadcasting of a and b into out (right-aligned). False if incompatible.
-bool broadcast_shapes(const int64_t* a, int32_t na, const int64_t* b, int32_t nb, int64_t* out,
-                      int32_t* nout);
+bool broadcast_shapes(const int64_t* a, int32_t na, const int64_t* b, int32_t nb, int64_t* out, int32_t* nout);
 // True when `from` broadcasts to exactly `to`.
 bool broadcasts_to(const int64_t* from, int32_t nfrom, const int64_t* to, int32_t nto);
 bool same_shape(const int64_t* a, int32_t na, const int64_t* b, int32_t nb);

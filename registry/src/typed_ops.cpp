@@ -34,8 +34,9 @@ dlfuse_status_t run(dlfuse_registry_t r, const char* fn, const DLTensor* const (
     dlfuse_attr_t attrs[NA];
     for (size_t k = 0; k < NA; ++k) {
       const dlfuse_attr_t& d = schema.attrs[k].default_value;
-      attrs[k] = d.type == DLFUSE_ATTR_FLOAT64 ? float_attr(d.key, values[k].is_float ? values[k].f : double(values[k].i))
-                                               : int_attr(d.key, values[k].is_float ? int64_t(values[k].f) : values[k].i);
+      attrs[k] = d.type == DLFUSE_ATTR_FLOAT64
+                     ? float_attr(d.key, values[k].is_float ? values[k].f : double(values[k].i))
+                     : int_attr(d.key, values[k].is_float ? int64_t(values[k].f) : values[k].i);
     }
     return call_op(r->builtin[Op], in, int32_t(NI), out, int32_t(NO), attrs, int32_t(NA), stream);
   });
@@ -58,20 +59,24 @@ extern "C" {
 DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_relu(dlfuse_registry_t registry, const DLTensor* a, const DLTensor* b,
                                                      const DLTensor* bias, DLTensor* out, int32_t allow_tf32,
                                                      void* stream) {
-  return run<DLFUSE_OP_INDEX(matmul_add_relu)>(registry, "dlfuse_matmul_add_relu", {a, b, bias}, {out}, {allow_tf32}, stream);
+  return run<DLFUSE_OP_INDEX(matmul_add_relu)>(registry, "dlfuse_matmul_add_relu", {a, b, bias}, {out}, {allow_tf32},
+                                               stream);
 }
 
 DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_relu_backward(dlfuse_registry_t registry, const DLTensor* grad_out,
                                                               const DLTensor* a, const DLTensor* b, const DLTensor* out,
                                                               DLTensor* grad_a, DLTensor* grad_b, DLTensor* grad_bias,
                                                               int32_t allow_tf32, void* stream) {
-  return run<DLFUSE_OP_INDEX(matmul_add_relu_backward)>(registry, "dlfuse_matmul_add_relu_backward", {grad_out, a, b, out}, {grad_a, grad_b, grad_bias}, {allow_tf32}, stream);
+  return run<DLFUSE_OP_INDEX(matmul_add_relu_backward)>(registry, "dlfuse_matmul_add_relu_backward",
+                                                        {grad_out, a, b, out}, {grad_a, grad_b, grad_bias},
+                                                        {allow_tf32}, stream);
 }
 
-DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation(dlfuse_registry_t registry, const DLTensor* x, const DLTensor* y,
-                                                        const DLTensor* bias, double multiplier,
+DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation(dlfuse_registry_t registry, const DLTensor* x,
+                                                        const DLTensor* y, const DLTensor* bias, double multiplier,
                                                         dlfuse_activation_t activation, DLTensor* out, void* stream) {
-  return run<DLFUSE_OP_INDEX(add_mul_activation)>(registry, "dlfuse_add_mul_activation", {x, y, bias}, {out}, {activation_bits(activation), multiplier}, stream);
+  return run<DLFUSE_OP_INDEX(add_mul_activation)>(registry, "dlfuse_add_mul_activation", {x, y, bias}, {out},
+                                                  {activation_bits(activation), multiplier}, stream);
 }
 
 DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation_backward(dlfuse_registry_t registry, const DLTensor* grad_out,
@@ -79,45 +84,52 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation_backward(dlfuse_registry
                                                                  const DLTensor* bias, double multiplier,
                                                                  dlfuse_activation_t activation, DLTensor* grad_x,
                                                                  DLTensor* grad_y, DLTensor* grad_bias, void* stream) {
-  return run<DLFUSE_OP_INDEX(add_mul_activation_backward)>(registry, "dlfuse_add_mul_activation_backward", {grad_out, x, y, bias}, {grad_x, grad_y, grad_bias}, {activation_bits(activation), multiplier}, stream);
+  return run<DLFUSE_OP_INDEX(add_mul_activation_backward)>(registry, "dlfuse_add_mul_activation_backward",
+                                                           {grad_out, x, y, bias}, {grad_x, grad_y, grad_bias},
+                                                           {activation_bits(activation), multiplier}, stream);
 }
 
 DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_activation(dlfuse_registry_t registry, const DLTensor* a,
                                                            const DLTensor* b, const DLTensor* bias,
                                                            dlfuse_activation_t activation, DLTensor* out, DLTensor* pre,
                                                            int32_t allow_tf32, void* stream) {
-  return run<DLFUSE_OP_INDEX(matmul_add_activation)>(registry, "dlfuse_matmul_add_activation", {a, b, bias}, {out, pre}, {activation_bits(activation), allow_tf32}, stream);
+  return run<DLFUSE_OP_INDEX(matmul_add_activation)>(registry, "dlfuse_matmul_add_activation", {a, b, bias}, {out, pre},
+                                                     {activation_bits(activation), allow_tf32}, stream);
 }
 
 DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_activation_backward(
     dlfuse_registry_t registry, const DLTensor* grad_out, const DLTensor* a, const DLTensor* b, const DLTensor* out,
     const DLTensor* pre, dlfuse_activation_t activation, DLTensor* grad_a, DLTensor* grad_b, DLTensor* grad_bias,
     int32_t allow_tf32, void* stream) {
-  return run<DLFUSE_OP_INDEX(matmul_add_activation_backward)>(registry, "dlfuse_matmul_add_activation_backward", {grad_out, a, b, out, pre}, {grad_a, grad_b, grad_bias}, {activation_bits(activation), allow_tf32}, stream);
+  return run<DLFUSE_OP_INDEX(matmul_add_activation_backward)>(registry, "dlfuse_matmul_add_activation_backward",
+                                                              {grad_out, a, b, out, pre}, {grad_a, grad_b, grad_bias},
+                                                              {activation_bits(activation), allow_tf32}, stream);
 }
 
 DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_residual(dlfuse_registry_t registry, const DLTensor* a,
                                                          const DLTensor* b, const DLTensor* bias,
                                                          const DLTensor* residual, DLTensor* out, int32_t allow_tf32,
                                                          void* stream) {
-  return run<DLFUSE_OP_INDEX(matmul_add_residual)>(registry, "dlfuse_matmul_add_residual", {a, b, bias, residual}, {out}, {allow_tf32}, stream);
+  return run<DLFUSE_OP_INDEX(matmul_add_residual)>(registry, "dlfuse_matmul_add_residual", {a, b, bias, residual},
+                                                   {out}, {allow_tf32}, stream);
 }
 
 DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_residual_backward(dlfuse_registry_t registry, const DLTensor* grad_out,
-                                                                  const DLTensor* a, const DLTensor* b, DLTensor* grad_a,
-                                                                  DLTensor* grad_b, DLTensor* grad_bias,
-                                                                  DLTensor* grad_residual, int32_t allow_tf32,
-                                                                  void* stream) {
-  return run<DLFUSE_OP_INDEX(matmul_add_residual_backward)>(registry, "dlfuse_matmul_add_residual_backward", {grad_out, a, b}, {grad_a, grad_b, grad_bias, grad_residual}, {allow_tf32}, stream);
+                                                                  const DLTensor* a, const DLTensor* b,
+                                                                  DLTensor* grad_a, DLTensor* grad_b,
+                                                                  DLTensor* grad_bias, DLTensor* grad_residual,
+                                                                  int32_t allow_tf32, void* stream) {
+  return run<DLFUSE_OP_INDEX(matmul_add_residual_backward)>(
+      registry, "dlfuse_matmul_add_residual_backward", {grad_out, a, b}, {grad_a, grad_b, grad_bias, grad_residual},
+      {allow_tf32}, stream);
 }
 
-DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation_backward_from_out(dlfuse_registry_t registry,
-                                                                          const DLTensor* grad_out, const DLTensor* out,
-                                                                          double multiplier,
-                                                                          dlfuse_activation_t activation,
-                                                                          DLTensor* grad_x, DLTensor* grad_y,
-                                                                          DLTensor* grad_bias, void* stream) {
-  return run<DLFUSE_OP_INDEX(add_mul_activation_backward)>(registry, "dlfuse_add_mul_activation_backward_from_out", {grad_out, nullptr, nullptr, nullptr, out}, {grad_x, grad_y, grad_bias}, {activation_bits(activation), multiplier}, stream);
+DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation_backward_from_out(
+    dlfuse_registry_t registry, const DLTensor* grad_out, const DLTensor* out, double multiplier,
+    dlfuse_activation_t activation, DLTensor* grad_x, DLTensor* grad_y, DLTensor* grad_bias, void* stream) {
+  return run<DLFUSE_OP_INDEX(add_mul_activation_backward)>(
+      registry, "dlfuse_add_mul_activation_backward_from_out", {grad_out, nullptr, nullptr, nullptr, out},
+      {grad_x, grad_y, grad_bias}, {activation_bits(activation), multiplier}, stream);
 }
 
 }  // extern "C"

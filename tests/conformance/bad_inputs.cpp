@@ -27,7 +27,7 @@ struct BadTensor {
 struct BadCall {
   std::vector<BadTensor> ins, outs;
   std::vector<dlfuse_attr_t> attrs;
-  bool typed = false;        // through the op's typed function, with this activation
+  bool typed = false;  // through the op's typed function, with this activation
   int typed_activation = 0;
   // Expected status when not only "refused": UNSUPPORTED for a valid call that a kernel
   // without ABI 1.1's inputs cannot take. DLFUSE_STATUS_OK: any refusal.
@@ -36,12 +36,16 @@ struct BadCall {
 
 dlfuse_attr_t attr_i(int32_t key, int64_t v) {
   dlfuse_attr_t a{};
-  a.key = key; a.type = DLFUSE_ATTR_INT64; a.value.i64 = v;
+  a.key = key;
+  a.type = DLFUSE_ATTR_INT64;
+  a.value.i64 = v;
   return a;
 }
 dlfuse_attr_t attr_f(int32_t key, double v) {
   dlfuse_attr_t a{};
-  a.key = key; a.type = DLFUSE_ATTR_FLOAT64; a.value.f64 = v;
+  a.key = key;
+  a.type = DLFUSE_ATTR_FLOAT64;
+  a.value.f64 = v;
   return a;
 }
 
@@ -143,18 +147,25 @@ std::vector<BadCase> bad_cases(OpKind op, DLDevice dev, DLDataType dt, bool v11_
   const int64_t huge = int64_t(1) << 62;
   std::vector<BadCase> v = {
       {"wrong_num_inputs", [](BadCall& c) { c.ins.pop_back(); }},
-      {"extra_output", [](BadCall& c) { c.outs.push_back(c.outs[0]); c.outs.back().buffer = kBuffers - 1; }},
+      {"extra_output",
+       [](BadCall& c) {
+         c.outs.push_back(c.outs[0]);
+         c.outs.back().buffer = kBuffers - 1;
+       }},
       {"null_input", [](BadCall& c) { c.ins[1].null = true; }},
-      {"dtype_mismatch", [dt](BadCall& c) {
+      {"dtype_mismatch",
+       [dt](BadCall& c) {
          c.ins[1].dtype = dt.bits == 64 ? DLDataType{kDLFloat, 32, 1} : DLDataType{kDLFloat, 64, 1};
        }},
       {"lanes_2", [](BadCall& c) { for_all(c, [](BadTensor& t) { t.dtype.lanes = 2; }); }},
-      {"undeclared_dtype", [](BadCall& c) { for_all(c, [](BadTensor& t) { t.dtype = {kDLInt, 32, 1}; }); }},
+      {"undeclared_dtype", [](BadCall& c) { for_all(c, [](BadTensor& t) {
+                                              t.dtype = {kDLInt, 32, 1};
+                                            }); }},
       {"device_id_mismatch", [](BadCall& c) { c.ins[1].dev.device_id += 1; }},
-      {"device_type_mismatch", [dev](BadCall& c) {
-         c.ins[1].dev.device_type = dev.device_type == kDLCPU ? kDLCUDA : kDLCPU;
-       }},
-      {"negative_stride", [es](BadCall& c) {
+      {"device_type_mismatch",
+       [dev](BadCall& c) { c.ins[1].dev.device_type = dev.device_type == kDLCPU ? kDLCUDA : kDLCPU; }},
+      {"negative_stride",
+       [es](BadCall& c) {
          // Rows walked backwards from the last one: every address stays inside the buffer.
          BadTensor& t = c.ins[1];
          t.strides = {-t.shape[1], 1};
@@ -162,19 +173,23 @@ std::vector<BadCase> bad_cases(OpKind op, DLDevice dev, DLDataType dt, bool v11_
        }},
       {"negative_size", [](BadCall& c) { c.ins[1].shape[0] = -c.ins[1].shape[0]; }},
       {"wrong_output_shape", [](BadCall& c) { c.outs[0].shape.back() += 1; }},
-      {"output_partial_overlap", [es](BadCall& c) {
+      {"output_partial_overlap",
+       [es](BadCall& c) {
          c.outs[0].buffer = c.ins[1].buffer;
          c.outs[0].byte_offset = es;
        }},
-      {"bias_not_broadcastable", [op, fwd](BadCall& c) {
+      {"bias_not_broadcastable",
+       [op, fwd](BadCall& c) {
          // The backwards of matmul learn the bias's shape from grad_bias alone.
          if (fwd) c.ins[2].shape = {N + 1};
          if (op == OpKind::kAddMulBackward) c.ins[3].shape = {N + 1};
          if (!fwd) c.outs[2].shape = {N + 1};
        }},
   };
-  if (fwd) v.push_back({"null_output", [](BadCall& c) { c.outs[0].null = true; }});
-  else v.push_back({"outputs_overlap", [](BadCall& c) { c.outs[1].buffer = c.outs[0].buffer; }});
+  if (fwd)
+    v.push_back({"null_output", [](BadCall& c) { c.outs[0].null = true; }});
+  else
+    v.push_back({"outputs_overlap", [](BadCall& c) { c.outs[1].buffer = c.outs[0].buffer; }});
   if (matmul) {
     v.push_back({"k_mismatch", [fwd](BadCall& c) { c.ins[fwd ? 1 : 2].shape = {K + 1, N}; }});
     v.push_back({"ndim1_operand", [fwd](BadCall& c) { c.ins[fwd ? 0 : 1].shape = {K}; }});
@@ -182,7 +197,10 @@ std::vector<BadCase> bad_cases(OpKind op, DLDevice dev, DLDataType dt, bool v11_
       v.push_back({"saved_out_shape", [](BadCall& c) { c.ins[3].shape = {M, N + 1}; }});
   }
   if (takes_act) {
-    v.push_back({"unknown_activation_typed", [](BadCall& c) { c.typed = true; c.typed_activation = 99; }});
+    v.push_back({"unknown_activation_typed", [](BadCall& c) {
+                   c.typed = true;
+                   c.typed_activation = 99;
+                 }});
     v.push_back({"negative_activation", [](BadCall& c) { c.attrs[0].value.i64 = -1; }});
     v.push_back({"missing_activation", [](BadCall& c) { c.attrs.erase(c.attrs.begin()); }});
   }
@@ -194,74 +212,77 @@ std::vector<BadCase> bad_cases(OpKind op, DLDevice dev, DLDataType dt, bool v11_
     v.push_back({"out_and_pre_both_given", [](BadCall& c) { c.ins[4].null = false; }});
     v.push_back({"out_and_pre_both_null", [](BadCall& c) { c.ins[3].null = true; }});
     v.push_back({"out_with_gelu_erf", [](BadCall& c) { c.attrs[0].value.i64 = DLFUSE_ACT_GELU_ERF; }});
-    v.push_back({"out_with_silu_typed", [](BadCall& c) { c.typed = true; c.typed_activation = DLFUSE_ACT_SILU; }});
+    v.push_back({"out_with_silu_typed", [](BadCall& c) {
+                   c.typed = true;
+                   c.typed_activation = DLFUSE_ACT_SILU;
+                 }});
     v.push_back({"wrong_pre_shape", [](BadCall& c) {
-      c.ins[3].null = true;
-      c.ins[4].null = false;
-      c.ins[4].shape = {M, N + 1};
-    }});
+                   c.ins[3].null = true;
+                   c.ins[4].null = false;
+                   c.ins[4].shape = {M, N + 1};
+                 }});
   }
   if (op == OpKind::kMatmulResidual) {
     v.push_back({"residual_not_broadcastable", [](BadCall& c) { c.ins[3].shape = {N + 1}; }});
     v.push_back({"residual_in_place_shifted", [es](BadCall& c) {
-      c.outs[0].buffer = c.ins[3].buffer;
-      c.outs[0].byte_offset = es;
-    }});
+                   c.outs[0].buffer = c.ins[3].buffer;
+                   c.outs[0].byte_offset = es;
+                 }});
     v.push_back({"out_is_bias", [](BadCall& c) {
-      c.ins[2].shape = {M, N};
-      c.outs[0].buffer = c.ins[2].buffer;
-    }});
+                   c.ins[2].shape = {M, N};
+                   c.outs[0].buffer = c.ins[2].buffer;
+                 }});
   }
   if (op == OpKind::kMatmulResidualBackward)
     v.push_back({"grad_residual_not_broadcastable", [](BadCall& c) { c.outs[3].shape = {M + 1, N}; }});
   if (op == OpKind::kAddMulBackward) {
     v.push_back({"out_and_x_given", [](BadCall& c) {
-      to_out_form(c);
-      c.ins[1].null = false;
-    }});
+                   to_out_form(c);
+                   c.ins[1].null = false;
+                 }});
     v.push_back({"out_form_with_gelu_erf", [](BadCall& c) {
-      to_out_form(c);
-      c.attrs[0].value.i64 = DLFUSE_ACT_GELU_ERF;
-    }});
+                   to_out_form(c);
+                   c.attrs[0].value.i64 = DLFUSE_ACT_GELU_ERF;
+                 }});
     v.push_back({"out_form_grad_out_shape", [](BadCall& c) {
-      to_out_form(c);
-      c.ins[0].shape = {M, N + 1};
-    }});
+                   to_out_form(c);
+                   c.ins[0].shape = {M, N + 1};
+                 }});
     v.push_back({"out_form_grad_x_not_broadcastable", [](BadCall& c) {
-      to_out_form(c);
-      c.outs[0].shape = {M + 1, N};
-    }});
+                   to_out_form(c);
+                   c.outs[0].shape = {M + 1, N};
+                 }});
     v.push_back({"neither_x_nor_out", [](BadCall& c) {
-      to_out_form(c);
-      c.ins[4].null = true;
-    }});
+                   to_out_form(c);
+                   c.ins[4].null = true;
+                 }});
     // A valid call of the out form: a kernel that does not take ABI 1.1's inputs must never
     // see it (docs/ops.md, "What a plugin of ABI 1.0 sees"), so it is refused, UNSUPPORTED.
     if (!v11_inputs)
       v.push_back({"out_form_to_v10_kernel", [](BadCall& c) {
-        to_out_form(c);
-        c.expect = DLFUSE_STATUS_UNSUPPORTED;
-      }});
+                     to_out_form(c);
+                     c.expect = DLFUSE_STATUS_UNSUPPORTED;
+                   }});
   }
   if (!matmul) {
     v.push_back({"multiplier_wrong_type", [](BadCall& c) { c.attrs[1] = attr_i(DLFUSE_ATTR_MULTIPLIER, 2); }});
     if (fwd) {
       v.push_back({"out_is_y", [](BadCall& c) { c.outs[0].buffer = c.ins[1].buffer; }});
       v.push_back({"in_place_shifted", [es](BadCall& c) {
-        c.outs[0].buffer = c.ins[0].buffer;
-        c.outs[0].byte_offset = es;
-      }});
+                     c.outs[0].buffer = c.ins[0].buffer;
+                     c.outs[0].byte_offset = es;
+                   }});
     }
   }
   // Last: if wrongly accepted these may take the process down.
   v.push_back({"stride_overflow", [huge](BadCall& c) { c.ins[1].strides = {huge, 1}; }});
   v.push_back({"size_overflow_bytes", [huge, op](BadCall& c) {
-    // 2^62 rows in every tensor that has M rows: consistent shapes whose byte size overflows.
-    for (BadTensor* t : tensors_with_m_rows(c, op)) t->shape[0] = huge;
-  }});
+                 // 2^62 rows in every tensor that has M rows: consistent shapes whose byte size overflows.
+                 for (BadTensor* t : tensors_with_m_rows(c, op)) t->shape[0] = huge;
+               }});
   v.push_back({"numel_overflow", [](BadCall& c) {
-    c.ins[1].shape = {int64_t(1) << 32, int64_t(1) << 32, c.ins[1].shape[0], c.ins[1].shape[1]};
-  }});
+                 c.ins[1].shape = {int64_t(1) << 32, int64_t(1) << 32, c.ins[1].shape[0], c.ins[1].shape[1]};
+               }});
   return v;
 }
 
@@ -289,8 +310,8 @@ dlfuse_status_t call(dlfuse_registry_t reg, OpKind op, BadCall& c, void* const* 
       case OpKind::kMatmulAct:
         return dlfuse_matmul_add_activation(reg, ins[0], ins[1], ins[2], act, outs[0], outs[1], 0, nullptr);
       case OpKind::kMatmulActBackward:
-        return dlfuse_matmul_add_activation_backward(reg, ins[0], ins[1], ins[2], ins[3], ins[4], act, outs[0],
-                                                     outs[1], outs[2], 0, nullptr);
+        return dlfuse_matmul_add_activation_backward(reg, ins[0], ins[1], ins[2], ins[3], ins[4], act, outs[0], outs[1],
+                                                     outs[2], 0, nullptr);
       default:
         return dlfuse_add_mul_activation_backward(reg, ins[0], ins[1], ins[2], ins[3], 0.5, act, outs[0], outs[1],
                                                   outs[2], nullptr);
@@ -332,11 +353,16 @@ std::vector<BadOutcome> run_bad_inputs(dlfuse_registry_t reg, DLDevice dev, DLDa
     dlfuse_device_synchronize(reg, dev, nullptr);
     const std::string msg = dlfuse_last_error();
     BadOutcome o{"bad:" + bc.name, false, ""};
-    if (st == DLFUSE_STATUS_OK) o.detail = "accepted (returned OK); it must be refused";
-    else if (msg.empty() || msg == marker) o.detail = std::string(dlfuse_status_string(st)) + " but no message";
+    if (st == DLFUSE_STATUS_OK)
+      o.detail = "accepted (returned OK); it must be refused";
+    else if (msg.empty() || msg == marker)
+      o.detail = std::string(dlfuse_status_string(st)) + " but no message";
     else if (c.expect != DLFUSE_STATUS_OK && st != c.expect)
       o.detail = std::string(dlfuse_status_string(st)) + " (expected " + dlfuse_status_string(c.expect) + "): " + msg;
-    else { o.pass = true; o.detail = std::string(dlfuse_status_string(st)) + ": " + msg; }
+    else {
+      o.pass = true;
+      o.detail = std::string(dlfuse_status_string(st)) + ": " + msg;
+    }
     results.push_back(o);
   }
   return results;

@@ -3,8 +3,7 @@
 namespace dlfuse_conformance {
 namespace {
 
-CaseSpec mm(const std::string& name, OpKind op, int64_t M, int64_t K, int64_t N,
-            std::vector<int64_t> bias) {
+CaseSpec mm(const std::string& name, OpKind op, int64_t M, int64_t K, int64_t N, std::vector<int64_t> bias) {
   CaseSpec s;
   s.name = name;
   s.op = op;
@@ -28,14 +27,15 @@ CaseSpec am(const std::string& name, OpKind op, std::vector<int64_t> x, std::vec
   return s;
 }
 
-template <class F> CaseSpec with(CaseSpec s, F f) {
+template <class F>
+CaseSpec with(CaseSpec s, F f) {
   f(s);
   return s;
 }
 
 // Every role a matmul case may lay out, ABI 1.0's first (byte_offset numbers them in order).
-const char* const kMatmulRoles[] = {"a", "b", "bias", "out", "grad_out", "grad_a", "grad_b", "grad_bias",
-                                    "pre", "residual", "grad_residual"};
+const char* const kMatmulRoles[] = {"a",      "b",         "bias", "out",      "grad_out",     "grad_a",
+                                    "grad_b", "grad_bias", "pre",  "residual", "grad_residual"};
 
 // The cases every matmul op shares: shapes, broadcasting, batches, zero sizes, layouts.
 std::vector<CaseSpec> matmul_cases(OpKind op) {
@@ -47,49 +47,63 @@ std::vector<CaseSpec> matmul_cases(OpKind op) {
       mm("bias_1xN", op, 6, 5, 4, {1, 4}),
       mm("bias_Mx1", op, 6, 5, 4, {6, 1}),
       mm("bias_MxN", op, 6, 5, 4, {6, 4}),
-      with(mm("batch_broadcast", op, 4, 6, 5, {5}), [](CaseSpec& s) { s.a_batch = {2, 1}; s.b_batch = {3}; }),
-      with(mm("bias_full_batched", op, 4, 3, 5, {2, 4, 5}), [](CaseSpec& s) { s.a_batch = {2}; s.b_batch = {2}; }),
+      with(mm("batch_broadcast", op, 4, 6, 5, {5}),
+           [](CaseSpec& s) {
+             s.a_batch = {2, 1};
+             s.b_batch = {3};
+           }),
+      with(mm("bias_full_batched", op, 4, 3, 5, {2, 4, 5}),
+           [](CaseSpec& s) {
+             s.a_batch = {2};
+             s.b_batch = {2};
+           }),
       with(mm("bias_batch_bcast", op, 4, 3, 5, {3, 1, 5}), [](CaseSpec& s) { s.a_batch = {3}; }),
       with(mm("b_batched_a_2d", op, 4, 3, 5, {4, 1}), [](CaseSpec& s) { s.b_batch = {3}; }),
       mm("size_one_dims", op, 1, 1, 1, {1}),
-      with(mm("size_one_batch", op, 3, 4, 2, {2}), [](CaseSpec& s) { s.a_batch = {1}; s.b_batch = {4}; }),
+      with(mm("size_one_batch", op, 3, 4, 2, {2}),
+           [](CaseSpec& s) {
+             s.a_batch = {1};
+             s.b_batch = {4};
+           }),
       mm("zero_M", op, 0, 4, 3, {3}),
       mm("zero_N", op, 4, 3, 0, {0}),
       mm("zero_K", op, 4, 0, 3, {4, 3}),
       with(mm("zero_batch", op, 3, 2, 4, {4}), [](CaseSpec& s) { s.a_batch = {0}; }),
-      with(mm("padded_rows", op, 9, 6, 7, {9, 7}), [&](CaseSpec& s) {
-        for (const char* r : kMatmulRoles)
-          s.layout[r] = Layout::kPadded;
-      }),
+      with(mm("padded_rows", op, 9, 6, 7, {9, 7}),
+           [&](CaseSpec& s) {
+             for (const char* r : kMatmulRoles) s.layout[r] = Layout::kPadded;
+           }),
       with(mm("transposed_a", op, 8, 5, 6, {6}), [](CaseSpec& s) { s.layout["a"] = Layout::kTransposed; }),
       with(mm("transposed_b", op, 8, 5, 6, {6}), [](CaseSpec& s) { s.layout["b"] = Layout::kTransposed; }),
-      with(mm("transposed_all", op, 8, 5, 6, {8, 6}), [&](CaseSpec& s) {
-        for (const char* r : kMatmulRoles)
-          s.layout[r] = Layout::kTransposed;
-      }),
-      with(mm("explicit_strides", op, 5, 4, 3, {3}), [&](CaseSpec& s) {
-        for (const char* r : kMatmulRoles)
-          s.layout[r] = Layout::kCompactExplicit;
-      }),
-      with(mm("zero_stride_inputs", op, 6, 4, 5, {6, 5}), [&](CaseSpec& s) {
-        s.layout["a"] = Layout::kZeroStride;
-        s.layout[bwd ? "grad_out" : "bias"] = Layout::kZeroStride;
-      }),
-      with(mm("byte_offset", op, 5, 6, 4, {4}), [&](CaseSpec& s) {
-        int64_t k = 1;
-        for (const char* r : kMatmulRoles)
-          s.offset[r] = k += 2;
-      }),
+      with(mm("transposed_all", op, 8, 5, 6, {8, 6}),
+           [&](CaseSpec& s) {
+             for (const char* r : kMatmulRoles) s.layout[r] = Layout::kTransposed;
+           }),
+      with(mm("explicit_strides", op, 5, 4, 3, {3}),
+           [&](CaseSpec& s) {
+             for (const char* r : kMatmulRoles) s.layout[r] = Layout::kCompactExplicit;
+           }),
+      with(mm("zero_stride_inputs", op, 6, 4, 5, {6, 5}),
+           [&](CaseSpec& s) {
+             s.layout["a"] = Layout::kZeroStride;
+             s.layout[bwd ? "grad_out" : "bias"] = Layout::kZeroStride;
+           }),
+      with(mm("byte_offset", op, 5, 6, 4, {4}),
+           [&](CaseSpec& s) {
+             int64_t k = 1;
+             for (const char* r : kMatmulRoles) s.offset[r] = k += 2;
+           }),
       with(mm("generic_call", op, 5, 7, 3, {3}), [](CaseSpec& s) { s.generic_call = true; }),
   };
   // A long sum of same-signed terms (docs/ops.md, "Tolerances"): an accumulator of the
   // storage dtype stalls far outside the tolerance. Forward sums over K, backward over M.
-  c.push_back(with(bwd ? mm("accum_long_positive", op, 4096, 2, 2, {2}) : mm("accum_long_positive", op, 2, 4096, 2, {2}),
-                   [](CaseSpec& s) { s.positive = true; }));
+  c.push_back(
+      with(bwd ? mm("accum_long_positive", op, 4096, 2, 2, {2}) : mm("accum_long_positive", op, 2, 4096, 2, {2}),
+           [](CaseSpec& s) { s.positive = true; }));
   // The longest sum the CUDA plugin's small-GEMM kernel takes (K = 1024, one thread's chain).
-  c.push_back(with(bwd ? mm("accum_k1024_positive", op, 1024, 3, 5, {5})
-                       : mm("accum_k1024_positive", op, 3, 1024, 5, {5}),
-                   [](CaseSpec& s) { s.positive = true; }));
+  c.push_back(
+      with(bwd ? mm("accum_k1024_positive", op, 1024, 3, 5, {5}) : mm("accum_k1024_positive", op, 3, 1024, 5, {5}),
+           [](CaseSpec& s) { s.positive = true; }));
   // A 13-wide K (26-byte rows in 16-bit dtypes), large enough that the CUDA plugin runs its
   // GEMMs on copies with 16-byte rows (at least 64 multiply-adds per element copied); the
   // weight's transpose in the weight's layout too (13-element rows of b, grad_b and grad_a).
@@ -120,14 +134,16 @@ std::vector<CaseSpec> matmul_cases(OpKind op) {
         }
   if (!bwd) {
     c.push_back(with(mm("nan_inf", op, 6, 5, 4, {4}), [](CaseSpec& s) { s.special = Special::kNanInf; }));
-    c.push_back(with(mm("out_transposed", op, 7, 3, 5, {5}), [](CaseSpec& s) { s.layout["out"] = Layout::kTransposed; }));
+    c.push_back(
+        with(mm("out_transposed", op, 7, 3, 5, {5}), [](CaseSpec& s) { s.layout["out"] = Layout::kTransposed; }));
     return c;
   }
   std::vector<std::string> grads = {"grad_a", "grad_b", "grad_bias"};
   if (op == OpKind::kMatmulResidualBackward) grads.push_back("grad_residual");
   for (const std::string& g : grads)
     c.push_back(with(mm("absent_" + g, op, 5, 4, 6, {6}), [&](CaseSpec& s) { s.absent = {g}; }));
-  c.push_back(with(mm("absent_all", op, 5, 4, 6, {6}), [&](CaseSpec& s) { s.absent.insert(grads.begin(), grads.end()); }));
+  c.push_back(
+      with(mm("absent_all", op, 5, 4, 6, {6}), [&](CaseSpec& s) { s.absent.insert(grads.begin(), grads.end()); }));
   // Saved tensors and incoming gradients that are column slices (16-byte rows: a GPU plugin
   // may copy them compact with vectors), and a bias gradient summed over many rows.
   c.push_back(with(mm("column_slice_grad_out", op, 9, 6, 16, {16}),
@@ -170,7 +186,10 @@ std::vector<CaseSpec> matmul_activation_cases() {
   for (int act = 0; act < DLFUSE_ACT_COUNT; ++act) {
     const std::string a = activation_name(act);
     c.push_back(with(mm("act_" + a, op, 9, 11, 13, {13}), [&](CaseSpec& s) { s.act = act; }));
-    c.push_back(with(mm("no_pre_" + a, op, 6, 5, 7, {6, 1}), [&](CaseSpec& s) { s.act = act; s.absent = {"pre"}; }));
+    c.push_back(with(mm("no_pre_" + a, op, 6, 5, 7, {6, 1}), [&](CaseSpec& s) {
+      s.act = act;
+      s.absent = {"pre"};
+    }));
     c.push_back(with(mm("nan_inf_" + a, op, 6, 5, 4, {4}), [&](CaseSpec& s) {
       s.act = act;
       s.special = Special::kNanInf;
@@ -203,7 +222,8 @@ std::vector<CaseSpec> matmul_activation_backward_cases() {
   for (size_t i = 0; i < c.size(); ++i)
     if (c[i].special == Special::kNone) c[i].act = int(i % DLFUSE_ACT_COUNT);
   for (int act = 0; act < DLFUSE_ACT_COUNT; ++act)
-    c.push_back(with(mm(std::string("pre_") + activation_name(act), op, 9, 11, 13, {13}), [&](CaseSpec& s) { s.act = act; }));
+    c.push_back(
+        with(mm(std::string("pre_") + activation_name(act), op, 9, 11, 13, {13}), [&](CaseSpec& s) { s.act = act; }));
   for (int act = 0; act < DLFUSE_ACT_COUNT; ++act) {
     if (!derivative_from_out(act)) continue;
     c.push_back(with(mm(std::string("from_out_") + activation_name(act), op, 9, 11, 13, {13}), [&](CaseSpec& s) {
@@ -211,13 +231,21 @@ std::vector<CaseSpec> matmul_activation_backward_cases() {
       s.from_out = true;
     }));
   }
-  auto out_form = [](int act) { return [act](CaseSpec& s) { s.act = act; s.from_out = true; }; };
+  auto out_form = [](int act) {
+    return [act](CaseSpec& s) {
+      s.act = act;
+      s.from_out = true;
+    };
+  };
   c.push_back(with(mm("relu_select_from_out", op, 8, 5, 7, {7}), [](CaseSpec& s) {
     s.special = Special::kReluSelect;
     s.from_out = true;
   }));
-  c.push_back(with(with(mm("from_out_batch_broadcast", op, 4, 6, 5, {3, 1, 5}), out_form(DLFUSE_ACT_TANH)),
-                   [](CaseSpec& s) { s.a_batch = {2, 1}; s.b_batch = {3}; }));
+  c.push_back(
+      with(with(mm("from_out_batch_broadcast", op, 4, 6, 5, {3, 1, 5}), out_form(DLFUSE_ACT_TANH)), [](CaseSpec& s) {
+        s.a_batch = {2, 1};
+        s.b_batch = {3};
+      }));
   c.push_back(with(mm("from_out_bias_Mx1", op, 6, 5, 4, {6, 1}), out_form(DLFUSE_ACT_SIGMOID)));
   c.push_back(with(with(mm("from_out_transposed", op, 8, 5, 6, {6}), out_form(DLFUSE_ACT_TANH)), [](CaseSpec& s) {
     for (const char* r : {"out", "grad_out", "grad_a"}) s.layout[r] = Layout::kTransposed;
@@ -250,11 +278,14 @@ std::vector<CaseSpec> matmul_residual_cases() {
   c.push_back(with(mm("residual_N", op, 6, 5, 4, {6, 4}), res({4})));
   c.push_back(with(mm("residual_Mx1", op, 6, 5, 4, {4}), res({6, 1})));
   c.push_back(with(mm("residual_scalar_0d", op, 6, 5, 4, {4}), res({})));
-  c.push_back(with(with(mm("residual_batch_bcast", op, 4, 3, 5, {5}), res({3, 1, 5})), [](CaseSpec& s) { s.a_batch = {3}; }));
+  c.push_back(
+      with(with(mm("residual_batch_bcast", op, 4, 3, 5, {5}), res({3, 1, 5})), [](CaseSpec& s) { s.a_batch = {3}; }));
   c.push_back(with(with(mm("residual_zero_stride", op, 6, 4, 5, {5}), res({6, 5})),
                    [](CaseSpec& s) { s.layout["residual"] = Layout::kZeroStride; }));
-  c.push_back(with(with(mm("residual_transposed", op, 7, 3, 5, {5}), res({7, 5})),
-                   [](CaseSpec& s) { s.layout["residual"] = Layout::kTransposed; s.offset["residual"] = 2; }));
+  c.push_back(with(with(mm("residual_transposed", op, 7, 3, 5, {5}), res({7, 5})), [](CaseSpec& s) {
+    s.layout["residual"] = Layout::kTransposed;
+    s.offset["residual"] = 2;
+  }));
   c.push_back(with(with(mm("in_place", op, 8, 6, 9, {9}), res({8, 9})), [](CaseSpec& s) { s.in_place = true; }));
   c.push_back(with(with(mm("in_place_padded", op, 8, 6, 9, {8, 1}), res({8, 9})), [](CaseSpec& s) {
     s.in_place = true;
@@ -295,10 +326,13 @@ std::vector<CaseSpec> matmul_residual_backward_cases() {
   c.push_back(with(mm("grad_residual_scalar_0d", op, 6, 5, 4, {4}), res({})));
   c.push_back(with(with(mm("grad_residual_batch_bcast", op, 4, 3, 5, {5}), res({3, 1, 5})),
                    [](CaseSpec& s) { s.a_batch = {3}; }));
-  c.push_back(with(with(mm("grad_residual_batch_dropped", op, 4, 6, 5, {1, 5}), res({4, 5})),
-                   [](CaseSpec& s) { s.a_batch = {2, 1}; s.b_batch = {3}; }));
-  c.push_back(with(with(mm("only_grad_residual", op, 6, 5, 4, {4}), res({6, 1})),
-                   [](CaseSpec& s) { s.absent = {"grad_a", "grad_b", "grad_bias"}; }));
+  c.push_back(with(with(mm("grad_residual_batch_dropped", op, 4, 6, 5, {1, 5}), res({4, 5})), [](CaseSpec& s) {
+    s.a_batch = {2, 1};
+    s.b_batch = {3};
+  }));
+  c.push_back(with(with(mm("only_grad_residual", op, 6, 5, 4, {4}), res({6, 1})), [](CaseSpec& s) {
+    s.absent = {"grad_a", "grad_b", "grad_bias"};
+  }));
   c.push_back(with(with(mm("grad_residual_padded", op, 9, 6, 7, {7}), res({9, 7})), [](CaseSpec& s) {
     s.layout["grad_residual"] = Layout::kPadded;
     s.offset["grad_residual"] = 4;
@@ -351,8 +385,7 @@ std::vector<CaseSpec> add_mul_cases(OpKind op) {
   }));
   c.push_back(with(am("byte_offset", op, {5, 6}, {5, 6}, {6}, DLFUSE_ACT_GELU_TANH), [](CaseSpec& s) {
     int64_t k = 0;
-    for (const char* r : {"x", "y", "bias", "out", "grad_out", "grad_x", "grad_y", "grad_bias"})
-      s.offset[r] = k += 3;
+    for (const char* r : {"x", "y", "bias", "out", "grad_out", "grad_x", "grad_y", "grad_bias"}) s.offset[r] = k += 3;
   }));
   c.push_back(with(am("generic_call_default_mult", op, {5, 6}, {5, 6}, {6}, DLFUSE_ACT_RELU, 1.0),
                    [](CaseSpec& s) { s.generic_call = true; }));
@@ -387,15 +420,15 @@ std::vector<CaseSpec> add_mul_cases(OpKind op) {
   c.push_back(am("lower_rank_4d", op, {1, 1, 3, 4}, {3, 4}, {1, 3, 4}, DLFUSE_ACT_SILU, 2.0));
   c.push_back(with(am("lower_rank_from_out", op, {1, 2, 3}, {2, 3}, {2, 3}, DLFUSE_ACT_TANH, 0.5),
                    [](CaseSpec& s) { s.from_out = true; }));
-  c.push_back(with(am("lower_rank_grad_bias_strided", op, {1, 129, 64}, {1, 129, 64}, {129, 64}, DLFUSE_ACT_GELU_TANH,
-                      -1.25),
-                   [](CaseSpec& s) {
-                     s.layout["x"] = Layout::kZeroStride;
-                     s.layout["y"] = Layout::kPadded;
-                     s.offset["bias"] = 3;
-                     s.layout["grad_out"] = Layout::kZeroStride;
-                     s.absent = {"grad_x"};
-                   }));
+  c.push_back(
+      with(am("lower_rank_grad_bias_strided", op, {1, 129, 64}, {1, 129, 64}, {129, 64}, DLFUSE_ACT_GELU_TANH, -1.25),
+           [](CaseSpec& s) {
+             s.layout["x"] = Layout::kZeroStride;
+             s.layout["y"] = Layout::kPadded;
+             s.offset["bias"] = 3;
+             s.layout["grad_out"] = Layout::kZeroStride;
+             s.absent = {"grad_x"};
+           }));
   // pre from -3 to -8.5: Φ(p) = ½(1 + erf(p/√2)) cancels there, in a kernel that writes it
   // so (allowed: the tolerance counts the bracket's terms) and in a reference that would.
   c.push_back(with(am("gelu_erf_left_tail", op, {90112}, {90112}, {90112}, DLFUSE_ACT_GELU_ERF, 1.0),
@@ -437,19 +470,29 @@ std::vector<CaseSpec> add_mul_cases(OpKind op) {
   }));
   c.push_back(with(am("from_out_zero_M", op, {0, 5}, {0, 5}, {5}, DLFUSE_ACT_TANH), out_form));
   c.push_back(with(am("from_out_reduce_long_positive", op, {8192, 2}, {8192, 2}, {2}, DLFUSE_ACT_IDENTITY, 0.5),
-                   [](CaseSpec& s) { s.from_out = true; s.positive = true; }));
+                   [](CaseSpec& s) {
+                     s.from_out = true;
+                     s.positive = true;
+                   }));
   // 2^26 elements or more: the CUDA plugin's flat, group-reduced backward. 8193 rows leave a
   // last group of one row block; 4072 columns (not a multiple of 32) a partly idle column chunk.
-  auto large_out_form = [](CaseSpec& s) { s.from_out = true; s.large = true; };
-  c.push_back(with(am("from_out_large_relu", op, {8193, 8192}, {8193, 8192}, {8192}, DLFUSE_ACT_RELU, 0.5),
-                   large_out_form));
+  auto large_out_form = [](CaseSpec& s) {
+    s.from_out = true;
+    s.large = true;
+  };
+  c.push_back(
+      with(am("from_out_large_relu", op, {8193, 8192}, {8193, 8192}, {8192}, DLFUSE_ACT_RELU, 0.5), large_out_form));
   c.push_back(with(am("from_out_large_bcast_x_tanh", op, {4072}, {16481, 4072}, {4072}, DLFUSE_ACT_TANH, -0.75),
                    large_out_form));
-  c.push_back(with(am("from_out_generic_call", op, {5, 6}, {5, 6}, {6}, DLFUSE_ACT_RELU, 1.0),
-                   [](CaseSpec& s) { s.from_out = true; s.generic_call = true; }));
+  c.push_back(with(am("from_out_generic_call", op, {5, 6}, {5, 6}, {6}, DLFUSE_ACT_RELU, 1.0), [](CaseSpec& s) {
+    s.from_out = true;
+    s.generic_call = true;
+  }));
   // A caller of ABI 1.1 passing five inputs, out NULL: the 1.0 form through the kernel's 1.1 signature.
-  c.push_back(with(am("generic_call_v11_inputs", op, {5, 6}, {5, 6}, {6}, DLFUSE_ACT_GELU_ERF, -0.5),
-                   [](CaseSpec& s) { s.v11_inputs = true; s.generic_call = true; }));
+  c.push_back(with(am("generic_call_v11_inputs", op, {5, 6}, {5, 6}, {6}, DLFUSE_ACT_GELU_ERF, -0.5), [](CaseSpec& s) {
+    s.v11_inputs = true;
+    s.generic_call = true;
+  }));
   return c;
 }
 

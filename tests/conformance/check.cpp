@@ -24,8 +24,7 @@ std::string format_index(const std::vector<int64_t>& shape, int64_t linear) {
   return s.str();
 }
 
-void check_values(const std::string& name, const HostTensor& got, const RefOut& ref, Tolerance tol,
-                  CheckStats* stats) {
+void check_values(const std::string& name, const HostTensor& got, const RefOut& ref, Tolerance tol, CheckStats* stats) {
   const double poison = round_to(kPoison, got.dtype());
   for (int64_t i = 0; i < got.numel(); ++i) {
     const double g = got.get(i), r = ref.val[size_t(i)];
@@ -57,8 +56,7 @@ void check_values(const std::string& name, const HostTensor& got, const RefOut& 
   }
 }
 
-void check_outside_view(const std::string& name, const HostTensor& got, const HostTensor& before,
-                        CheckStats* stats) {
+void check_outside_view(const std::string& name, const HostTensor& got, const HostTensor& before, CheckStats* stats) {
   const std::vector<bool> cov = got.covered();
   const size_t es = dtype_size(got.dtype());
   for (size_t s = 0; s < cov.size(); ++s) {
@@ -68,8 +66,7 @@ void check_outside_view(const std::string& name, const HostTensor& got, const Ho
   }
 }
 
-void check_unchanged(const std::string& name, const HostTensor& got, const HostTensor& before,
-                     CheckStats* stats) {
+void check_unchanged(const std::string& name, const HostTensor& got, const HostTensor& before, CheckStats* stats) {
   if (got.nbytes() != before.nbytes() || std::memcmp(got.data(), before.data(), got.nbytes()) != 0)
     stats->fail("input " + name + " was modified by the kernel");
 }

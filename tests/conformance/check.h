@@ -22,17 +22,14 @@ struct CheckStats {
 
 // Every logical element of `got` against `ref`: NaN exactly where the reference is NaN,
 // Inf exactly equal, otherwise |got - ref| <= atol + rtol * scale.
-void check_values(const std::string& name, const HostTensor& got, const RefOut& ref, Tolerance tol,
-                  CheckStats* stats);
+void check_values(const std::string& name, const HostTensor& got, const RefOut& ref, Tolerance tol, CheckStats* stats);
 
 // Slots of the buffer that no element of the view maps to must still hold what was
 // uploaded (`before`): a kernel that writes past its view fails here.
-void check_outside_view(const std::string& name, const HostTensor& got, const HostTensor& before,
-                        CheckStats* stats);
+void check_outside_view(const std::string& name, const HostTensor& got, const HostTensor& before, CheckStats* stats);
 
 // An input's whole buffer must come back unchanged.
-void check_unchanged(const std::string& name, const HostTensor& got, const HostTensor& before,
-                     CheckStats* stats);
+void check_unchanged(const std::string& name, const HostTensor& got, const HostTensor& before, CheckStats* stats);
 
 std::string format_index(const std::vector<int64_t>& shape, int64_t linear);
 

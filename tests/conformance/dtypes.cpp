@@ -52,9 +52,7 @@ bool is(DLDataType dt, int code, int bits) { return dt.code == code && dt.bits =
 
 }  // namespace
 
-bool same_dtype(DLDataType a, DLDataType b) {
-  return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
-}
+bool same_dtype(DLDataType a, DLDataType b) { return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes; }
 
 std::string dtype_name(DLDataType dt) {
   if (is(dt, kDLFloat, 32)) return "float32";
@@ -65,11 +63,16 @@ std::string dtype_name(DLDataType dt) {
 }
 
 bool parse_dtype(const std::string& s, DLDataType* dt) {
-  if (s == "f32" || s == "float32") *dt = DLDataType{kDLFloat, 32, 1};
-  else if (s == "f64" || s == "float64") *dt = DLDataType{kDLFloat, 64, 1};
-  else if (s == "f16" || s == "float16") *dt = DLDataType{kDLFloat, 16, 1};
-  else if (s == "bf16" || s == "bfloat16") *dt = DLDataType{kDLBfloat, 16, 1};
-  else return false;
+  if (s == "f32" || s == "float32")
+    *dt = DLDataType{kDLFloat, 32, 1};
+  else if (s == "f64" || s == "float64")
+    *dt = DLDataType{kDLFloat, 64, 1};
+  else if (s == "f16" || s == "float16")
+    *dt = DLDataType{kDLFloat, 16, 1};
+  else if (s == "bf16" || s == "bfloat16")
+    *dt = DLDataType{kDLBfloat, 16, 1};
+  else
+    return false;
   return true;
 }
 
@@ -92,8 +95,16 @@ void encode(double v, DLDataType dt, void* dst) {
 }
 
 double decode(const void* src, DLDataType dt) {
-  if (is(dt, kDLFloat, 64)) { double d; std::memcpy(&d, src, 8); return d; }
-  if (is(dt, kDLFloat, 32)) { float f; std::memcpy(&f, src, 4); return f; }
+  if (is(dt, kDLFloat, 64)) {
+    double d;
+    std::memcpy(&d, src, 8);
+    return d;
+  }
+  if (is(dt, kDLFloat, 32)) {
+    float f;
+    std::memcpy(&f, src, 4);
+    return f;
+  }
   uint16_t b;
   std::memcpy(&b, src, 2);
   return from_small(b, is(dt, kDLFloat, 16) ? kHalf : kBf16);

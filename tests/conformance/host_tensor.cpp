@@ -52,7 +52,10 @@ HostTensor::HostTensor(DLDataType dtype, std::vector<int64_t> shape, Layout layo
     case Layout::kPadded: strides_ = row_major(shape_, r >= 2 ? 3 : 0); break;
     case Layout::kColumnSlice: strides_ = row_major(shape_, r >= 2 ? shape_[r - 1] : 0); break;
     case Layout::kTransposed: {
-      if (r < 2) { strides_ = row_major(shape_, 0); break; }
+      if (r < 2) {
+        strides_ = row_major(shape_, 0);
+        break;
+      }
       std::vector<int64_t> mem = shape_;
       std::swap(mem[r - 1], mem[r - 2]);
       strides_ = row_major(mem, 0);
@@ -63,7 +66,10 @@ HostTensor::HostTensor(DLDataType dtype, std::vector<int64_t> shape, Layout layo
     case Layout::kZeroStride: {
       strides_ = row_major(shape_, 0);
       for (int i = 0; i < r; ++i)
-        if (shape_[i] > 1) { strides_[i] = 0; break; }
+        if (shape_[i] > 1) {
+          strides_[i] = 0;
+          break;
+        }
       break;
     }
   }

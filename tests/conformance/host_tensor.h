@@ -18,9 +18,9 @@ enum class Layout {
   kTransposed,       // last two dims swapped in memory (a K x M buffer viewed as M x K)
   kZeroStride,       // stride 0 on the first dim of size > 1 (a broadcast view; inputs only)
   kColumnSlice,      // rows twice the last dim apart: the first half of [..., 2N] (the gradient
-                    // of one input of a concatenation)
+                     // of one input of a concatenation)
   kBroadcast,        // every stride 0: one element seen as the whole shape (the gradient of a
-                    // sum; inputs only)
+                     // sum; inputs only)
 };
 
 const char* layout_name(Layout l);

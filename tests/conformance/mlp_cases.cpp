@@ -22,12 +22,12 @@ struct MlpCase {
   int64_t M = 4;
   std::vector<int64_t> widths;  // x's K, then each layer's N
   int act = DLFUSE_ACT_RELU, out_act = DLFUSE_ACT_IDENTITY;
-  bool w_transposed = false;    // weights as column-major views (an nn.Linear weight's .t())
-  bool empty_unused = false;    // the unused layers' tensors as [0] instead of NULL
-  bool pass_out = true;         // backward: out given (it must be unless out_act is IDENTITY)
+  bool w_transposed = false;      // weights as column-major views (an nn.Linear weight's .t())
+  bool empty_unused = false;      // the unused layers' tensors as [0] instead of NULL
+  bool pass_out = true;           // backward: out given (it must be unless out_act is IDENTITY)
   std::vector<std::string> only;  // backward: the gradients asked for (empty: all)
   bool hidden_not_kept = false;   // forward: h0..h5 NULL (the plugin keeps them itself)
-  bool float32_only = false;    // data exact in float32 only
+  bool float32_only = false;      // data exact in float32 only
   int layers() const { return int(widths.size()) - 1; }
 };
 
@@ -42,7 +42,8 @@ MlpCase mc(std::string name, int64_t M, std::vector<int64_t> widths, int act = D
   return c;
 }
 
-template <class F> MlpCase with(MlpCase c, F f) {
+template <class F>
+MlpCase with(MlpCase c, F f) {
   f(c);
   return c;
 }
@@ -74,7 +75,10 @@ std::vector<MlpCase> backward_cases() {
       with(mc("weights_transposed", 9, {6, 7, 5}), [](MlpCase& c) { c.w_transposed = true; }),
       with(mc("unused_as_empty", 5, {3, 4, 2}), [](MlpCase& c) { c.empty_unused = true; }),
       with(mc("only_grad_w0", 6, {4, 5, 3, 2}), [](MlpCase& c) { c.only = {"grad_w0"}; }),
-      with(mc("only_top_layer", 6, {4, 5, 3, 2}), [](MlpCase& c) { c.only = {"grad_w2", "grad_b2"}; }),
+      with(mc("only_top_layer", 6, {4, 5, 3, 2}),
+           [](MlpCase& c) {
+             c.only = {"grad_w2", "grad_b2"};
+           }),
       with(mc("only_grad_x", 6, {4, 5, 3}), [](MlpCase& c) { c.only = {"grad_x"}; }),
       with(mc("sigmoid_hidden", 5, {4, 6, 3}, DLFUSE_ACT_SIGMOID), [](MlpCase& c) { c.float32_only = true; }),
       mc("zero_rows", 0, {3, 4, 2}),
@@ -115,8 +119,13 @@ class Call {
     a->strides = a->host.strides();
     if (!a->buf.allocate(reg_, dev_, a->host.nbytes(), err) || !a->buf.upload(a->host.data(), a->host.nbytes(), err))
       return false;
-    a->dl = DLTensor{a->buf.ptr(), dev_, int32_t(a->shape.size()), dt_, a->shape.data(),
-                     a->host.null_strides() ? nullptr : a->strides.data(), uint64_t(a->host.byte_offset())};
+    a->dl = DLTensor{a->buf.ptr(),
+                     dev_,
+                     int32_t(a->shape.size()),
+                     dt_,
+                     a->shape.data(),
+                     a->host.null_strides() ? nullptr : a->strides.data(),
+                     uint64_t(a->host.byte_offset())};
     return true;
   }
   bool download(Arg* a, HostTensor* got, std::string* err) const {
@@ -138,9 +147,9 @@ MlpOutcome finish(MlpOutcome o, const CheckStats& s, int layers) {
   o.max_abs = s.max_abs;
   o.max_ratio = s.max_ratio;
   o.pass = s.bad == 0;
-  o.detail = o.pass ? std::to_string(s.checked) + " elements, " + std::to_string(layers) + " layers"
-                    : std::to_string(s.bad) + " of " + std::to_string(s.checked) + " elements bad; first: " +
-                          s.first_bad;
+  o.detail = o.pass
+                 ? std::to_string(s.checked) + " elements, " + std::to_string(layers) + " layers"
+                 : std::to_string(s.bad) + " of " + std::to_string(s.checked) + " elements bad; first: " + s.first_bad;
   return o;
 }
 
@@ -369,7 +378,8 @@ MlpOutcome run_backward(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, cons
       in[size_t(2 + kLayers + i)] = &h[size_t(i)]->dl;
     }
   }
-  for (int i = L - 1; i < kLayers - 1 && ok; ++i) in[size_t(2 + kLayers + i)] = unused(call, c, "h" + std::to_string(i), &err);
+  for (int i = L - 1; i < kLayers - 1 && ok; ++i)
+    in[size_t(2 + kLayers + i)] = unused(call, c, "h" + std::to_string(i), &err);
   if (ok && c.pass_out) {
     ok = call.place(fwd_out, &err);
     in.back() = &fwd_out->dl;

@@ -35,22 +35,26 @@ bool derivative_from_out(int act) {
 
 bool parse_op(const std::string& name, OpKind* op) {
   for (OpKind k : kAllOps)
-    if (name == op_name(k)) { *op = k; return true; }
+    if (name == op_name(k)) {
+      *op = k;
+      return true;
+    }
   return false;
 }
 
 namespace {
-const char* const kActNames[DLFUSE_ACT_COUNT] = {"identity",  "relu",      "sigmoid", "tanh",
+const char* const kActNames[DLFUSE_ACT_COUNT] = {"identity", "relu",      "sigmoid", "tanh",
                                                  "gelu_erf", "gelu_tanh", "silu"};
 }
 
-const char* activation_name(int act) {
-  return act >= 0 && act < DLFUSE_ACT_COUNT ? kActNames[act] : "?";
-}
+const char* activation_name(int act) { return act >= 0 && act < DLFUSE_ACT_COUNT ? kActNames[act] : "?"; }
 
 bool parse_activation(const std::string& name, int* act) {
   for (int i = 0; i < DLFUSE_ACT_COUNT; ++i)
-    if (name == kActNames[i]) { *act = i; return true; }
+    if (name == kActNames[i]) {
+      *act = i;
+      return true;
+    }
   return false;
 }
 
@@ -108,8 +112,10 @@ PreparedCall::Tensor& PreparedCall::add(std::vector<Tensor>& list, const std::st
 }
 
 void PreparedCall::make_inputs(std::mt19937_64& rng) {
-  if (is_matmul_op(spec_.op)) make_matmul_inputs(rng);
-  else make_add_mul_inputs(rng);
+  if (is_matmul_op(spec_.op))
+    make_matmul_inputs(rng);
+  else
+    make_add_mul_inputs(rng);
 }
 
 // Full-precision values: a kernel that drops mantissa bits (TF32) is caught. The order of
@@ -231,9 +237,9 @@ void PreparedCall::relu_select_gradients() {
     for (int64_t i = 3; i < saved.numel(); i += 7) saved.set(i, nan);
     gate = saved.values();
   } else {
-    gate = spec_.from_out ? input("out").values()
-                          : ref_pre_activation(dense(inputs_[1]), dense(inputs_[2]), dense(inputs_[3]),
-                                               spec_.multiplier).v;
+    gate = spec_.from_out
+               ? input("out").values()
+               : ref_pre_activation(dense(inputs_[1]), dense(inputs_[2]), dense(inputs_[3]), spec_.multiplier).v;
   }
   // Where pre is within a float32 formation's rounding of 0 (as in apply_specials) its sign
   // is not defined by the inputs, unless the multiplier's term is exactly 0 (the points made
@@ -250,8 +256,10 @@ void PreparedCall::relu_select_gradients() {
       unsure[size_t(i)] = my.v[size_t(i)] != 0 && std::fabs(gate[size_t(i)]) <= 1e-6 * mag.v[size_t(i)];
   }
   for (int64_t i = 0; i < g.numel(); ++i)
-    if (unsure[size_t(i)]) g.set(i, 0.0);
-    else if (gate[size_t(i)] <= 0) g.set(i, i % 3 == 0 ? nan : (i % 3 == 1 ? inf : -inf));
+    if (unsure[size_t(i)])
+      g.set(i, 0.0);
+    else if (gate[size_t(i)] <= 0)
+      g.set(i, i % 3 == 0 ? nan : (i % 3 == 1 ? inf : -inf));
 }
 
 void PreparedCall::apply_specials() {
@@ -352,8 +360,8 @@ DLTensor* PreparedCall::out(size_t i) {
 dlfuse_status_t PreparedCall::invoke(void* stream) {
   const int32_t tf32 = spec_.allow_tf32 ? 1 : 0;
   const auto act = dlfuse_activation_t(spec_.act);
-  const bool takes_act = !is_matmul_op(spec_.op) || spec_.op == OpKind::kMatmulAct ||
-                         spec_.op == OpKind::kMatmulActBackward;
+  const bool takes_act =
+      !is_matmul_op(spec_.op) || spec_.op == OpKind::kMatmulAct || spec_.op == OpKind::kMatmulActBackward;
   if (spec_.generic_call) {
     if (!op_handle_) {
       const dlfuse_status_t st = dlfuse_op_get(reg_, op_name(spec_.op), &op_handle_);
@@ -366,38 +374,45 @@ dlfuse_status_t PreparedCall::invoke(void* stream) {
     std::vector<dlfuse_attr_t> attrs;
     dlfuse_attr_t a{};
     if (takes_act) {
-      a.key = DLFUSE_ATTR_ACTIVATION; a.type = DLFUSE_ATTR_INT64; a.value.i64 = spec_.act;
+      a.key = DLFUSE_ATTR_ACTIVATION;
+      a.type = DLFUSE_ATTR_INT64;
+      a.value.i64 = spec_.act;
       attrs.push_back(a);
     }
     if (is_matmul_op(spec_.op)) {
-      if (tf32) { a.key = DLFUSE_ATTR_ALLOW_TF32; a.type = DLFUSE_ATTR_INT64; a.value.i64 = 1; attrs.push_back(a); }
+      if (tf32) {
+        a.key = DLFUSE_ATTR_ALLOW_TF32;
+        a.type = DLFUSE_ATTR_INT64;
+        a.value.i64 = 1;
+        attrs.push_back(a);
+      }
     } else if (spec_.multiplier != 1.0) {
       // A multiplier of 1 is left out on purpose: the registry must fill in the default.
-      a.key = DLFUSE_ATTR_MULTIPLIER; a.type = DLFUSE_ATTR_FLOAT64; a.value.f64 = spec_.multiplier;
+      a.key = DLFUSE_ATTR_MULTIPLIER;
+      a.type = DLFUSE_ATTR_FLOAT64;
+      a.value.f64 = spec_.multiplier;
       attrs.push_back(a);
     }
     return dlfuse_op_call(op_handle_, ins, int32_t(inputs_.size()), outs, int32_t(outputs_.size()),
                           attrs.empty() ? nullptr : attrs.data(), int32_t(attrs.size()), stream);
   }
   switch (spec_.op) {
-    case OpKind::kMatmul:
-      return dlfuse_matmul_add_relu(reg_, in(0), in(1), in(2), out(0), tf32, stream);
+    case OpKind::kMatmul: return dlfuse_matmul_add_relu(reg_, in(0), in(1), in(2), out(0), tf32, stream);
     case OpKind::kMatmulBackward:
-      return dlfuse_matmul_add_relu_backward(reg_, in(0), in(1), in(2), in(3), out(0), out(1), out(2),
-                                             tf32, stream);
+      return dlfuse_matmul_add_relu_backward(reg_, in(0), in(1), in(2), in(3), out(0), out(1), out(2), tf32, stream);
     case OpKind::kAddMul:
       return dlfuse_add_mul_activation(reg_, in(0), in(1), in(2), spec_.multiplier, act, out(0), stream);
     case OpKind::kAddMulBackward:
       if (spec_.from_out)
-        return dlfuse_add_mul_activation_backward_from_out(reg_, in(0), in(4), spec_.multiplier, act, out(0),
-                                                           out(1), out(2), stream);
-      return dlfuse_add_mul_activation_backward(reg_, in(0), in(1), in(2), in(3), spec_.multiplier, act,
-                                                out(0), out(1), out(2), stream);
+        return dlfuse_add_mul_activation_backward_from_out(reg_, in(0), in(4), spec_.multiplier, act, out(0), out(1),
+                                                           out(2), stream);
+      return dlfuse_add_mul_activation_backward(reg_, in(0), in(1), in(2), in(3), spec_.multiplier, act, out(0), out(1),
+                                                out(2), stream);
     case OpKind::kMatmulAct:
       return dlfuse_matmul_add_activation(reg_, in(0), in(1), in(2), act, out(0), out(1), tf32, stream);
     case OpKind::kMatmulActBackward:
-      return dlfuse_matmul_add_activation_backward(reg_, in(0), in(1), in(2), in(3), in(4), act, out(0), out(1),
-                                                   out(2), tf32, stream);
+      return dlfuse_matmul_add_activation_backward(reg_, in(0), in(1), in(2), in(3), in(4), act, out(0), out(1), out(2),
+                                                   tf32, stream);
     case OpKind::kMatmulResidual:
       return dlfuse_matmul_add_residual(reg_, in(0), in(1), in(2), in(3), out(0), tf32, stream);
     case OpKind::kMatmulResidualBackward:
@@ -440,21 +455,21 @@ void PreparedCall::check(const Readback& rb, CheckStats* stats) {
         ref_.push_back(ref_matmul_forward(dense(inputs_[0]), dense(inputs_[1]), dense(inputs_[2])));
         break;
       case OpKind::kMatmulBackward: {
-        Grads g = ref_matmul_backward(dense(inputs_[0]), dense(inputs_[1]), dense(inputs_[2]),
-                                      dense(inputs_[3]), hidden_bias_.shape);
+        Grads g = ref_matmul_backward(dense(inputs_[0]), dense(inputs_[1]), dense(inputs_[2]), dense(inputs_[3]),
+                                      hidden_bias_.shape);
         ref_ = {g.first, g.second, g.bias};
         break;
       }
       case OpKind::kAddMul:
-        ref_.push_back(ref_add_mul_forward(dense(inputs_[0]), dense(inputs_[1]), dense(inputs_[2]), spec_.act,
-                                           spec_.multiplier));
+        ref_.push_back(
+            ref_add_mul_forward(dense(inputs_[0]), dense(inputs_[1]), dense(inputs_[2]), spec_.act, spec_.multiplier));
         break;
       case OpKind::kAddMulBackward: {
         Grads g = spec_.from_out
                       ? ref_add_mul_backward_from_out(dense(inputs_[0]), dense(inputs_[4]), spec_.x_shape,
                                                       spec_.y_shape, spec_.bias_shape, spec_.act, spec_.multiplier)
-                      : ref_add_mul_backward(dense(inputs_[0]), dense(inputs_[1]), dense(inputs_[2]),
-                                             dense(inputs_[3]), spec_.act, spec_.multiplier);
+                      : ref_add_mul_backward(dense(inputs_[0]), dense(inputs_[1]), dense(inputs_[2]), dense(inputs_[3]),
+                                             spec_.act, spec_.multiplier);
         ref_ = {g.first, g.second, g.bias};
         break;
       }
@@ -469,8 +484,7 @@ void PreparedCall::check(const Readback& rb, CheckStats* stats) {
         break;
       }
       case OpKind::kMatmulResidual:
-        ref_.push_back(ref_matmul_residual(dense(inputs_[0]), dense(inputs_[1]), dense(inputs_[2]),
-                                           dense(inputs_[3])));
+        ref_.push_back(ref_matmul_residual(dense(inputs_[0]), dense(inputs_[1]), dense(inputs_[2]), dense(inputs_[3])));
         break;
       case OpKind::kMatmulResidualBackward: {
         Grads g = ref_matmul_residual_backward(dense(inputs_[0]), dense(inputs_[1]), dense(inputs_[2]),

@@ -19,12 +19,18 @@ namespace dlfuse_conformance {
 
 // ABI 1.1's ops come after 1.0's: the enumerators seed the sweep, so old values stay.
 enum class OpKind {
-  kMatmul, kMatmulBackward, kAddMul, kAddMulBackward,
-  kMatmulAct, kMatmulActBackward, kMatmulResidual, kMatmulResidualBackward,
+  kMatmul,
+  kMatmulBackward,
+  kAddMul,
+  kAddMulBackward,
+  kMatmulAct,
+  kMatmulActBackward,
+  kMatmulResidual,
+  kMatmulResidualBackward,
 };
-constexpr OpKind kAllOps[] = {OpKind::kMatmul,          OpKind::kMatmulBackward,    OpKind::kAddMul,
-                              OpKind::kAddMulBackward,  OpKind::kMatmulAct,         OpKind::kMatmulActBackward,
-                              OpKind::kMatmulResidual,  OpKind::kMatmulResidualBackward};
+constexpr OpKind kAllOps[] = {
+    OpKind::kMatmul,    OpKind::kMatmulBackward,    OpKind::kAddMul,         OpKind::kAddMulBackward,
+    OpKind::kMatmulAct, OpKind::kMatmulActBackward, OpKind::kMatmulResidual, OpKind::kMatmulResidualBackward};
 const char* op_name(OpKind op);
 // The ops whose operands are a [..., M, K] and b [..., K, N] (CaseSpec's M, K, N, batches).
 bool is_matmul_op(OpKind op);
@@ -58,7 +64,7 @@ struct CaseSpec {
   std::set<std::string> absent;           // optional outputs passed as NULL ("pre" too)
   int act = DLFUSE_ACT_RELU;
   double multiplier = 1.0;
-  bool in_place = false;     // add_mul forward: out is x; matmul_add_residual: out is residual
+  bool in_place = false;  // add_mul forward: out is x; matmul_add_residual: out is residual
   // Backwards of ABI 1.1: d_pre read from the forward's out (add_mul: x, y, bias NULL;
   // matmul_add_activation: pre NULL) instead of from x, y, bias or pre.
   bool from_out = false;
@@ -82,12 +88,9 @@ struct CaseSpec {
 // Shape summary for tables, e.g. "2x1x5x7 @ 3x7x4" or "16x16".
 std::string shape_summary(const CaseSpec& spec);
 
-
-
 class PreparedCall {
  public:
-  PreparedCall(dlfuse_registry_t reg, DLDevice dev, DLDataType dtype)
-      : reg_(reg), dev_(dev), dtype_(dtype) {}
+  PreparedCall(dlfuse_registry_t reg, DLDevice dev, DLDataType dtype) : reg_(reg), dev_(dev), dtype_(dtype) {}
   PreparedCall(const PreparedCall&) = delete;
   PreparedCall& operator=(const PreparedCall&) = delete;
 
@@ -148,7 +151,7 @@ class PreparedCall {
   CaseSpec spec_;
   std::vector<Tensor> inputs_, outputs_;
   std::vector<RefOut> ref_;  // the reference, once computed
-  Dense hidden_bias_;  // matmul backwards: the forward's bias (it defines `out`/`pre` and grad_bias' shape)
+  Dense hidden_bias_;        // matmul backwards: the forward's bias (it defines `out`/`pre` and grad_bias' shape)
   dlfuse_op_t op_handle_ = nullptr;
 };
 

@@ -23,7 +23,8 @@ std::vector<int64_t> bstrides(const std::vector<int64_t>& shape, size_t rank) {
 }
 
 // Calls f(linear output index, multi-index) over every element of `shape`.
-template <class F> void for_each_index(const std::vector<int64_t>& shape, F f) {
+template <class F>
+void for_each_index(const std::vector<int64_t>& shape, F f) {
   const int64_t n = numel(shape);
   std::vector<int64_t> idx(shape.size(), 0);
   for (int64_t lin = 0; lin < n; ++lin) {
@@ -80,8 +81,7 @@ Mm matmul_dims(const Dense& a, const Dense& b) {
 
 }  // namespace
 
-bool broadcast_shapes(const std::vector<int64_t>& a, const std::vector<int64_t>& b,
-                      std::vector<int64_t>* out) {
+bool broadcast_shapes(const std::vector<int64_t>& a, const std::vector<int64_t>& b, std::vector<int64_t>* out) {
   const size_t r = std::max(a.size(), b.size());
   out->assign(r, 1);
   for (size_t i = 0; i < r; ++i) {
@@ -117,8 +117,14 @@ double ref_activate_grad(int act, double p, double g) {
   switch (act) {
     case 0: return g;
     case 1: return (p > 0 || std::isnan(p)) ? g : 0.0;
-    case 2: { const double s = 1.0 / (1.0 + std::exp(-p)); return g * s * (1.0 - s); }
-    case 3: { const double t = std::tanh(p); return g * (1.0 - t * t); }
+    case 2: {
+      const double s = 1.0 / (1.0 + std::exp(-p));
+      return g * s * (1.0 - s);
+    }
+    case 3: {
+      const double t = std::tanh(p);
+      return g * (1.0 - t * t);
+    }
     case 4: return g * (normal_cdf(p) + p * std::exp(-0.5 * p * p) / std::sqrt(2.0 * M_PI));
     case 5: {
       // ½(1 + tanh u) = σ(2u) and ½(1 - tanh² u) = 2 σ(2u) σ(-2u): for p << 0, 1 + tanh u
@@ -127,7 +133,10 @@ double ref_activate_grad(int act, double p, double g) {
       const double s = 1.0 / (1.0 + std::exp(-2.0 * u)), s_neg = 1.0 / (1.0 + std::exp(2.0 * u));
       return g * (s * (1.0 + 2.0 * p * s_neg * du));
     }
-    default: { const double s = 1.0 / (1.0 + std::exp(-p)); return g * s * (1.0 + p * (1.0 - s)); }
+    default: {
+      const double s = 1.0 / (1.0 + std::exp(-p));
+      return g * s * (1.0 + p * (1.0 - s));
+    }
   }
 }
 
@@ -136,8 +145,14 @@ double ref_activate_grad_scale(int act, double p) {
   switch (act) {
     case 0: return 1.0;
     case 1: return (p > 0 || std::isnan(p)) ? 1.0 : 0.0;
-    case 2: { const double s = 1.0 / (1.0 + std::exp(-p)); return s + s * s; }
-    case 3: { const double t = std::tanh(p); return 1.0 + t * t; }
+    case 2: {
+      const double s = 1.0 / (1.0 + std::exp(-p));
+      return s + s * s;
+    }
+    case 3: {
+      const double t = std::tanh(p);
+      return 1.0 + t * t;
+    }
     case 4: {
       // Φ(p) as its first form's terms, ½(1 + |erf(p/√2)|): a kernel may use that form,
       // whose bracket cancels for p < 0 (docs/ops.md).
@@ -148,7 +163,10 @@ double ref_activate_grad_scale(int act, double p) {
       const double c = std::sqrt(2.0 / M_PI), t = std::tanh(gelu_tanh_u(p));
       return 0.5 * (1.0 + std::fabs(t)) + 0.5 * ap * (1.0 + t * t) * c * (1.0 + 3.0 * 0.044715 * p * p);
     }
-    default: { const double s = 1.0 / (1.0 + std::exp(-p)); return s + ap * (s + s * s); }
+    default: {
+      const double s = 1.0 / (1.0 + std::exp(-p));
+      return s + ap * (s + s * s);
+    }
   }
 }
 
@@ -320,8 +338,7 @@ Grads ref_matmul_activation_backward(const Dense& grad_out, const Dense& a, cons
 }
 
 Grads ref_matmul_residual_backward(const Dense& grad_out, const Dense& a, const Dense& b,
-                                   const std::vector<int64_t>& bias_shape,
-                                   const std::vector<int64_t>& residual_shape) {
+                                   const std::vector<int64_t>& bias_shape, const std::vector<int64_t>& residual_shape) {
   Dz dz;
   dz.val = grad_out.v;
   dz.scale = abs_of(grad_out.v);
@@ -383,8 +400,8 @@ Grads add_mul_grads(const std::vector<int64_t>& shape, const std::vector<int64_t
   return g;
 }
 
-Grads ref_add_mul_backward(const Dense& grad_out, const Dense& x, const Dense& y, const Dense& bias,
-                           int act, double mult) {
+Grads ref_add_mul_backward(const Dense& grad_out, const Dense& x, const Dense& y, const Dense& bias, int act,
+                           double mult) {
   const Dense pre = ref_pre_activation(x, y, bias, mult);
   return add_mul_grads(pre.shape, x.shape, y.shape, bias.shape, mult, [&](size_t lin, double* sc) {
     const double p = pre.v[lin], go = grad_out.v[lin];

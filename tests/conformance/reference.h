@@ -20,8 +20,7 @@ struct RefOut {
 };
 
 // NumPy broadcast of two shapes; false if they do not broadcast.
-bool broadcast_shapes(const std::vector<int64_t>& a, const std::vector<int64_t>& b,
-                      std::vector<int64_t>* out);
+bool broadcast_shapes(const std::vector<int64_t>& a, const std::vector<int64_t>& b, std::vector<int64_t>* out);
 
 double ref_activate(int act, double p);
 double ref_activate_grad(int act, double p, double grad);  // grad * act'(p), relu a select
@@ -52,12 +51,11 @@ Grads ref_matmul_backward(const Dense& grad_out, const Dense& a, const Dense& b,
 Grads ref_matmul_activation_backward(const Dense& grad_out, const Dense& a, const Dense& b, const Dense& saved,
                                      bool from_out, int act, const std::vector<int64_t>& bias_shape);
 Grads ref_matmul_residual_backward(const Dense& grad_out, const Dense& a, const Dense& b,
-                                   const std::vector<int64_t>& bias_shape,
-                                   const std::vector<int64_t>& residual_shape);
+                                   const std::vector<int64_t>& bias_shape, const std::vector<int64_t>& residual_shape);
 
 RefOut ref_add_mul_forward(const Dense& x, const Dense& y, const Dense& bias, int act, double mult);
-Grads ref_add_mul_backward(const Dense& grad_out, const Dense& x, const Dense& y, const Dense& bias,
-                           int act, double mult);
+Grads ref_add_mul_backward(const Dense& grad_out, const Dense& x, const Dense& y, const Dense& bias, int act,
+                           double mult);
 // The out form: d_pre from the forward's out; the gradients have the given shapes.
 Grads ref_add_mul_backward_from_out(const Dense& grad_out, const Dense& out, const std::vector<int64_t>& x_shape,
                                     const std::vector<int64_t>& y_shape, const std::vector<int64_t>& bias_shape,

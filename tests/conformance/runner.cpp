@@ -25,8 +25,7 @@ class Table {
     row("RESULT", "KERNEL", "DTYPE", "DEVICE", "CASE", "MAX_ABS", "MAX_RATIO");
   }
   void add(bool pass, const std::string& kernel, const std::string& dtype, const std::string& dev,
-           const std::string& name, const std::string& max_abs, const std::string& ratio,
-           const std::string& detail) {
+           const std::string& name, const std::string& max_abs, const std::string& ratio, const std::string& detail) {
     (pass ? summary.passed : summary.failed)++;
     row(pass ? "PASS" : "FAIL", kernel, dtype, dev, name, max_abs, ratio);
     if (!detail.empty() && (!pass || verbose_)) out_ << "      " << detail << "\n";
@@ -34,11 +33,11 @@ class Table {
   ConformSummary summary;
 
  private:
-  void row(const char* r, const std::string& k, const std::string& d, const std::string& dev,
-           const std::string& c, const std::string& a, const std::string& q) {
+  void row(const char* r, const std::string& k, const std::string& d, const std::string& dev, const std::string& c,
+           const std::string& a, const std::string& q) {
     char line[512];
-    std::snprintf(line, sizeof line, "%-6s %-28s %-9s %-8s %-30s %10s %9s", r, k.c_str(), d.c_str(),
-                  dev.c_str(), c.c_str(), a.c_str(), q.c_str());
+    std::snprintf(line, sizeof line, "%-6s %-28s %-9s %-8s %-30s %10s %9s", r, k.c_str(), d.c_str(), dev.c_str(),
+                  c.c_str(), a.c_str(), q.c_str());
     out_ << line << "\n";
   }
   std::ostream& out_;
@@ -115,8 +114,10 @@ CaseOutcome run_case(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, const C
       return o;
     }
     if (!diff.empty()) {
-      o.detail = when + ": not bit-identical to run 1 (within tolerance, but a deterministic kernel must "
-                 "repeat itself; a kernel that cannot declares it with --nondeterministic): " + diff;
+      o.detail = when +
+                 ": not bit-identical to run 1 (within tolerance, but a deterministic kernel must "
+                 "repeat itself; a kernel that cannot declares it with --nondeterministic): " +
+                 diff;
       return o;
     }
     if (run == 0) first = std::move(got);
@@ -231,11 +232,13 @@ void check_mlp_kernel(dlfuse_registry_t reg, const dlfuse_kernel_info_t& ki, con
 
 // A kernel checked from its op's schema (schema_checks.h): every declared dtype and device.
 void check_schema_kernel_rows(dlfuse_registry_t reg, dlfuse_registry_t reference, const dlfuse_kernel_info_t& ki,
-                              const DLDataType* only_dtype, const ConformOptions& opts, Table& table, std::ostream& out) {
+                              const DLDataType* only_dtype, const ConformOptions& opts, Table& table,
+                              std::ostream& out) {
   int32_t count = 0;
   const dlfuse_status_t st = dlfuse_device_count(reg, ki.device_type, &count);
   if (st != DLFUSE_STATUS_OK || count <= 0) {
-    table.add(false, ki.op, "-", "-", "device_count", "-", "-", st != DLFUSE_STATUS_OK ? describe_failure(st) : "no devices");
+    table.add(false, ki.op, "-", "-", "device_count", "-", "-",
+              st != DLFUSE_STATUS_OK ? describe_failure(st) : "no devices");
     return;
   }
   SchemaCheckOptions so;
@@ -283,8 +286,8 @@ void check_plugin(dlfuse_registry_t reg, int32_t idx, dlfuse_registry_t referenc
     table.add(false, "-", "-", "-", "plugin_info", "-", "-", describe_failure(st));
     return;
   }
-  out << "# plugin " << info.name << " " << info.version << " (" << info.path << "), "
-      << info.num_kernels << " kernels\n";
+  out << "# plugin " << info.name << " " << info.version << " (" << info.path << "), " << info.num_kernels
+      << " kernels\n";
   out << "# seed " << opts.seed << ", " << opts.sweep << " sweep cases per kernel and dtype, " << opts.repeats
       << " runs per case" << (opts.stale ? " on stale memory" : "") << ", " << opts.threads
       << " threads (reproduce: --seed " << opts.seed << " --sweep " << opts.sweep << ")\n";
@@ -314,7 +317,8 @@ void check_plugin(dlfuse_registry_t reg, int32_t idx, dlfuse_registry_t referenc
       if (has_schema(reg, ki.op))
         check_schema_kernel_rows(reg, reference, ki, dtype_filter ? &wanted : nullptr, opts, table, out);
       else
-        out << "# skipping kernel '" << ki.op << "': its op has no schema (dlfuse_kernel_t.schema), nothing to derive checks from\n";
+        out << "# skipping kernel '" << ki.op
+            << "': its op has no schema (dlfuse_kernel_t.schema), nothing to derive checks from\n";
       if (!core) continue;
     }
     int32_t count = 0;
@@ -355,10 +359,11 @@ ConformSummary run_conformance(const std::string& plugin_path, const ConformOpti
     st = dlfuse_registry_load(reg, plugin_path.c_str(), &idx);
     if (st != DLFUSE_STATUS_OK) {
       table.add(false, "-", "-", "-", "load", "-", "-", plugin_path + ": " + describe_failure(st));
-    } else if (!opts.reference.empty() && (dlfuse_registry_create(&ro, &reference) != DLFUSE_STATUS_OK ||
-                                           dlfuse_registry_load(reference, opts.reference.c_str(), nullptr) !=
-                                               DLFUSE_STATUS_OK)) {
-      table.add(false, "-", "-", "-", "reference", "-", "-", opts.reference + ": " + describe_failure(DLFUSE_STATUS_INVALID_ARGUMENT));
+    } else if (!opts.reference.empty() &&
+               (dlfuse_registry_create(&ro, &reference) != DLFUSE_STATUS_OK ||
+                dlfuse_registry_load(reference, opts.reference.c_str(), nullptr) != DLFUSE_STATUS_OK)) {
+      table.add(false, "-", "-", "-", "reference", "-", "-",
+                opts.reference + ": " + describe_failure(DLFUSE_STATUS_INVALID_ARGUMENT));
     } else {
       if (reference) out << "# reference: the float64 CPU kernels of " << opts.reference << "\n";
       check_plugin(reg, idx, reference, opts, table, out);

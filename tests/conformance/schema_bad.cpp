@@ -45,10 +45,10 @@ std::vector<SchemaRow> bad_schema_calls(dlfuse_registry_t reg, DLDevice dev, con
     b.args.alias.push_back(-1);
     bad.push_back(std::move(b));
   }
-  const DLDataType other = same_dtype(valid.out[0] ? valid.out[0]->dtype() : DLDataType{kDLFloat, 32, 1},
-                                      DLDataType{kDLFloat, 64, 1})
-                               ? DLDataType{kDLFloat, 32, 1}
-                               : DLDataType{kDLFloat, 64, 1};
+  const DLDataType other =
+      same_dtype(valid.out[0] ? valid.out[0]->dtype() : DLDataType{kDLFloat, 32, 1}, DLDataType{kDLFloat, 64, 1})
+          ? DLDataType{kDLFloat, 32, 1}
+          : DLDataType{kDLFloat, 64, 1};
   for (int i = 0; i < s.num_inputs && i < int(valid.in.size()); ++i) {
     const std::string n = s.inputs[i].name;
     if (!valid.in[size_t(i)]) continue;
@@ -79,8 +79,10 @@ std::vector<SchemaRow> bad_schema_calls(dlfuse_registry_t reg, DLDevice dev, con
     // One more element along the last dim than the rule gives (also for a REDUCIBLE
     // output: a bigger dim never broadcasts to the rule's).
     std::vector<int64_t> shape = valid.out[size_t(o)]->shape();
-    if (shape.empty()) shape.push_back(2);
-    else shape.back() += 1;
+    if (shape.empty())
+      shape.push_back(2);
+    else
+      shape.back() += 1;
     Bad b{"bad:shape_" + n, "output " + n + " at " + shape_text(shape) + ", not its rule's shape", valid};
     b.args.out[size_t(o)] = poisoned_tensor(valid.out[size_t(o)]->dtype(), shape);
     bad.push_back(std::move(b));

@@ -101,8 +101,8 @@ SchemaResult run_schema_call(dlfuse_registry_t reg, DLDevice dev, const SchemaOp
   StaleMemory stale(reg, dev);
   if (stale_run >= 0 && !stale.stir(stale_bytes_for(total), stale_run, &err))
     return r.message = "poisoning stale memory: " + err, r;
-  r.status = dlfuse_op_call(op.handle, in_ptr.data(), int32_t(ni), out_ptr.data(), int32_t(no),
-                            args.attrs.data(), int32_t(args.attrs.size()), nullptr);
+  r.status = dlfuse_op_call(op.handle, in_ptr.data(), int32_t(ni), out_ptr.data(), int32_t(no), args.attrs.data(),
+                            int32_t(args.attrs.size()), nullptr);
   if (r.status != DLFUSE_STATUS_OK) r.message = describe_failure(r.status);
   stale.release();
   for (int i = 0; times && r.status == DLFUSE_STATUS_OK && i < timed; ++i) {
@@ -122,8 +122,10 @@ SchemaResult run_schema_call(dlfuse_registry_t reg, DLDevice dev, const SchemaOp
   }
   for (size_t o = 0; o < no; ++o) {
     const int a = o < args.alias.size() ? args.alias[o] : -1;
-    if (a >= 0) r.out[o] = r.in[size_t(a)];
-    else if (a <= -2) r.out[o] = r.out[size_t(-2 - a)];
+    if (a >= 0)
+      r.out[o] = r.in[size_t(a)];
+    else if (a <= -2)
+      r.out[o] = r.out[size_t(-2 - a)];
     else if (args.out[o]) {
       r.out[o] = *args.out[o];
       if (!out_buf[o].download(r.out[o]->data(), r.out[o]->nbytes(), &err)) return r.message = "readback: " + err, r;
@@ -151,16 +153,17 @@ bool infer_output_shapes(const SchemaOp& op, DLDataType dt, const std::vector<st
   std::vector<int32_t> ndims(size_t(no), 0);
   std::vector<int64_t> shapes(size_t(no) * DLFUSE_MAX_NDIM, 0);
   std::vector<DLDataType> dtypes(static_cast<size_t>(no));
-  const dlfuse_status_t st = dlfuse_op_infer_outputs(op.handle, ptrs.data(), int32_t(in.size()), attrs.data(),
-                                                     int32_t(attrs.size()), no, ndims.data(), shapes.data(),
-                                                     dtypes.data());
+  const dlfuse_status_t st =
+      dlfuse_op_infer_outputs(op.handle, ptrs.data(), int32_t(in.size()), attrs.data(), int32_t(attrs.size()), no,
+                              ndims.data(), shapes.data(), dtypes.data());
   if (st != DLFUSE_STATUS_OK) {
     *err = describe_failure(st);
     return false;
   }
   out->assign(size_t(no), {});
   for (int o = 0; o < no; ++o)
-    (*out)[size_t(o)].assign(shapes.begin() + o * DLFUSE_MAX_NDIM, shapes.begin() + o * DLFUSE_MAX_NDIM + ndims[size_t(o)]);
+    (*out)[size_t(o)].assign(shapes.begin() + o * DLFUSE_MAX_NDIM,
+                             shapes.begin() + o * DLFUSE_MAX_NDIM + ndims[size_t(o)]);
   return true;
 }
 

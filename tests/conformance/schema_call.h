@@ -39,8 +39,8 @@ struct SchemaArgs {
 
 struct SchemaResult {
   dlfuse_status_t status = DLFUSE_STATUS_OK;
-  std::string message;  // the registry's message, or what failed around the call
-  bool ran = false;     // false: setup or readback failed (message says what)
+  std::string message;                         // the registry's message, or what failed around the call
+  bool ran = false;                            // false: setup or readback failed (message says what)
   std::vector<std::optional<HostTensor>> out;  // every output's buffer after the call
   std::vector<std::optional<HostTensor>> in;   // every input's buffer after the call
 };

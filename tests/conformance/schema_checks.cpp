@@ -81,11 +81,15 @@ class Checker {
  private:
   bool wanted(const std::string& c) const { return !opts_.wanted || opts_.wanted(c); }
   void add(SchemaRow r) { rows_.push_back(std::move(r)); }
-  void add(bool pass, const std::string& name, const std::string& detail) { add(SchemaRow{pass, name, -1, -1, detail}); }
+  void add(bool pass, const std::string& name, const std::string& detail) {
+    add(SchemaRow{pass, name, -1, -1, detail});
+  }
   void value_row(const std::string& name, const CheckStats& s, const std::string& ok_detail) {
-    add(SchemaRow{s.bad == 0 && s.checked > 0, name, s.max_abs, s.max_ratio,
-                  s.bad ? std::to_string(s.bad) + " of " + std::to_string(s.checked) + " elements bad; first: " + s.first_bad
-                        : s.checked ? ok_detail : "nothing compared"});
+    add(SchemaRow{
+        s.bad == 0 && s.checked > 0, name, s.max_abs, s.max_ratio,
+        s.bad ? std::to_string(s.bad) + " of " + std::to_string(s.checked) + " elements bad; first: " + s.first_bad
+        : s.checked ? ok_detail
+                    : "nothing compared"});
   }
   bool serves(const SchemaOp& op, DLDataType dt, int32_t device_type) const {
     int32_t p = -1;
@@ -94,7 +98,9 @@ class Checker {
   // A problem of `op_` and its arguments: a forward op's drawn from its schema, a backward's
   // made from a call of its forward (schema_grad.h).
   bool make_args(int draw, SchemaArgs* args, std::string* text, std::string* err);
-  SchemaResult call(const SchemaArgs& a, int stale_run = -1) const { return run_schema_call(reg_, dev_, op_, a, stale_run); }
+  SchemaResult call(const SchemaArgs& a, int stale_run = -1) const {
+    return run_schema_call(reg_, dev_, op_, a, stale_run);
+  }
   // The runs of one call: stale memory, repeats, bit-identical, untouched inputs and guard slots.
   bool check_runs(const std::string& name, const SchemaArgs& args, SchemaResult* first);
   void check_against(const std::string& name, const SchemaArgs& args, const SchemaResult& got, dlfuse_registry_t reg,
@@ -192,8 +198,9 @@ bool Checker::check_runs(const std::string& name, const SchemaArgs& args, Schema
     if (!opts_.exact) continue;
     for (size_t o = 0; o < r.out.size(); ++o)
       if (r.out[o] && std::memcmp(r.out[o]->data(), first->out[o]->data(), r.out[o]->nbytes()) != 0) {
-        add(false, name, when + (opts_.stale ? " on stale memory" : "") + ": output " + op_.schema.outputs[o].name +
-                             " not bit-identical to run 1 (a kernel that cannot repeat itself says so with --nondeterministic)");
+        add(false, name,
+            when + (opts_.stale ? " on stale memory" : "") + ": output " + op_.schema.outputs[o].name +
+                " not bit-identical to run 1 (a kernel that cannot repeat itself says so with --nondeterministic)");
         return false;
       }
   }
@@ -218,15 +225,18 @@ void Checker::check_layouts(const SchemaArgs& args, const SchemaResult& base) {
     int64_t offset;
     const char* name;
   };
-  const Kind kinds[] = {{Layout::kPadded, 0, "padded"}, {Layout::kTransposed, 0, "transposed"},
-                        {Layout::kCompact, 5, "byte_offset"}, {Layout::kZeroStride, 0, "zero_stride"}};
+  const Kind kinds[] = {{Layout::kPadded, 0, "padded"},
+                        {Layout::kTransposed, 0, "transposed"},
+                        {Layout::kCompact, 5, "byte_offset"},
+                        {Layout::kZeroStride, 0, "zero_stride"}};
   for (size_t i = 0; i < args.in.size(); ++i) {
     if (!args.in[i]) continue;
     const HostTensor& t = *args.in[i];
     for (const Kind& k : kinds) {
       const int rank = int(t.shape().size());
       if ((k.layout == Layout::kPadded || k.layout == Layout::kTransposed) && rank < 2) continue;
-      if (k.layout == Layout::kZeroStride && std::none_of(t.shape().begin(), t.shape().end(), [](int64_t d) { return d > 1; }))
+      if (k.layout == Layout::kZeroStride &&
+          std::none_of(t.shape().begin(), t.shape().end(), [](int64_t d) { return d > 1; }))
         continue;
       const std::string name = prefix_ + "layout:" + op_.schema.inputs[i].name + ":" + k.name;
       if (!wanted(name)) continue;
@@ -306,7 +316,8 @@ void Checker::check_broadcasts(const SchemaArgs& args, const SchemaResult& base)
         add(false, name, "materialized call failed: " + got.message);
         break;
       }
-      value_row(name, compare_outputs(base, got, 2.0), shape_text(t.shape()) + " broadcast equals its copy at " + shape_text(full));
+      value_row(name, compare_outputs(base, got, 2.0),
+                shape_text(t.shape()) + " broadcast equals its copy at " + shape_text(full));
       break;
     }
   }
@@ -447,9 +458,10 @@ void Checker::check_threads(const std::vector<SchemaArgs>& calls) {
   for (std::thread& th : pool) th.join();
   for (const std::string& e : errors)
     if (!e.empty()) return add(false, name, e);
-  add(true, name, std::to_string(calls.size()) + " calls, each at least " + std::to_string(iterations / int(calls.size())) +
-                      " times from each of " + std::to_string(opts_.threads) +
-                      " threads at once for 200 ms or more, bit-identical to each run alone");
+  add(true, name,
+      std::to_string(calls.size()) + " calls, each at least " + std::to_string(iterations / int(calls.size())) +
+          " times from each of " + std::to_string(opts_.threads) +
+          " threads at once for 200 ms or more, bit-identical to each run alone");
 }
 
 std::vector<SchemaRow> Checker::run(const std::string& name) {
@@ -462,7 +474,7 @@ std::vector<SchemaRow> Checker::run(const std::string& name) {
   const bool is_low = !same_dtype(dt_, f64) && !same_dtype(dt_, f32);
   DLDataType ref_dt = f64;
   const bool has_ref_dtype = !same_dtype(dt_, f64) && (serves(op_, f64, dev_.device_type) ||
-                                                      (is_low && serves(op_, (ref_dt = f32), dev_.device_type)));
+                                                       (is_low && serves(op_, (ref_dt = f32), dev_.device_type)));
   if (backward_ && (same_dtype(dt_, f64) || (same_dtype(dt_, f32) && !serves(op_, f64, dev_.device_type))))
     for (int draw = 0; draw < opts_.draws; ++draw) {
       const std::string cname = "gradcheck:" + std::to_string(draw);
@@ -482,8 +494,9 @@ std::vector<SchemaRow> Checker::run(const std::string& name) {
     SchemaResult first;
     if (wanted(cname)) {
       if (!check_runs(cname, args, &first)) continue;
-      add(true, cname, text + ": " + std::to_string(std::max(1, opts_.repeats)) + " runs" +
-                           (opts_.stale ? " on stale memory" : "") + (opts_.exact ? ", bit-identical" : ""));
+      add(true, cname,
+          text + ": " + std::to_string(std::max(1, opts_.repeats)) + " runs" + (opts_.stale ? " on stale memory" : "") +
+              (opts_.exact ? ", bit-identical" : ""));
     } else {
       first = call(args);
       if (!first.ran || first.status != DLFUSE_STATUS_OK) continue;

@@ -35,9 +35,9 @@ struct SchemaCheckOptions {
   int repeats = 3;
   bool stale = true;
   int threads = 4;
-  bool exact = true;       // runs must be bit-identical (the op is not declared nondeterministic)
+  bool exact = true;  // runs must be bit-identical (the op is not declared nondeterministic)
   bool bad_inputs = true;
-  int draws = 3;           // random problems per kernel and dtype: defaults first, then drawn attributes
+  int draws = 3;                          // random problems per kernel and dtype: defaults first, then drawn attributes
   dlfuse_registry_t reference = nullptr;  // a registry whose float64 CPU kernels are the reference
   std::function<bool(const std::string&)> wanted;  // which case names run (null: all)
 };
@@ -60,8 +60,8 @@ SchemaArgs converted(const SchemaArgs& a, DLDataType dt);
 
 // Norm-wise tolerance of a black-box op: |got - ref| <= atol + rtol (|ref| + max |ref|), the
 // max over the output, scaled by `factor`; NaN where NaN, Inf equal.
-void compare_normwise(const std::string& name, const HostTensor& got, const std::vector<double>& ref,
-                      DLDataType dt, double factor, CheckStats* stats);
+void compare_normwise(const std::string& name, const HostTensor& got, const std::vector<double>& ref, DLDataType dt,
+                      double factor, CheckStats* stats);
 
 }  // namespace dlfuse_conformance
 

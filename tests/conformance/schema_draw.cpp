@@ -12,8 +12,10 @@ std::string Problem::text(const SchemaOp& op) const {
     s << (i ? " " : "") << op.schema.inputs[i].name << (in[i] ? shape_text(*in[i]) : "=NULL");
   for (size_t a = 0; a < attrs.size(); ++a) {
     s << " " << op.schema.attrs[a].name << "=";
-    if (attrs[a].type == DLFUSE_ATTR_INT64) s << attrs[a].value.i64;
-    else s << attrs[a].value.f64;
+    if (attrs[a].type == DLFUSE_ATTR_INT64)
+      s << attrs[a].value.i64;
+    else
+      s << attrs[a].value.f64;
   }
   return s.str();
 }
@@ -39,7 +41,8 @@ std::vector<dlfuse_attr_t> random_attrs(const dlfuse_op_schema_t& s, std::mt1993
       const double d = v.value.f64;
       const double mag = std::uniform_real_distribution<double>(0.5, 2.0)(rng);
       const double sign = (rng() & 1) ? -1.0 : 1.0;
-      v.value.f64 = d != 0.0 && std::isfinite(d) ? d * mag * sign : std::uniform_real_distribution<double>(-2.0, 2.0)(rng);
+      v.value.f64 =
+          d != 0.0 && std::isfinite(d) ? d * mag * sign : std::uniform_real_distribution<double>(-2.0, 2.0)(rng);
     }
   }
   return a;

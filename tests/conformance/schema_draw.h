@@ -15,9 +15,9 @@ namespace dlfuse_conformance {
 
 struct Problem {
   std::vector<std::optional<std::vector<int64_t>>> in;  // input shapes; nullopt: absent
-  std::vector<dlfuse_attr_t> attrs;                      // every attribute, schema order
-  std::vector<std::vector<int64_t>> out;                 // inferred output shapes (widest)
-  std::string text(const SchemaOp& op) const;            // "x[3,5] y[5] SCALE=1.5"
+  std::vector<dlfuse_attr_t> attrs;                     // every attribute, schema order
+  std::vector<std::vector<int64_t>> out;                // inferred output shapes (widest)
+  std::string text(const SchemaOp& op) const;           // "x[3,5] y[5] SCALE=1.5"
 };
 
 // Every attribute at its default, in schema order.

@@ -20,8 +20,8 @@ bool backward_args(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, const Sch
   f.attrs = p.attrs;
   dlfuse_op_t handle = nullptr;
   uint32_t keep = 0, write = 0;
-  dlfuse_status_t st = dlfuse_op_backward_plan(fwd.handle, p.attrs.data(), int32_t(p.attrs.size()), dev.device_type,
-                                               dt, &handle, &keep, &write);
+  dlfuse_status_t st = dlfuse_op_backward_plan(fwd.handle, p.attrs.data(), int32_t(p.attrs.size()), dev.device_type, dt,
+                                               &handle, &keep, &write);
   if (st != DLFUSE_STATUS_OK) return *err = "backward plan: " + describe_failure(st), false;
   f.out.assign(p.out.size(), std::nullopt);
   for (size_t o = 0; o < p.out.size(); ++o)
@@ -36,8 +36,10 @@ bool backward_args(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, const Sch
   for (int i = 1; i < bs.num_inputs; ++i) {
     if (!(keep & (1u << i))) continue;
     const int fi = fwd.input(bs.inputs[i].name), fo = fwd.output(bs.inputs[i].name);
-    if (fi >= 0 && f.in[size_t(fi)]) args->in[size_t(i)] = f.in[size_t(fi)];
-    else if (fo >= 0 && fr.out[size_t(fo)]) args->in[size_t(i)] = fr.out[size_t(fo)];
+    if (fi >= 0 && f.in[size_t(fi)])
+      args->in[size_t(i)] = f.in[size_t(fi)];
+    else if (fo >= 0 && fr.out[size_t(fo)])
+      args->in[size_t(i)] = fr.out[size_t(fo)];
   }
   args->attrs = default_attrs(bs);
   for (int a = 0; a < bs.num_attrs; ++a)
@@ -46,7 +48,8 @@ bool backward_args(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, const Sch
   std::vector<std::optional<std::vector<int64_t>>> shapes;
   for (const auto& t : args->in) shapes.push_back(t ? std::optional<std::vector<int64_t>>(t->shape()) : std::nullopt);
   std::vector<std::vector<int64_t>> inferred;
-  if (!infer_output_shapes(bwd, dt, shapes, args->attrs, &inferred, err)) return *err = "backward inference: " + *err, false;
+  if (!infer_output_shapes(bwd, dt, shapes, args->attrs, &inferred, err))
+    return *err = "backward inference: " + *err, false;
   args->out.assign(size_t(bs.num_outputs), std::nullopt);
   args->alias.assign(size_t(bs.num_outputs), -1);
   for (int o = 0; o < bs.num_outputs; ++o) {
@@ -81,8 +84,8 @@ std::string fmt(double v) {
 
 }  // namespace
 
-GradOutcome gradient_check(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, const SchemaOp& fwd,
-                           const SchemaOp& bwd, uint64_t seed, int draw) {
+GradOutcome gradient_check(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, const SchemaOp& fwd, const SchemaOp& bwd,
+                           uint64_t seed, int draw) {
   GradOutcome g;
   const bool f64 = same_dtype(dt, DLDataType{kDLFloat, 64, 1});
   const double h0 = std::ldexp(1.0, f64 ? -10 : -8);
@@ -108,7 +111,8 @@ GradOutcome gradient_check(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, c
       for (double& e : v[i]) e = std::uniform_real_distribution<double>(-1.0, 1.0)(rng);
     }
     // Row k of the Jacobian of the first output: the backward at grad_out = e_k.
-    std::vector<std::vector<std::vector<double>>> row(static_cast<size_t>(K), std::vector<std::vector<double>>(f.in.size()));
+    std::vector<std::vector<std::vector<double>>> row(static_cast<size_t>(K),
+                                                      std::vector<std::vector<double>>(f.in.size()));
     std::vector<std::vector<std::vector<double>>> row_round = row;
     for (int64_t k = 0; k < K; ++k) {
       SchemaArgs bk = b;
@@ -144,7 +148,8 @@ GradOutcome gradient_check(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, c
       }
       const SchemaResult rp = run_schema_call(reg, dev, fwd, plus), rm = run_schema_call(reg, dev, fwd, minus);
       if (!rp.ran || rp.status != DLFUSE_STATUS_OK || !rm.ran || rm.status != DLFUSE_STATUS_OK)
-        return g.detail = "forward call failed: " + (rp.ran && rp.status == DLFUSE_STATUS_OK ? rm.message : rp.message), g;
+        return g.detail = "forward call failed: " + (rp.ran && rp.status == DLFUSE_STATUS_OK ? rm.message : rp.message),
+               g;
       const std::vector<double> fp = rp.out[0]->values(), fm = rm.out[0]->values();
       const std::vector<double> np = rounding(fp, dt), nm = rounding(fm, dt);
       for (int64_t k = 0; k < K; ++k) {
@@ -181,8 +186,9 @@ GradOutcome gradient_check(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, c
       const double ratio = bound > 0 ? std::fabs(extrapolated) / bound : std::numeric_limits<double>::infinity();
       if (ratio > worst) worst = ratio, worst_abs = std::fabs(extrapolated);
       if (!(std::fabs(extrapolated) <= bound) && bad++ == 0)
-        first_bad = "element " + std::to_string(k) + " of " + fwd.schema.outputs[0].name + ": (J v)_k by central differences minus by the backward = " +
-                    fmt(extrapolated) + " (bound " + fmt(bound) + ", sum_j |J_kj v_j| " + fmt(mag[size_t(k)]) + ")";
+        first_bad = "element " + std::to_string(k) + " of " + fwd.schema.outputs[0].name +
+                    ": (J v)_k by central differences minus by the backward = " + fmt(extrapolated) + " (bound " +
+                    fmt(bound) + ", sum_j |J_kj v_j| " + fmt(mag[size_t(k)]) + ")";
     }
     if (bad == 0 && (conclusive == 0 || 2 * conclusive < K - flat)) {
       why = std::to_string(conclusive) + " of " + std::to_string(K - flat) +
@@ -194,10 +200,11 @@ GradOutcome gradient_check(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, c
     g.ratio = worst;
     const std::string steps = "steps " + fmt(h0) + ", " + fmt(h0 / 2) + ", " + fmt(h0 / 4) +
                               (attempt ? ", draw " + std::to_string(attempt + 1) + " of 6" : "");
-    g.detail = g.pass ? p.text(fwd) + ": " + std::to_string(conclusive) + " of " + std::to_string(K) +
-                            " elements of J v agree with the backward (" + std::to_string(flat) + " flat; " + steps + ")"
-                      : "the backward disagrees with the forward's central differences at " + std::to_string(bad) + " of " +
-                            std::to_string(conclusive) + " elements, " + p.text(fwd) + "; first: " + first_bad + "; " + steps;
+    g.detail =
+        g.pass ? p.text(fwd) + ": " + std::to_string(conclusive) + " of " + std::to_string(K) +
+                     " elements of J v agree with the backward (" + std::to_string(flat) + " flat; " + steps + ")"
+               : "the backward disagrees with the forward's central differences at " + std::to_string(bad) + " of " +
+                     std::to_string(conclusive) + " elements, " + p.text(fwd) + "; first: " + first_bad + "; " + steps;
     return g;
   }
   g.detail = "gradient check inconclusive in 6 draws; last: " + why;

@@ -36,8 +36,8 @@ struct GradOutcome {
 // steps) or whose bound exceeds 5% of sum_j |J_kj v_j| is left out; a draw where fewer than
 // half the elements that are not flat remain is redrawn, up to 6 times. Problems of at most
 // 64 elements per tensor. `draw` 0 uses the attributes' defaults, later draws random ones.
-GradOutcome gradient_check(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, const SchemaOp& fwd,
-                           const SchemaOp& bwd, uint64_t seed, int draw);
+GradOutcome gradient_check(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, const SchemaOp& fwd, const SchemaOp& bwd,
+                           uint64_t seed, int draw);
 
 }  // namespace dlfuse_conformance
 

@@ -28,9 +28,8 @@ std::string run_alone(Job& j) {
 
 }  // namespace
 
-StageResult run_threads_stage(dlfuse_registry_t reg, DLDevice dev, DLDataType dtype,
-                              const std::vector<CaseSpec>& cases, uint64_t seed, int threads,
-                              int iterations) {
+StageResult run_threads_stage(dlfuse_registry_t reg, DLDevice dev, DLDataType dtype, const std::vector<CaseSpec>& cases,
+                              uint64_t seed, int threads, int iterations) {
   StageResult r;
   std::vector<std::vector<Job>> jobs(static_cast<size_t>(threads));
   for (int t = 0; t < threads; ++t)
@@ -68,8 +67,8 @@ StageResult run_threads_stage(dlfuse_registry_t reg, DLDevice dev, DLDataType dt
     for (int it = 0; it < iterations; ++it)
       for (size_t k = 0; k < n; ++k) {
         Job& j = mine[(k + size_t(t)) % n];
-        const std::string where = j.call->spec().name + " (thread " + std::to_string(t) + ", iteration " +
-                                  std::to_string(it + 1) + ")";
+        const std::string where =
+            j.call->spec().name + " (thread " + std::to_string(t) + ", iteration " + std::to_string(it + 1) + ")";
         std::string err;
         if (!j.call->reset(&err)) return report(where + ": setup: " + err);
         const dlfuse_status_t st = j.call->invoke();

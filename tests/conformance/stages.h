@@ -22,9 +22,8 @@ struct StageResult {
 // threads start at once and run all their calls `iterations` times (each thread starting at
 // another case, so different ops and shapes overlap), on the default stream (the registry
 // cannot create streams), every result required bit-identical to the call run alone.
-StageResult run_threads_stage(dlfuse_registry_t reg, DLDevice dev, DLDataType dtype,
-                              const std::vector<CaseSpec>& cases, uint64_t seed, int threads,
-                              int iterations);
+StageResult run_threads_stage(dlfuse_registry_t reg, DLDevice dev, DLDataType dtype, const std::vector<CaseSpec>& cases,
+                              uint64_t seed, int threads, int iterations);
 
 // CPU plugins run synchronously and ignore the stream (docs/plugin-guide.md, "Streams on
 // the CPU"): each case is called with NULL, then with a non-NULL value that is not a

@@ -4,9 +4,7 @@
 
 namespace dlfuse_conformance {
 
-const char* stale_pattern_name(int run) {
-  return run % 2 == 0 ? "0xFF bytes (NaN)" : "0x4B bytes (finite)";
-}
+const char* stale_pattern_name(int run) { return run % 2 == 0 ? "0xFF bytes (NaN)" : "0x4B bytes (finite)"; }
 
 size_t stale_bytes_for(size_t case_bytes) {
   const size_t cap = size_t(64) << 20;

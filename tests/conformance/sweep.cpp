@@ -18,7 +18,7 @@ namespace {
 
 // Element budgets: keep a case well under a millisecond of reference work, so a default
 // sweep costs seconds even under the sanitizers.
-constexpr int64_t kMaxOut = 24000;     // output elements (add_mul) or batch x M x N (matmul)
+constexpr int64_t kMaxOut = 24000;    // output elements (add_mul) or batch x M x N (matmul)
 constexpr int64_t kMaxMacs = 400000;  // batch x M x K x N
 
 const int64_t kSmall[] = {1, 2, 3, 5, 7, 11, 13, 17};
@@ -29,9 +29,13 @@ class Gen {
   explicit Gen(uint64_t seed) : rng_(seed) {}
   uint64_t below(uint64_t n) { return n ? rng_() % n : 0; }
   bool chance(int percent) { return int(below(100)) < percent; }
-  template <size_t N> int64_t pick(const int64_t (&a)[N]) { return a[below(N)]; }
+  template <size_t N>
+  int64_t pick(const int64_t (&a)[N]) {
+    return a[below(N)];
+  }
   // An entry of the ascending list `a` that is at most `max` (the first entry if none is).
-  template <size_t N> int64_t pick_upto(const int64_t (&a)[N], int64_t max) {
+  template <size_t N>
+  int64_t pick_upto(const int64_t (&a)[N], int64_t max) {
     size_t n = 0;
     while (n < N && a[n] <= max) ++n;
     return n ? a[below(n)] : a[0];
@@ -237,13 +241,12 @@ CaseSpec earlier_matmul_case(Gen& g, OpKind op, int i) {
 // rows, whole vec4s), one short of and one past a tile or block (the OpenCL CPU kernel's
 // 6 x 16 blocks and its 24-row threshold for packing B, the WebGPU GEMM's 64 x 128 tiles
 // and k-steps of 8, the OpenCL GPU kernels' 64 and 128 tiles).
-const int64_t kEdge[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 15, 16, 17, 23, 24, 25, 31, 32, 33, 63, 64, 65, 127, 128, 129,
-                         255, 256, 257};
+const int64_t kEdge[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,   13,  15,  16,  17,  23,
+                         24, 25, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257};
 // 1-D lengths: the same, then either side of 2^9, 2^10, 2^12 and of the oneDNN plugin's
 // tile of 16384 elements.
-const int64_t kVector[] = {1,   2,   3,   4,    5,    7,    8,    16,   17,   63,    64,    65,   127,
-                           128, 129, 255, 256,  257,  511,  512,  513,  1023, 1024,  1025,  4095, 4096,
-                           4097, 16383, 16384, 16385};
+const int64_t kVector[] = {1,   2,   3,   4,   5,   7,   8,    16,   17,   63,   64,   65,   127,   128,   129,
+                           255, 256, 257, 511, 512, 513, 1023, 1024, 1025, 4095, 4096, 4097, 16383, 16384, 16385};
 const int64_t kSmallEdge[] = {1, 2, 3, 4, 5, 7, 8, 13, 16, 17};
 const int64_t kAligned[] = {4, 8, 16, 32, 64, 128, 256};
 // K of rows that are never a multiple of 16 bytes (odd: in no dtype).
@@ -264,9 +267,7 @@ const int64_t kGemmUnalignedK[] = {255, 287, 301};
 const int64_t kGemmAlignedK[] = {64, 128, 256};
 constexpr int64_t kGemmMaxMacs = int64_t(1) << 26;
 
-bool gpu_device_type(int32_t t) {
-  return t == kDLCUDA || t == kDLCUDAManaged || t == kDLROCM || t == kDLMetal;
-}
+bool gpu_device_type(int32_t t) { return t == kDLCUDA || t == kDLCUDAManaged || t == kDLROCM || t == kDLMetal; }
 
 struct Place {
   uint64_t t;
@@ -304,7 +305,10 @@ Layout bounded_repeats(Layout l, const std::vector<int64_t>& shape) {
   if (l == Layout::kBroadcast) repeats = product(shape);
   if (l == Layout::kZeroStride)
     for (int64_t d : shape)
-      if (d > 1) { repeats = d; break; }
+      if (d > 1) {
+        repeats = d;
+        break;
+      }
   return repeats > 257 ? Layout::kPadded : l;
 }
 
@@ -327,8 +331,12 @@ void lay(Gen& g, CaseSpec& s, int pattern, const std::string& role, bool input, 
       off = 4 * int64_t(g.below(3));
       break;
     case kAnyLayout: l = input ? kAnyIn[g.below(7)] : kAnyOut[g.below(5)]; break;
-    case kStridedOutputs: if (!input) l = kStridedOut[g.below(3)]; break;
-    case kStridedInputs: if (input) l = kStridedIn[g.below(5)]; break;
+    case kStridedOutputs:
+      if (!input) l = kStridedOut[g.below(3)];
+      break;
+    case kStridedInputs:
+      if (input) l = kStridedIn[g.below(5)];
+      break;
   }
   if (pattern >= kAnyLayout && g.chance(25)) off = int64_t(1 + g.below(5));
   put(s, role, bounded_repeats(l, shape), off, note, shape);
@@ -349,8 +357,8 @@ bool writable(const CaseSpec& s, const std::string& role) {
 
 // How an input of add_mul_activation lies over out; the bias takes them in turn.
 enum InForm { kInRow, kInColumn, kInFull, kInLower, kInScalar, kInSome, kInRowOnes, kInForms };
-const char* const kInFormNames[] = {"row", "column", "full", "out's without its leading dims", "scalar", "some dims",
-                                    "row with ones"};
+const char* const kInFormNames[] = {"row",    "column",    "full",         "out's without its leading dims",
+                                    "scalar", "some dims", "row with ones"};
 
 std::vector<int64_t> in_shape(Gen& g, int form, const std::vector<int64_t>& out) {
   const size_t r = out.size();
@@ -493,8 +501,10 @@ CaseSpec add_mul_form(Gen& g, OpKind op, int i, const Place& p, bool out_form) {
     if (g.chance(10) && s.act == DLFUSE_ACT_RELU && s.multiplier != 0.3) s.special = Special::kReluSelect;
   } else {
     lay_bias(g, s, p, "bias", true, note, s.bias_shape);
-    if (tall) put(s, "out", Layout::kTransposed, 0, note, out);
-    else lay(g, s, pattern, "out", false, note, out);
+    if (tall)
+      put(s, "out", Layout::kTransposed, 0, note, out);
+    else
+      lay(g, s, pattern, "out", false, note, out);
     if (!tall && s.x_shape == out && writable(s, "x") && g.chance(25)) s.in_place = true;
     if (g.chance(10)) s.special = Special::kNanInf;
   }
@@ -619,9 +629,7 @@ CaseSpec matmul_form(Gen& g, OpKind op, int i, const Place& p, bool gpu) {
         draw_dims(g, s, nb, kSmallEdge, first_of(g, s));
       }
       break;
-    default:
-      draw_dims(g, s, nb, kEdge, first_of(g, s));
-      break;
+    default: draw_dims(g, s, nb, kEdge, first_of(g, s)); break;
   }
   if (form != kMmWork && !gemm && g.chance(5)) s.K = 0;
   std::vector<int64_t> out = bb;

@@ -100,9 +100,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int mode = p.ConsumeIntegralInRange<int>(0, 4);
   std::vector<uint8_t> file;
   switch (mode) {
-    case 0:
-      file = p.ConsumeRemainingBytes<uint8_t>();
-      break;
+    case 0: file = p.ConsumeRemainingBytes<uint8_t>(); break;
     case 1: {
       static const uint8_t kIdent[] = {0x7f, 'E', 'L', 'F', ELFCLASS64, ELFDATA2LSB, EV_CURRENT};
       file.assign(kIdent, kIdent + sizeof kIdent);
@@ -121,13 +119,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const auto& r = ranges[p.ConsumeIntegralInRange<size_t>(0, ranges.size() - 1)];
         const size_t at = r.first + p.ConsumeIntegralInRange<size_t>(0, r.second - 1);
         const int width = 1 << p.ConsumeIntegralInRange<int>(0, 3);  // 1, 2, 4 or 8 bytes
-        for (size_t b = 0; b < size_t(width) && at + b < r.first + r.second; ++b) file[at + b] = p.ConsumeIntegral<uint8_t>();
+        for (size_t b = 0; b < size_t(width) && at + b < r.first + r.second; ++b)
+          file[at + b] = p.ConsumeIntegral<uint8_t>();
       }
       break;
     }
-    default:
-      file = g_plugin;
-      break;
+    default: file = g_plugin; break;
   }
 
   // A new name each time: write a temporary file, rename it to the plugin's name.
@@ -181,7 +178,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // A library that cannot be unloaded (NODELETE, GNU unique symbols) keeps its file, so
   // that its inode is not reused by a later input.
-  if (void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD)) dlclose(h);
-  else ::unlink(path.c_str());
+  if (void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD))
+    dlclose(h);
+  else
+    ::unlink(path.c_str());
   return 0;
 }

@@ -65,7 +65,8 @@ const char* path_from(const char* env, const char* built) {
 dlfuse_registry_t make_registry(const char* plugin) {
   dlfuse_registry_options_t o{sizeof(dlfuse_registry_options_t), DLFUSE_DISCOVER_NONE, nullptr};
   dlfuse_registry_t r = nullptr;
-  if (dlfuse_registry_create(&o, &r) != DLFUSE_STATUS_OK || dlfuse_registry_load(r, plugin, nullptr) != DLFUSE_STATUS_OK) {
+  if (dlfuse_registry_create(&o, &r) != DLFUSE_STATUS_OK ||
+      dlfuse_registry_load(r, plugin, nullptr) != DLFUSE_STATUS_OK) {
     std::fprintf(stderr, "fuzz_validation: cannot load %s: %s\n", plugin, dlfuse_last_error());
     std::abort();
   }
@@ -106,9 +107,12 @@ int64_t pick_stride(FuzzedDataProvider& p) {
 void decode(FuzzedDataProvider& p, Desc* d) {
   DLTensor& t = d->t;
   const uint8_t nd = p.ConsumeIntegral<uint8_t>();
-  if (nd < 240) t.ndim = nd % 5;
-  else if (nd < 248) t.ndim = 16 + (nd % 3);  // 16 ok, 17 and 18 not
-  else t.ndim = p.ConsumeIntegral<int32_t>();
+  if (nd < 240)
+    t.ndim = nd % 5;
+  else if (nd < 248)
+    t.ndim = 16 + (nd % 3);  // 16 ok, 17 and 18 not
+  else
+    t.ndim = p.ConsumeIntegral<int32_t>();
   const int n = t.ndim < 0 ? 0 : (t.ndim > 17 ? 17 : t.ndim);
   for (int i = 0; i < n; ++i) d->shape[i] = pick_dim(p);
   t.shape = p.ConsumeIntegral<uint8_t>() < 250 ? d->shape : nullptr;
@@ -118,33 +122,47 @@ void decode(FuzzedDataProvider& p, Desc* d) {
   } else {
     t.strides = nullptr;
   }
-  static const DLDataType kTypes[] = {{kDLFloat, 32, 1}, {kDLFloat, 64, 1}, {kDLFloat, 16, 1}, {kDLBfloat, 16, 1},
-                                      {kDLInt, 8, 1},    {kDLUInt, 32, 1},  {kDLInt, 64, 1},   {kDLFloat, 32, 4},
+  static const DLDataType kTypes[] = {{kDLFloat, 32, 1}, {kDLFloat, 64, 1}, {kDLFloat, 16, 1},  {kDLBfloat, 16, 1},
+                                      {kDLInt, 8, 1},    {kDLUInt, 32, 1},  {kDLInt, 64, 1},    {kDLFloat, 32, 4},
                                       {kDLBool, 8, 1},   {kDLFloat, 8, 1},  {kDLComplex, 64, 1}};
   const uint8_t dt = p.ConsumeIntegral<uint8_t>();
-  if (dt < 160) t.dtype = kTypes[0];
-  else if (dt < 240) t.dtype = kTypes[dt % (sizeof(kTypes) / sizeof(kTypes[0]))];
-  else t.dtype = DLDataType{p.ConsumeIntegral<uint8_t>(), p.ConsumeIntegral<uint8_t>(), p.ConsumeIntegral<uint16_t>()};
+  if (dt < 160)
+    t.dtype = kTypes[0];
+  else if (dt < 240)
+    t.dtype = kTypes[dt % (sizeof(kTypes) / sizeof(kTypes[0]))];
+  else
+    t.dtype = DLDataType{p.ConsumeIntegral<uint8_t>(), p.ConsumeIntegral<uint8_t>(), p.ConsumeIntegral<uint16_t>()};
   const uint8_t bo = p.ConsumeIntegral<uint8_t>();
-  if (bo < 160) t.byte_offset = 0;
-  else if (bo < 240) t.byte_offset = bo % 40;
-  else t.byte_offset = p.ConsumeIntegral<uint64_t>();
+  if (bo < 160)
+    t.byte_offset = 0;
+  else if (bo < 240)
+    t.byte_offset = bo % 40;
+  else
+    t.byte_offset = p.ConsumeIntegral<uint64_t>();
   const uint8_t da = p.ConsumeIntegral<uint8_t>();
   const size_t off = p.ConsumeIntegral<uint16_t>() % kArenaSize;
-  if (da < 215) t.data = g_arena + (off & ~size_t{7});
-  else if (da < 235) t.data = g_arena + off;
-  else if (da < 245) t.data = nullptr;
-  else t.data = reinterpret_cast<void*>(static_cast<uintptr_t>(p.ConsumeIntegral<uint64_t>()));
+  if (da < 215)
+    t.data = g_arena + (off & ~size_t{7});
+  else if (da < 235)
+    t.data = g_arena + off;
+  else if (da < 245)
+    t.data = nullptr;
+  else
+    t.data = reinterpret_cast<void*>(static_cast<uintptr_t>(p.ConsumeIntegral<uint64_t>()));
   const uint8_t dv = p.ConsumeIntegral<uint8_t>();
-  if (dv < 240) t.device = DLDevice{kDLCPU, 0};
-  else t.device = DLDevice{static_cast<DLDeviceType>(p.ConsumeIntegralInRange<int32_t>(0, 20)), p.ConsumeIntegral<int32_t>()};
+  if (dv < 240)
+    t.device = DLDevice{kDLCPU, 0};
+  else
+    t.device =
+        DLDevice{static_cast<DLDeviceType>(p.ConsumeIntegralInRange<int32_t>(0, 20)), p.ConsumeIntegral<int32_t>()};
 }
 
 // The harness's own extent: true when the tensor is safe to compute on (lies in the
 // arena) and small; `elems` receives its element count.
 bool fits_arena(const DLTensor* t, __int128* elems) {
   if (!t) return true;
-  if (t->ndim < 0 || t->ndim > 16 || (t->ndim > 0 && !t->shape) || t->dtype.bits == 0 || t->dtype.bits % 8) return false;
+  if (t->ndim < 0 || t->ndim > 16 || (t->ndim > 0 && !t->shape) || t->dtype.bits == 0 || t->dtype.bits % 8)
+    return false;
   __int128 n = 1, last = 0, compact = 1;
   for (int i = t->ndim - 1; i >= 0; --i) {
     if (t->shape[i] < 0 || t->shape[i] > 4096) return false;
@@ -205,8 +223,8 @@ using AmaBwdOutFn = dlfuse_status_t (*)(dlfuse_registry_t, const DLTensor*, cons
 using MaaFn = dlfuse_status_t (*)(dlfuse_registry_t, const DLTensor*, const DLTensor*, const DLTensor*, int32_t,
                                   DLTensor*, DLTensor*, int32_t, void*);
 using MaaBwdFn = dlfuse_status_t (*)(dlfuse_registry_t, const DLTensor*, const DLTensor*, const DLTensor*,
-                                     const DLTensor*, const DLTensor*, int32_t, DLTensor*, DLTensor*, DLTensor*, int32_t,
-                                     void*);
+                                     const DLTensor*, const DLTensor*, int32_t, DLTensor*, DLTensor*, DLTensor*,
+                                     int32_t, void*);
 
 // The known ops in the registry's order (dlfuse/ops.def), a third-party
 // op the oracle serves, and a name nobody serves.
@@ -214,12 +232,18 @@ using MaaBwdFn = dlfuse_status_t (*)(dlfuse_registry_t, const DLTensor*, const D
 enum Op { kMatmul, kMatmulBwd, kAddMul, kAddMulBwd, kMatmulAct, kMatmulActBwd, kResidual, kResidualBwd, kKnown };
 constexpr int kCustomOp = kKnown, kUnknownOp = kKnown + 1, kMlpOp = kKnown + 2, kMlpBwdOp = kKnown + 3,
               kNumOps = kKnown + 4;
-const char* const kOpNames[] = {DLFUSE_OP_MATMUL_ADD_RELU,         DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD,
-                                DLFUSE_OP_ADD_MUL_ACTIVATION,      DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD,
-                                DLFUSE_OP_MATMUL_ADD_ACTIVATION,   DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD,
-                                DLFUSE_OP_MATMUL_ADD_RESIDUAL,     DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD,
-                                FUZZ_ORACLE_CUSTOM_OP,             "no_such_op_fuzz",
-                                DLFUSE_OP_MLP,                     DLFUSE_OP_MLP_BACKWARD};
+const char* const kOpNames[] = {DLFUSE_OP_MATMUL_ADD_RELU,
+                                DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD,
+                                DLFUSE_OP_ADD_MUL_ACTIVATION,
+                                DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD,
+                                DLFUSE_OP_MATMUL_ADD_ACTIVATION,
+                                DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD,
+                                DLFUSE_OP_MATMUL_ADD_RESIDUAL,
+                                DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD,
+                                FUZZ_ORACLE_CUSTOM_OP,
+                                "no_such_op_fuzz",
+                                DLFUSE_OP_MLP,
+                                DLFUSE_OP_MLP_BACKWARD};
 // Inputs and outputs of each op (add_mul_activation_backward: ABI 1.1's 5), then custom,
 // unknown, mlp, mlp_backward.
 const int kIn[] = {3, 4, 3, 5, 3, 5, 4, 3, 2, 2, 15, 16}, kOut[] = {1, 3, 1, 3, 2, 3, 1, 4, 1, 1, 7, 15};
@@ -255,8 +279,7 @@ dlfuse_status_t run(dlfuse_registry_t reg, const Call& c) {
   const auto& i = c.in;
   const auto& o = c.out;
   switch (c.kind) {
-    case kMatmul:
-      return dlfuse_matmul_add_relu(reg, i[0], i[1], i[2], o[0], tf32, nullptr);
+    case kMatmul: return dlfuse_matmul_add_relu(reg, i[0], i[1], i[2], o[0], tf32, nullptr);
     case kMatmulBwd:
       return dlfuse_matmul_add_relu_backward(reg, i[0], i[1], i[2], i[3], o[0], o[1], o[2], tf32, nullptr);
     case kAddMul:
@@ -273,8 +296,7 @@ dlfuse_status_t run(dlfuse_registry_t reg, const Call& c) {
     case kMatmulActBwd:
       return reinterpret_cast<MaaBwdFn>(&dlfuse_matmul_add_activation_backward)(reg, i[0], i[1], i[2], i[3], i[4], act,
                                                                                 o[0], o[1], o[2], tf32, nullptr);
-    case kResidual:
-      return dlfuse_matmul_add_residual(reg, i[0], i[1], i[2], i[3], o[0], tf32, nullptr);
+    case kResidual: return dlfuse_matmul_add_residual(reg, i[0], i[1], i[2], i[3], o[0], tf32, nullptr);
     case kResidualBwd:
       return dlfuse_matmul_add_residual_backward(reg, i[0], i[1], i[2], o[0], o[1], o[2], o[3], tf32, nullptr);
     default: {
@@ -344,13 +366,25 @@ void forget(int op) {
     std::vector<DLTensor*> out(kOut[op], nullptr);
     std::vector<const DLTensor*> in;
     switch (op) {
-      case kMatmul: in = {&A, &B, &G}; out[0] = &O; break;
+      case kMatmul:
+        in = {&A, &B, &G};
+        out[0] = &O;
+        break;
       case kMatmulBwd: in = {&G, &A, &B, &P}; break;
-      case kAddMul: in = {&G, &P, &Q}; out[0] = &O; break;
+      case kAddMul:
+        in = {&G, &P, &Q};
+        out[0] = &O;
+        break;
       case kAddMulBwd: in = {&G, nullptr, nullptr, nullptr, &P}; break;
-      case kMatmulAct: in = {&A, &B, &G}; out[0] = &O; break;
+      case kMatmulAct:
+        in = {&A, &B, &G};
+        out[0] = &O;
+        break;
       case kMatmulActBwd: in = {&G, &A, &B, nullptr, &P}; break;
-      case kResidual: in = {&A, &B, &G, &P}; out[0] = &O; break;
+      case kResidual:
+        in = {&A, &B, &G, &P};
+        out[0] = &O;
+        break;
       default: in = {&G, &A, &B}; break;
     }
     dlfuse_attr_t relu{};
@@ -368,7 +402,8 @@ void forget(int op) {
 }
 
 void report() {
-  std::fprintf(stderr, "fuzz_validation: %llu calls OK, %llu refused; oracle checked %llu kernel calls, testref ran %llu\n",
+  std::fprintf(stderr,
+               "fuzz_validation: %llu calls OK, %llu refused; oracle checked %llu kernel calls, testref ran %llu\n",
                g_ok, g_refused, g_oracle_calls ? g_oracle_calls() : 0ull, g_ref_calls);
   std::fprintf(stderr, "fuzz_validation: valid calls (oracle, first judgment) per op:");
   for (int op = 0; op < kNumOps; ++op) std::fprintf(stderr, " %s %llu;", kOpNames[op], g_valid[op]);
@@ -418,7 +453,8 @@ namespace {
 
 // The dtypes tests/plugins/testref serves; the oracle serves these and more.
 bool testref_dtype(DLDataType d) {
-  return (d.code == kDLFloat && (d.bits == 32 || d.bits == 64 || d.bits == 16)) || (d.code == kDLBfloat && d.bits == 16);
+  return (d.code == kDLFloat && (d.bits == 32 || d.bits == 64 || d.bits == 16)) ||
+         (d.code == kDLBfloat && d.bits == 16);
 }
 
 // Validation is the registry's, whoever serves the op: on a call both plugins have a kernel
@@ -428,8 +464,8 @@ bool testref_dtype(DLDataType d) {
 void expect_agree(const Outcome& oracle, const Outcome& ref, const Call& c) {
   const DLTensor* first = c.in[0];
   if (first && !testref_dtype(first->dtype)) return;
-  const bool names_plugin = oracle.message.find("plugin '") != std::string::npos ||
-                            ref.message.find("plugin '") != std::string::npos;
+  const bool names_plugin =
+      oracle.message.find("plugin '") != std::string::npos || ref.message.find("plugin '") != std::string::npos;
   if (oracle.status == ref.status &&
       (oracle.status != DLFUSE_STATUS_INVALID_ARGUMENT || names_plugin || oracle.message == ref.message))
     return;
@@ -450,8 +486,8 @@ bool passes_input(const Call& c, int i) {
 // Matmul ops with shapes that fit together: random shapes almost never do for four or
 // more tensors, and then no valid non-empty call (nor an in-place residual) would reach
 // the kernels. Each argument gets its own descriptor, compact, with M, K, N in 1..4, the
-// first descriptor's dtype, and its fuzzed data and byte_offset made aligned. Roles: A [M, K], B [K, N], V [N] (bias and
-// its gradient), O [M, N].
+// first descriptor's dtype, and its fuzzed data and byte_offset made aligned. Roles: A [M, K], B [K, N], V [N] (bias
+// and its gradient), O [M, N].
 void cohere(FuzzedDataProvider& p, Call* c, Desc* pool, int n_desc) {
   static const char* const kRoles[kKnown][2] = {
       {}, {}, {}, {}, {"ABV", "OO"}, {"OABOO", "ABV"}, {"ABVO", "O"}, {"OAB", "ABVO"}};
@@ -478,8 +514,10 @@ void cohere(FuzzedDataProvider& p, Call* c, Desc* pool, int n_desc) {
       d.t.ndim = r == 'V' ? 1 : 2;
       d.shape[0] = r == 'V' ? n : (r == 'B' ? k : m);
       d.shape[1] = r == 'A' ? k : n;
-      if (side == 0) c->in[i] = &d.t;
-      else c->out[i] = &d.t;
+      if (side == 0)
+        c->in[i] = &d.t;
+      else
+        c->out[i] = &d.t;
     }
   }
 }
@@ -570,8 +608,10 @@ void mlp_attrs(FuzzedDataProvider& p, Call* c) {
 void pick_form(FuzzedDataProvider& p, Call* c) {
   const uint8_t f = p.ConsumeIntegral<uint8_t>();
   if (c->op == kAddMulBwd) {
-    if (c->kind == kTypedFromOut || f % 4 == 1) c->in[1] = c->in[2] = c->in[3] = nullptr;
-    else if (f % 4 == 0) c->in[4] = nullptr;
+    if (c->kind == kTypedFromOut || f % 4 == 1)
+      c->in[1] = c->in[2] = c->in[3] = nullptr;
+    else if (f % 4 == 0)
+      c->in[4] = nullptr;
   } else if (c->op == kMatmulActBwd) {
     if (f % 3 < 2) c->in[3 + f % 3] = nullptr;
   } else if (c->op == kMatmulAct) {
@@ -587,8 +627,10 @@ void pick_form(FuzzedDataProvider& p, Call* c) {
   // a valid in-place residual must.
   const uint8_t alias = p.ConsumeIntegral<uint8_t>();
   const int o = alias % 4 % kOut[c->op], i = alias % 5 % kIn[c->op];
-  if (alias < 40) c->out[o] = const_cast<DLTensor*>(c->in[i]);
-  else if (alias < 80) c->in[i] = c->out[o];
+  if (alias < 40)
+    c->out[o] = const_cast<DLTensor*>(c->in[i]);
+  else if (alias < 80)
+    c->in[i] = c->out[o];
 }
 
 std::string dims(const int64_t* d, int32_t n) {
@@ -669,8 +711,8 @@ void check_backward_plan(const Call& c, dlfuse_status_t call_status) {
     if (!(s.outputs[k].flags & DLFUSE_ARG_OPTIONAL)) required |= 1u << k;
   if (dlfuse_op_schema(bwd, &b) != DLFUSE_STATUS_OK || !(keep & 1u) || (keep >> b.num_inputs) != 0 ||
       (write & required) != required || (write >> s.num_outputs) != 0) {
-    std::fprintf(stderr, "fuzz_validation: %s: backward plan keep 0x%x write 0x%x does not fit its schemas\n",
-                 s.name, keep, write);
+    std::fprintf(stderr, "fuzz_validation: %s: backward plan keep 0x%x write 0x%x does not fit its schemas\n", s.name,
+                 keep, write);
     std::abort();
   }
 }
@@ -684,14 +726,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // The byte ranges of ABI 1.0's kinds are kept, so that the regress-* seeds still replay
   // the calls they were saved for.
   c.kind = k < 100 ? k % 4 : (k < 180 ? kMatmulAct + k % 5 : (k < 240 ? kGeneric : kServices));
-  c.op = c.kind == kTypedFromOut ? kAddMulBwd : (c.kind < kKnown ? c.kind : p.ConsumeIntegralInRange<int>(0, kUnknownOp));
+  c.op =
+      c.kind == kTypedFromOut ? kAddMulBwd : (c.kind < kKnown ? c.kind : p.ConsumeIntegralInRange<int>(0, kUnknownOp));
   if (c.op == kUnknownOp) {  // most of these become ABI 1.2's ops
     const uint8_t b = p.ConsumeIntegral<uint8_t>();
     if (b < 208) c.op = b % 2 ? kMlpOp : kMlpBwdOp;
   }
 
   if (c.kind == kServices) {  // device services on odd devices: statuses and messages only
-    const DLDevice dev{static_cast<DLDeviceType>(p.ConsumeIntegralInRange<int32_t>(-1, 20)), p.ConsumeIntegral<int32_t>()};
+    const DLDevice dev{static_cast<DLDeviceType>(p.ConsumeIntegralInRange<int32_t>(-1, 20)),
+                       p.ConsumeIntegral<int32_t>()};
     int32_t count = -7;
     expect_status(dlfuse_device_count(g_oracle_reg, dev.device_type, &count), "dlfuse_device_count");
     void* ptr = nullptr;
@@ -721,8 +765,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int i = 0; i < 18; ++i) c.in[i] = pick_tensor(false);
   for (int i = 0; i < 18; ++i) c.out[i] = pick_tensor(true);
   if (c.kind > kAddMulBwd) {  // not ABI 1.0's typed calls: their seeds replay
-    if (mlp_op(c.op)) cohere_mlp(p, &c, mlp_slots, pool[0].t.dtype);
-    else cohere(p, &c, pool, n_desc);
+    if (mlp_op(c.op))
+      cohere_mlp(p, &c, mlp_slots, pool[0].t.dtype);
+    else
+      cohere(p, &c, pool, n_desc);
     pick_form(p, &c);
   }
   c.in_null = p.ConsumeIntegral<uint8_t>() >= 250;
@@ -740,8 +786,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     a.key = b < 230 ? 1 + b % (mlp_op(c.op) ? 4 : 3) : p.ConsumeIntegral<int32_t>();
     a.type = b < 200 ? (a.key == DLFUSE_ATTR_MULTIPLIER ? DLFUSE_ATTR_FLOAT64 : DLFUSE_ATTR_INT64)
                      : p.ConsumeIntegralInRange<int32_t>(-1, 3);
-    if (a.type == DLFUSE_ATTR_FLOAT64) a.value.f64 = p.ConsumeFloatingPoint<double>();
-    else a.value.i64 = b < 220 ? b % 8 : p.ConsumeIntegral<int64_t>();
+    if (a.type == DLFUSE_ATTR_FLOAT64)
+      a.value.f64 = p.ConsumeFloatingPoint<double>();
+    else
+      a.value.i64 = b < 220 ? b % 8 : p.ConsumeIntegral<int64_t>();
   }
   c.attrs_null = p.ConsumeIntegral<uint8_t>() >= 250;
   if (mlp_op(c.op)) mlp_attrs(p, &c);

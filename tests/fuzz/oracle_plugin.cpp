@@ -24,7 +24,7 @@
 
 namespace {
 
-const DLDataType kDtypes[] = {{kDLFloat, 32, 1}, {kDLFloat, 64, 1}, {kDLFloat, 16, 1},
+const DLDataType kDtypes[] = {{kDLFloat, 32, 1},  {kDLFloat, 64, 1}, {kDLFloat, 16, 1},
                               {kDLBfloat, 16, 1}, {kDLInt, 8, 1},    {kDLUInt, 32, 1}};
 constexpr int kNumDtypes = sizeof(kDtypes) / sizeof(kDtypes[0]);
 
@@ -33,8 +33,7 @@ size_t g_arena_size = 0;
 unsigned long long g_calls = 0;
 
 [[noreturn]] void violated(const dlfuse_kernel_args_t* a, const char* fmt, ...) {
-  std::fprintf(stderr, "\nfuzz_oracle: the registry let through an invalid call of '%s': ",
-               a && a->op ? a->op : "?");
+  std::fprintf(stderr, "\nfuzz_oracle: the registry let through an invalid call of '%s': ", a && a->op ? a->op : "?");
   va_list ap;
   va_start(ap, fmt);
   std::vfprintf(stderr, fmt, ap);
@@ -43,8 +42,8 @@ unsigned long long g_calls = 0;
   std::abort();
 }
 
-#define ORACLE(cond, ...) \
-  do {                    \
+#define ORACLE(cond, ...)                  \
+  do {                                     \
     if (!(cond)) violated(a, __VA_ARGS__); \
   } while (0)
 
@@ -69,8 +68,8 @@ Extent check_tensor(const dlfuse_kernel_args_t* a, const char* what, int idx, co
   bool known = false;
   for (const DLDataType& d : kDtypes) known = known || (d.code == t->dtype.code && d.bits == t->dtype.bits);
   ORACLE(known, "%s[%d] dtype (%d, %d) is not one this plugin declared", what, idx, t->dtype.code, t->dtype.bits);
-  ORACLE(t->device.device_type == kDLCPU && t->device.device_id == 0, "%s[%d] device (%d, %d); expected cpu:0",
-         what, idx, t->device.device_type, t->device.device_id);
+  ORACLE(t->device.device_type == kDLCPU && t->device.device_id == 0, "%s[%d] device (%d, %d); expected cpu:0", what,
+         idx, t->device.device_type, t->device.device_id);
   Extent e;
   __int128 numel = 1;
   for (int i = 0; i < t->ndim; ++i) {
@@ -140,8 +139,8 @@ bool broadcasts_to(const DLTensor* x, const std::vector<int64_t>& s) {
 // matmul out shape from a and b, checked.
 std::vector<int64_t> matmul_shape(const dlfuse_kernel_args_t* a, const DLTensor* A, const DLTensor* B) {
   ORACLE(A->ndim >= 2 && B->ndim >= 2, "matmul operand with ndim < 2 (%d, %d)", A->ndim, B->ndim);
-  ORACLE(A->shape[A->ndim - 1] == B->shape[B->ndim - 2], "K differs: %lld vs %lld",
-         (long long)A->shape[A->ndim - 1], (long long)B->shape[B->ndim - 2]);
+  ORACLE(A->shape[A->ndim - 1] == B->shape[B->ndim - 2], "K differs: %lld vs %lld", (long long)A->shape[A->ndim - 1],
+         (long long)B->shape[B->ndim - 2]);
   DLTensor ab = *A;
   ab.ndim = A->ndim - 2;
   std::vector<int64_t> bb(B->shape, B->shape + B->ndim - 2), batch;
@@ -171,8 +170,8 @@ void check_attrs(const dlfuse_kernel_args_t* a, const int32_t* keys, int n) {
 }
 
 bool exactly_same_view(const DLTensor* x, const DLTensor* y) {
-  if (x->data != y->data || x->byte_offset != y->byte_offset || x->ndim != y->ndim ||
-      x->dtype.code != y->dtype.code || x->dtype.bits != y->dtype.bits)
+  if (x->data != y->data || x->byte_offset != y->byte_offset || x->ndim != y->ndim || x->dtype.code != y->dtype.code ||
+      x->dtype.bits != y->dtype.bits)
     return false;
   for (int i = 0; i < x->ndim; ++i)
     if (x->shape[i] != y->shape[i] || (x->shape[i] > 1 && stride_of(x, i) != stride_of(y, i))) return false;
@@ -186,13 +185,29 @@ bool in_arena(const Extent& e) {
 
 // The ops in the registry's order (dlfuse/ops.def), then the custom one.
 enum Op {
-  kMatmul, kMatmulBwd, kAddMul, kAddMulBwd, kMatmulAct, kMatmulActBwd, kResidual, kResidualBwd, kMlp, kMlpBwd, kCustom
+  kMatmul,
+  kMatmulBwd,
+  kAddMul,
+  kAddMulBwd,
+  kMatmulAct,
+  kMatmulActBwd,
+  kResidual,
+  kResidualBwd,
+  kMlp,
+  kMlpBwd,
+  kCustom
 };
-const char* const kNames[] = {DLFUSE_OP_MATMUL_ADD_RELU, DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD,
-                              DLFUSE_OP_ADD_MUL_ACTIVATION, DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD,
-                              DLFUSE_OP_MATMUL_ADD_ACTIVATION, DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD,
-                              DLFUSE_OP_MATMUL_ADD_RESIDUAL, DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD,
-                              DLFUSE_OP_MLP, DLFUSE_OP_MLP_BACKWARD, FUZZ_ORACLE_CUSTOM_OP};
+const char* const kNames[] = {DLFUSE_OP_MATMUL_ADD_RELU,
+                              DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD,
+                              DLFUSE_OP_ADD_MUL_ACTIVATION,
+                              DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD,
+                              DLFUSE_OP_MATMUL_ADD_ACTIVATION,
+                              DLFUSE_OP_MATMUL_ADD_ACTIVATION_BACKWARD,
+                              DLFUSE_OP_MATMUL_ADD_RESIDUAL,
+                              DLFUSE_OP_MATMUL_ADD_RESIDUAL_BACKWARD,
+                              DLFUSE_OP_MLP,
+                              DLFUSE_OP_MLP_BACKWARD,
+                              FUZZ_ORACLE_CUSTOM_OP};
 // add_mul_activation_backward takes ABI 1.1's 5 inputs (this plugin declares the flag).
 const int kIn[] = {3, 4, 3, 5, 3, 5, 4, 3, 15, 16}, kOut[] = {1, 3, 1, 3, 2, 3, 1, 4, 7, 15};
 // Bit i: outputs[i] may be NULL (gradients; matmul_add_activation's pre; mlp's h0..h5).
@@ -246,8 +261,7 @@ void check_mlp(const dlfuse_kernel_args_t* a, bool bwd) {
   }
   const int64_t act = a->attrs[0].value.i64, out_act = a->attrs[1].value.i64;
   ORACLE(L == 1 || invertible_from_out(act), "ACTIVATION %lld has no derivative from its output", (long long)act);
-  ORACLE(invertible_from_out(out_act), "OUTPUT_ACTIVATION %lld has no derivative from its output",
-         (long long)out_act);
+  ORACLE(invertible_from_out(out_act), "OUTPUT_ACTIVATION %lld has no derivative from its output", (long long)out_act);
   ORACLE(has_shape(in[0], last), "grad_out has the wrong shape");
   for (int i = 0; i < 6; ++i)
     ORACLE(i < L - 1 ? has_shape(in[9 + i], {M, width[i + 1]}) : unused(in[9 + i]), "h%d wrong for %d layers", i, L);
@@ -277,8 +291,10 @@ void check_op(const dlfuse_kernel_args_t* a, int op) {
     ORACLE(shape_of(out[0]) == s, "out has the wrong shape");
     if (op == kMatmulAct && out[1]) ORACLE(shape_of(out[1]) == s, "pre's shape differs from out's");
     if (op == kResidual) ORACLE(broadcasts_to(in[3], s), "residual does not broadcast to out");
-    if (op == kMatmulAct) check_attrs(a, kActTf32, 2);
-    else check_attrs(a, kTf32, 1);
+    if (op == kMatmulAct)
+      check_attrs(a, kActTf32, 2);
+    else
+      check_attrs(a, kTf32, 1);
   } else if (op == kMatmulBwd || op == kMatmulActBwd || op == kResidualBwd) {
     const std::vector<int64_t> s = matmul_shape(a, in[1], in[2]);
     ORACLE(shape_of(in[0]) == s, "grad_out shape wrong");
@@ -291,8 +307,9 @@ void check_op(const dlfuse_kernel_args_t* a, int op) {
              (const void*)in[4]);
       ORACLE(shape_of(in[3] ? in[3] : in[4]) == s, "%s shape wrong", in[3] ? "out" : "pre");
       check_attrs(a, kActTf32, 2);
-      if (in[3]) ORACLE(invertible_from_out(a->attrs[0].value.i64), "out form with activation %lld",
-                        (long long)a->attrs[0].value.i64);
+      if (in[3])
+        ORACLE(invertible_from_out(a->attrs[0].value.i64), "out form with activation %lld",
+               (long long)a->attrs[0].value.i64);
     } else {
       check_attrs(a, kTf32, 1);
     }
@@ -386,12 +403,14 @@ dlfuse_status_t kernel(void*, void* kernel_data, const dlfuse_kernel_args_t* a) 
     for (int j = 0; j < a->num_inputs; ++j) {
       if (!a->inputs[j] || in[j].numel == 0) continue;
       if (out[i].hi <= in[j].lo || in[j].hi <= out[i].lo) continue;
-      ORACLE(i == 0 && j == in_place && exactly_same_view(a->outputs[0], a->inputs[j]),
-             "output %d overlaps input %d", i, j);
+      ORACLE(i == 0 && j == in_place && exactly_same_view(a->outputs[0], a->inputs[j]), "output %d overlaps input %d",
+             i, j);
     }
   }
-  if (known) check_op(a, op);
-  else ORACLE(a->num_attrs >= 0 && (a->num_attrs == 0 || a->attrs), "attrs %d at NULL", a->num_attrs);
+  if (known)
+    check_op(a, op);
+  else
+    ORACLE(a->num_attrs >= 0 && (a->num_attrs == 0 || a->attrs), "attrs %d at NULL", a->num_attrs);
   // Touch both ends of every extent that lies in the harness's arena.
   volatile char sink = 0;
   for (int i = 0; i < a->num_inputs; ++i)
@@ -409,16 +428,23 @@ dlfuse_status_t kernel(void*, void* kernel_data, const dlfuse_kernel_args_t* a) 
 }
 
 dlfuse_kernel_t make(Op id, uint32_t flags = 0) {
-  return dlfuse_kernel_t{sizeof(dlfuse_kernel_t), kNames[id], kDLCPU, kNumDtypes, kDtypes, 1000, kernel,
-                         reinterpret_cast<void*>(static_cast<intptr_t>(id)), flags, nullptr, nullptr};
+  return dlfuse_kernel_t{sizeof(dlfuse_kernel_t),
+                         kNames[id],
+                         kDLCPU,
+                         kNumDtypes,
+                         kDtypes,
+                         1000,
+                         kernel,
+                         reinterpret_cast<void*>(static_cast<intptr_t>(id)),
+                         flags,
+                         nullptr,
+                         nullptr};
 }
 
-const dlfuse_kernel_t kKernels[] = {make(kMatmul),        make(kMatmulBwd),
-                                    make(kAddMul),        make(kAddMulBwd, DLFUSE_KERNEL_TAKES_V1_1_INPUTS),
-                                    make(kMatmulAct),     make(kMatmulActBwd),
-                                    make(kResidual),      make(kResidualBwd),
-                                    make(kMlp),           make(kMlpBwd),
-                                    make(kCustom)};
+const dlfuse_kernel_t kKernels[] = {
+    make(kMatmul),    make(kMatmulBwd),    make(kAddMul),   make(kAddMulBwd, DLFUSE_KERNEL_TAKES_V1_1_INPUTS),
+    make(kMatmulAct), make(kMatmulActBwd), make(kResidual), make(kResidualBwd),
+    make(kMlp),       make(kMlpBwd),       make(kCustom)};
 
 int g_state;
 
@@ -445,15 +471,26 @@ dlfuse_status_t p_free(void*, int32_t, void*, char* err, size_t n) {
   std::snprintf(err, n, "fuzz_oracle: no memory services");
   return DLFUSE_STATUS_UNSUPPORTED;
 }
-dlfuse_status_t p_copy(void*, int32_t, dlfuse_copy_kind_t, void*, size_t, const void*, size_t, size_t, void*,
-                       char* err, size_t n) {
+dlfuse_status_t p_copy(void*, int32_t, dlfuse_copy_kind_t, void*, size_t, const void*, size_t, size_t, void*, char* err,
+                       size_t n) {
   std::snprintf(err, n, "fuzz_oracle: no memory services");
   return DLFUSE_STATUS_UNSUPPORTED;
 }
 dlfuse_status_t p_sync(void*, int32_t, void*, char*, size_t) { return DLFUSE_STATUS_OK; }
 
-const dlfuse_plugin_t kPlugin = {sizeof(dlfuse_plugin_t), DLFUSE_ABI_MAJOR, DLFUSE_ABI_MINOR, "fuzz_oracle",
-                                 "1.0.0", kDLCPU, p_open, p_close, p_kernels, p_count, p_alloc, p_free, p_copy,
+const dlfuse_plugin_t kPlugin = {sizeof(dlfuse_plugin_t),
+                                 DLFUSE_ABI_MAJOR,
+                                 DLFUSE_ABI_MINOR,
+                                 "fuzz_oracle",
+                                 "1.0.0",
+                                 kDLCPU,
+                                 p_open,
+                                 p_close,
+                                 p_kernels,
+                                 p_count,
+                                 p_alloc,
+                                 p_free,
+                                 p_copy,
                                  p_sync};
 
 }  // namespace

@@ -327,7 +327,8 @@ dlfuse_status_t call(const Case& c, bool generic) {
   const auto a = static_cast<dlfuse_activation_t>(c.activation);
   switch (c.op) {
     case 0: return dlfuse_matmul_add_relu(g_reg, in[0], in[1], in[2], out[0], 0, nullptr);
-    case 1: return dlfuse_matmul_add_relu_backward(g_reg, in[0], in[1], in[2], in[3], out[0], out[1], out[2], 0, nullptr);
+    case 1:
+      return dlfuse_matmul_add_relu_backward(g_reg, in[0], in[1], in[2], in[3], out[0], out[1], out[2], 0, nullptr);
     case 2: return dlfuse_add_mul_activation(g_reg, in[0], in[1], in[2], c.multiplier, a, out[0], nullptr);
     default:
       return dlfuse_add_mul_activation_backward(g_reg, in[0], in[1], in[2], in[3], c.multiplier, a, out[0], out[1],
@@ -413,7 +414,7 @@ void bad_call(int thread, int k, std::vector<Case>& cases) {
       must = "cpu:" + std::to_string(7 + thread);
       break;
     }
-    default: {  // an output of the wrong shape
+    default: {                              // an output of the wrong shape
       int64_t shape[2] = {0, 41 + thread};  // empty: overlaps nothing, so the shape check speaks
       DLTensor wrong = c.out[0]->t;
       wrong.shape = shape;
@@ -434,7 +435,8 @@ void bad_call(int thread, int k, std::vector<Case>& cases) {
   }
   g_bad.fetch_add(1);
   const std::string msg = dlfuse_last_error();
-  if (s == DLFUSE_STATUS_OK) complain(thread, "bad call " + tag + " succeeded");
+  if (s == DLFUSE_STATUS_OK)
+    complain(thread, "bad call " + tag + " succeeded");
   else if (msg.find(must) == std::string::npos)
     complain(thread, "bad call " + tag + ": message lacks '" + must + "' (another thread's?): " + msg);
 }
@@ -453,8 +455,10 @@ void worker(int thread, long calls) {
         const int64_t* dm = dims[(thread + k) % 4];
         c.activation = (thread + k) % DLFUSE_ACT_COUNT;
         c.multiplier = 0.5 * ((k % 5) - 2);
-        if (op < 2) make_matmul(&c, dm[0], dm[1], dm[2], s == 1, op == 1, &r);
-        else make_ama(&c, dm[0], dm[2], s == 1, op == 3, &r);
+        if (op < 2)
+          make_matmul(&c, dm[0], dm[1], dm[2], s == 1, op == 1, &r);
+        else
+          make_ama(&c, dm[0], dm[2], s == 1, op == 3, &r);
         c.what = std::string(kOpNames[op]) + " " + d.name + " act " + std::to_string(c.activation) + " shape " +
                  std::to_string(dm[0]) + "x" + std::to_string(dm[1]) + "x" + std::to_string(dm[2]);
         cases.push_back(std::move(c));
@@ -513,8 +517,9 @@ int main(int argc, char** argv) {
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::string names;
   for (const Dtype& d : g_dtypes) names += std::string(names.empty() ? "" : ",") + d.name;
-  std::printf("stress: %d threads x %ld calls on %s (%s): %ld checked results, %ld bad calls refused, %ld failures, %.1f s\n",
-              threads, calls, argv[1], names.c_str(), g_good.load(), g_bad.load(), g_fail.load(), sec);
+  std::printf(
+      "stress: %d threads x %ld calls on %s (%s): %ld checked results, %ld bad calls refused, %ld failures, %.1f s\n",
+      threads, calls, argv[1], names.c_str(), g_good.load(), g_bad.load(), g_fail.load(), sec);
   dlfuse_registry_destroy(g_reg);
   return g_fail.load() == 0 ? 0 : 1;
 }

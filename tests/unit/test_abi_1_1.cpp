@@ -56,14 +56,13 @@ TEST_F(Abi11, MatmulAddActivationNeedsOutAndChecksPre) {
   refused(dlfuse_matmul_add_activation(reg, a, b, bias, DLFUSE_ACT_TANH, out, wrong, 0, nullptr));
   EXPECT_MSG_HAS(msg, "'pre'");
   EXPECT_MSG_HAS(msg, "[4, 2]");
-  refused(dlfuse_matmul_add_activation(reg, a, b, bias, static_cast<dlfuse_activation_t>(7), out, nullptr, 0,
-                                       nullptr));
+  refused(dlfuse_matmul_add_activation(reg, a, b, bias, static_cast<dlfuse_activation_t>(7), out, nullptr, 0, nullptr));
   EXPECT_MSG_HAS(msg, "ACTIVATION is 7");
 }
 
 TEST_F(Abi11, BackwardTakesExactlyOneOfOutAndPre) {
-  refused(dlfuse_matmul_add_activation_backward(reg, grad_out, a, b, nullptr, nullptr, DLFUSE_ACT_RELU, grad_a,
-                                                grad_b, grad_bias, 0, nullptr));
+  refused(dlfuse_matmul_add_activation_backward(reg, grad_out, a, b, nullptr, nullptr, DLFUSE_ACT_RELU, grad_a, grad_b,
+                                                grad_bias, 0, nullptr));
   EXPECT_MSG_HAS(msg, "both NULL");
   refused(dlfuse_matmul_add_activation_backward(reg, grad_out, a, b, out, pre, DLFUSE_ACT_RELU, grad_a, grad_b,
                                                 grad_bias, 0, nullptr));
@@ -81,13 +80,13 @@ TEST_F(Abi11, BackwardTakesExactlyOneOfOutAndPre) {
 
 TEST_F(Abi11, DerivativeFromOutOnlyForActivationsItDetermines) {
   for (dlfuse_activation_t act : {DLFUSE_ACT_GELU_ERF, DLFUSE_ACT_GELU_TANH, DLFUSE_ACT_SILU}) {
-    refused(dlfuse_matmul_add_activation_backward(reg, grad_out, a, b, out, nullptr, act, grad_a, grad_b, grad_bias,
-                                                  0, nullptr));
+    refused(dlfuse_matmul_add_activation_backward(reg, grad_out, a, b, out, nullptr, act, grad_a, grad_b, grad_bias, 0,
+                                                  nullptr));
     EXPECT_MSG_HAS(msg, "pass 'pre'");
   }
   for (dlfuse_activation_t act : {DLFUSE_ACT_IDENTITY, DLFUSE_ACT_RELU, DLFUSE_ACT_SIGMOID, DLFUSE_ACT_TANH})
-    EXPECT_EQ(dlfuse_matmul_add_activation_backward(reg, grad_out, a, b, out, nullptr, act, grad_a, grad_b,
-                                                    grad_bias, 0, nullptr),
+    EXPECT_EQ(dlfuse_matmul_add_activation_backward(reg, grad_out, a, b, out, nullptr, act, grad_a, grad_b, grad_bias,
+                                                    0, nullptr),
               DLFUSE_STATUS_OK)
         << last_error();
 }
@@ -113,9 +112,9 @@ TEST_F(Abi11, ResidualMayBeOutExactlyAndNothingElse) {
 
 TEST_F(Abi11, ResidualBackwardReductionsBroadcastToOut) {
   Tensor grad_residual({2, 1});
-  ASSERT_EQ(dlfuse_matmul_add_residual_backward(reg, grad_out, a, b, grad_a, grad_b, grad_bias, grad_residual, 0,
-                                                nullptr),
-            DLFUSE_STATUS_OK)
+  ASSERT_EQ(
+      dlfuse_matmul_add_residual_backward(reg, grad_out, a, b, grad_a, grad_b, grad_bias, grad_residual, 0, nullptr),
+      DLFUSE_STATUS_OK)
       << last_error();
   EXPECT_EQ(rec().num_outputs, 4);
   probe->reset();
@@ -172,8 +171,8 @@ TEST_F(AddMulOut, BothFormsOrNeitherRefused) {
   refused(dlfuse_add_mul_activation_backward_from_out(reg, g, o, 1.0, DLFUSE_ACT_SILU, gx, gy, gb, nullptr));
   EXPECT_MSG_HAS(msg, "ACTIVATION SILU");
   Tensor wide({2, 4});
-  refused(dlfuse_add_mul_activation_backward_from_out(reg, g, o, 1.0, DLFUSE_ACT_RELU, wide, nullptr, nullptr,
-                                                      nullptr));
+  refused(
+      dlfuse_add_mul_activation_backward_from_out(reg, g, o, 1.0, DLFUSE_ACT_RELU, wide, nullptr, nullptr, nullptr));
   EXPECT_MSG_HAS(msg, "'grad_x'");
 }
 
@@ -205,8 +204,7 @@ TEST(Abi11V10, OpsAddedIn11NeverReachA10Plugin) {
   Probe probe("unit_v10");
   probe.reset();
   Tensor a({2, 3}), b({3, 4}), bias({4}), out({2, 4});
-  const dlfuse_status_t st =
-      dlfuse_matmul_add_activation(reg, a, b, bias, DLFUSE_ACT_RELU, out, nullptr, 0, nullptr);
+  const dlfuse_status_t st = dlfuse_matmul_add_activation(reg, a, b, bias, DLFUSE_ACT_RELU, out, nullptr, 0, nullptr);
   EXPECT_EQ(st, DLFUSE_STATUS_UNSUPPORTED) << last_error();
   EXPECT_MSG_HAS(last_error(), "no available plugin offers this op");
   EXPECT_EQ(probe.record().kernel_calls, 0);

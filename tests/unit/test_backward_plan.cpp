@@ -44,7 +44,8 @@ TEST_F(BackwardPlan, MatmulAddActivationKeepsOutOrPreByTheActivation) {
     const Plan p = plan(reg, DLFUSE_OP_MATMUL_ADD_ACTIVATION, {act(a)});
     ASSERT_EQ(p.status, DLFUSE_STATUS_OK) << last_error();
     EXPECT_EQ(p.inputs, common | bit(DLFUSE_INPUT(matmul_add_activation_backward, pre))) << a;
-    EXPECT_EQ(p.outputs, bit(DLFUSE_OUTPUT(matmul_add_activation, out)) | bit(DLFUSE_OUTPUT(matmul_add_activation, pre)))
+    EXPECT_EQ(p.outputs,
+              bit(DLFUSE_OUTPUT(matmul_add_activation, out)) | bit(DLFUSE_OUTPUT(matmul_add_activation, pre)))
         << "pre is written where the backward reads it";
   }
 }
@@ -58,13 +59,13 @@ TEST_F(BackwardPlan, TheBackwardHandleIsTheBackwardOp) {
 }
 
 TEST_F(BackwardPlan, AddMulKeepsOutWhereItsDerivativeAndTheKernelAllow) {
-  const uint32_t from_out = bit(DLFUSE_INPUT(add_mul_activation_backward, grad_out)) |
-                            bit(DLFUSE_INPUT(add_mul_activation_backward, out));
-  const uint32_t from_inputs = bit(DLFUSE_INPUT(add_mul_activation_backward, grad_out)) |
-                               bit(DLFUSE_INPUT(add_mul_activation_backward, x)) |
-                               bit(DLFUSE_INPUT(add_mul_activation_backward, y)) |
-                               bit(DLFUSE_INPUT(add_mul_activation_backward, bias));
-  const Plan relu = plan(reg, DLFUSE_OP_ADD_MUL_ACTIVATION, {act(DLFUSE_ACT_RELU), attr_f64(DLFUSE_ATTR_MULTIPLIER, 2)});
+  const uint32_t from_out =
+      bit(DLFUSE_INPUT(add_mul_activation_backward, grad_out)) | bit(DLFUSE_INPUT(add_mul_activation_backward, out));
+  const uint32_t from_inputs =
+      bit(DLFUSE_INPUT(add_mul_activation_backward, grad_out)) | bit(DLFUSE_INPUT(add_mul_activation_backward, x)) |
+      bit(DLFUSE_INPUT(add_mul_activation_backward, y)) | bit(DLFUSE_INPUT(add_mul_activation_backward, bias));
+  const Plan relu =
+      plan(reg, DLFUSE_OP_ADD_MUL_ACTIVATION, {act(DLFUSE_ACT_RELU), attr_f64(DLFUSE_ATTR_MULTIPLIER, 2)});
   ASSERT_EQ(relu.status, DLFUSE_STATUS_OK) << last_error();
   EXPECT_EQ(relu.inputs, from_out);
   EXPECT_EQ(relu.outputs, 1u);

@@ -25,8 +25,8 @@ TEST_P(CpuAlloc, AlignedTo64BytesAndUniqueForZeroBytes) {
   const DLDevice cpu{kDLCPU, 0};
   std::set<void*> seen;
   std::vector<void*> held;
-  for (const size_t n : {size_t{0}, size_t{0}, size_t{1}, size_t{3}, size_t{63}, size_t{64}, size_t{65},
-                         size_t{1000}, size_t{4097}, size_t{1} << 20}) {
+  for (const size_t n : {size_t{0}, size_t{0}, size_t{1}, size_t{3}, size_t{63}, size_t{64}, size_t{65}, size_t{1000},
+                         size_t{4097}, size_t{1} << 20}) {
     void* p = nullptr;
     ASSERT_EQ(dlfuse_device_alloc(reg, cpu, n, &p), DLFUSE_STATUS_OK) << n << " bytes: " << last_error();
     ASSERT_NE(p, nullptr) << n << " bytes";

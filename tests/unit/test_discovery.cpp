@@ -34,8 +34,7 @@ TEST(Discovery, EnvFoldersAndFilesInOrder) {
   ScopedEnv e("DLFUSE_PLUGIN_PATH", env.c_str());
   Registry reg(DLFUSE_DISCOVER_ENV);
   ASSERT_EQ(reg.create_status, DLFUSE_STATUS_OK) << last_error();
-  EXPECT_EQ(plugin_names(reg),
-            (std::vector<std::string>{"unit_echo2", "unit_newerminor", "unit_echo3", "unit_echo"}))
+  EXPECT_EQ(plugin_names(reg), (std::vector<std::string>{"unit_echo2", "unit_newerminor", "unit_echo3", "unit_echo"}))
       << "DLFUSE_PLUGIN_PATH=" << env;
   EXPECT_EQ(plugin_paths_of(reg), (std::vector<std::string>{b_x, file, a_a, a_b}));
   for (const auto& p : plugins(reg)) EXPECT_EQ(p.available, 1) << p.name << ": " << p.reason;
@@ -55,9 +54,8 @@ TEST(Discovery, FilesWithinAFolderInNameOrder) {
 
 TEST(Discovery, NonMatchingFileNamesIgnored) {
   TempDir tmp;
-  for (const char* name : {"dlfuse_x.so", "libdlfuse_y.so.1", "libdlfuse_z.txt", "libother.so",
-                           "libdlfuse_w.so.bak", "xlibdlfuse_v.so", "LIBDLFUSE_U.SO",
-                           "libdlfuse_t.so~"})
+  for (const char* name : {"dlfuse_x.so", "libdlfuse_y.so.1", "libdlfuse_z.txt", "libother.so", "libdlfuse_w.so.bak",
+                           "xlibdlfuse_v.so", "LIBDLFUSE_U.SO", "libdlfuse_t.so~"})
     tmp.copy_plugin("unit_echo2", "P", name);
   const std::string ok = tmp.copy_plugin("unit_echo", "P", "libdlfuse_ok.so");
   ScopedEnv e("DLFUSE_PLUGIN_PATH", tmp.dir("P").c_str());
@@ -182,11 +180,10 @@ TEST(Discovery, WholeCorpusIncludingBrokenPlugins) {
   ASSERT_EQ(reg.create_status, DLFUSE_STATUS_OK) << last_error();
   EXPECT_EQ(plugin_paths_of(reg), files);
   // Plugins that load (their kernels misbehave, or they serve another device type).
-  const std::vector<std::string> good = {"unit_echo",      "unit_echo2",  "unit_echo3",        "unit_newerminor",
-                                         "unit_throws",    "unit_kernelerror", "unit_badstatus", "unit_silent",
-                                         "unit_unterminated", "unit_k_device4242", "unit_v10", "unit_v11",
-                                         "unit_prio_a",    "unit_prio_b", "unit_v11layout", "unit_decl",
-                                         "unit_decl_bwd",  "unit_decl_cased"};
+  const std::vector<std::string> good = {
+      "unit_echo",      "unit_echo2",  "unit_echo3",        "unit_newerminor",   "unit_throws",   "unit_kernelerror",
+      "unit_badstatus", "unit_silent", "unit_unterminated", "unit_k_device4242", "unit_v10",      "unit_v11",
+      "unit_prio_a",    "unit_prio_b", "unit_v11layout",    "unit_decl",         "unit_decl_bwd", "unit_decl_cased"};
   for (const auto& p : plugins(reg)) {
     const std::string stem = fs::path(p.path).stem().string().substr(std::strlen("libdlfuse_"));
     const bool should_work = std::find(good.begin(), good.end(), stem) != good.end();
@@ -198,8 +195,7 @@ TEST(Discovery, WholeCorpusIncludingBrokenPlugins) {
   ASSERT_TRUE(echo2.loaded());
   const int64_t before = echo2.calls();
   AmaCase c;
-  ASSERT_EQ(dlfuse_add_mul_activation(reg, c.x, c.y, c.bias, 1.0, DLFUSE_ACT_RELU, c.out, nullptr),
-            DLFUSE_STATUS_OK)
+  ASSERT_EQ(dlfuse_add_mul_activation(reg, c.x, c.y, c.bias, 1.0, DLFUSE_ACT_RELU, c.out, nullptr), DLFUSE_STATUS_OK)
       << last_error();
   EXPECT_EQ(echo2.calls(), before + 1);
 }
@@ -233,7 +229,6 @@ TEST(Discovery, InstallDirAfterEnv) {
   EXPECT_EQ(paths[0], env_p);
   EXPECT_GE(find_plugin(reg, "testref"), 1);
 }
-
 
 TEST(Discovery, RelativeEntryNotLoadedAndListedAsRefused) {
   // docs/abi.md: "an empty or relative entry in a path list is not loaded and is listed

@@ -18,8 +18,7 @@ std::string who_runs(dlfuse_registry_t reg) {
   std::vector<int64_t> before;
   for (const char* s : stems) before.push_back(Probe(s).calls());
   AmaCase c;
-  EXPECT_EQ(dlfuse_add_mul_activation(reg, c.x, c.y, c.bias, 1.0, DLFUSE_ACT_RELU, c.out, nullptr),
-            DLFUSE_STATUS_OK)
+  EXPECT_EQ(dlfuse_add_mul_activation(reg, c.x, c.y, c.bias, 1.0, DLFUSE_ACT_RELU, c.out, nullptr), DLFUSE_STATUS_OK)
       << last_error();
   std::string ran;
   for (size_t i = 0; i < 3; ++i)
@@ -70,8 +69,7 @@ class Prefer : public ::testing::Test {
 };
 
 TEST_F(Prefer, OverridesPriorityForOneOp) {
-  ASSERT_EQ(dlfuse_registry_prefer(reg, DLFUSE_OP_ADD_MUL_ACTIVATION, "unit_echo"), DLFUSE_STATUS_OK)
-      << last_error();
+  ASSERT_EQ(dlfuse_registry_prefer(reg, DLFUSE_OP_ADD_MUL_ACTIVATION, "unit_echo"), DLFUSE_STATUS_OK) << last_error();
   EXPECT_EQ(resolve(reg), echo);
   EXPECT_EQ(who_runs(reg), "unit_echo");
   // Only that op.
@@ -81,8 +79,8 @@ TEST_F(Prefer, OverridesPriorityForOneOp) {
 
 TEST_F(Prefer, NullOpMeansEveryOp) {
   ASSERT_EQ(dlfuse_registry_prefer(reg, nullptr, "unit_echo3"), DLFUSE_STATUS_OK) << last_error();
-  for (const char* op : {DLFUSE_OP_ADD_MUL_ACTIVATION, DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD,
-                         DLFUSE_OP_MATMUL_ADD_RELU, DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD})
+  for (const char* op : {DLFUSE_OP_ADD_MUL_ACTIVATION, DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, DLFUSE_OP_MATMUL_ADD_RELU,
+                         DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD})
     EXPECT_EQ(resolve(reg, op), echo3) << op;
   EXPECT_EQ(who_runs(reg), "unit_echo3");
 }
@@ -98,8 +96,7 @@ TEST_F(Prefer, LatestPreferenceFirst) {
 TEST_F(Prefer, NullNameClearsThatOp) {
   ASSERT_EQ(dlfuse_registry_prefer(reg, DLFUSE_OP_ADD_MUL_ACTIVATION, "unit_echo"), DLFUSE_STATUS_OK);
   ASSERT_EQ(dlfuse_registry_prefer(reg, DLFUSE_OP_MATMUL_ADD_RELU, "unit_echo3"), DLFUSE_STATUS_OK);
-  ASSERT_EQ(dlfuse_registry_prefer(reg, DLFUSE_OP_ADD_MUL_ACTIVATION, nullptr), DLFUSE_STATUS_OK)
-      << last_error();
+  ASSERT_EQ(dlfuse_registry_prefer(reg, DLFUSE_OP_ADD_MUL_ACTIVATION, nullptr), DLFUSE_STATUS_OK) << last_error();
   EXPECT_EQ(resolve(reg), echo2);
   EXPECT_EQ(who_runs(reg), "unit_echo2");
   EXPECT_EQ(resolve(reg, DLFUSE_OP_MATMUL_ADD_RELU), echo3) << "clearing one op cleared another";
@@ -114,8 +111,7 @@ TEST_F(Prefer, NullNullClearsEverything) {
 }
 
 TEST_F(Prefer, UnknownPluginNameNotFound) {
-  EXPECT_EQ(dlfuse_registry_prefer(reg, DLFUSE_OP_ADD_MUL_ACTIVATION, "no_such_plugin"),
-            DLFUSE_STATUS_NOT_FOUND);
+  EXPECT_EQ(dlfuse_registry_prefer(reg, DLFUSE_OP_ADD_MUL_ACTIVATION, "no_such_plugin"), DLFUSE_STATUS_NOT_FOUND);
   EXPECT_MSG_HAS(last_error(), "no_such_plugin");
   EXPECT_EQ(resolve(reg), echo2);
 }
@@ -175,8 +171,8 @@ TEST(Dispatch, OpHandleOfAnOpNoPluginOffersYet) {
 }
 
 TEST(Dispatch, PreferEnvAppliedAtCreation) {
-  const std::string paths = plugin_path("unit_echo") + ":" + plugin_path("unit_echo2") + ":" +
-                            plugin_path("unit_echo3");
+  const std::string paths =
+      plugin_path("unit_echo") + ":" + plugin_path("unit_echo2") + ":" + plugin_path("unit_echo3");
   ScopedEnv prefer("DLFUSE_PREFER", "unit_echo3,unit_echo");
   ScopedEnv path("DLFUSE_PLUGIN_PATH", paths.c_str());
   Registry reg(DLFUSE_DISCOVER_ENV);
@@ -227,8 +223,7 @@ class Received : public EchoTest {
 TEST_F(Received, TypedForwardPassesArgumentsAndAllAttributesInOrder) {
   AmaCase c;
   int stream_token = 0;
-  ASSERT_EQ(dlfuse_add_mul_activation(reg, c.x, c.y, c.bias, 2.5, DLFUSE_ACT_SIGMOID, c.out,
-                                      &stream_token),
+  ASSERT_EQ(dlfuse_add_mul_activation(reg, c.x, c.y, c.bias, 2.5, DLFUSE_ACT_SIGMOID, c.out, &stream_token),
             DLFUSE_STATUS_OK)
       << last_error();
   const unit_record_t r = rec();
@@ -291,8 +286,7 @@ TEST_F(Received, GenericCallFillsDefaultsInDocumentedOrder) {
 
 TEST_F(Received, MatmulAllowTf32DefaultAndTyped) {
   MmCase m;
-  ASSERT_EQ(dlfuse_matmul_add_relu(reg, m.a, m.b, m.bias, m.out, 1, nullptr), DLFUSE_STATUS_OK)
-      << last_error();
+  ASSERT_EQ(dlfuse_matmul_add_relu(reg, m.a, m.b, m.bias, m.out, 1, nullptr), DLFUSE_STATUS_OK) << last_error();
   unit_record_t r = rec();
   ASSERT_EQ(r.num_attrs, 1);
   EXPECT_EQ(r.attrs[0].key, DLFUSE_ATTR_ALLOW_TF32);
@@ -317,9 +311,9 @@ TEST_F(Received, BackwardAbsentOutputsArriveAsNull) {
   AmaCase c;
   Tensor g({2, 3}), gy({2, 3});
   gy.fill(5.0f);
-  ASSERT_EQ(dlfuse_add_mul_activation_backward(reg, g, c.x, c.y, c.bias, 0.5, DLFUSE_ACT_TANH, nullptr,
-                                               gy, nullptr, nullptr),
-            DLFUSE_STATUS_OK)
+  ASSERT_EQ(
+      dlfuse_add_mul_activation_backward(reg, g, c.x, c.y, c.bias, 0.5, DLFUSE_ACT_TANH, nullptr, gy, nullptr, nullptr),
+      DLFUSE_STATUS_OK)
       << last_error();
   const unit_record_t r = rec();
   EXPECT_STREQ(r.op, DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD);
@@ -357,21 +351,18 @@ TEST_F(Received, BackwardAbsentOutputsArriveAsNull) {
 
 TEST_F(Received, ZeroSizeOutputsReturnOkWithoutAKernel) {
   Tensor x({0, 3}), y({0, 3}), bias({3}), out({0, 3});
-  ASSERT_EQ(dlfuse_add_mul_activation(reg, x, y, bias, 1.0, DLFUSE_ACT_RELU, out, nullptr),
-            DLFUSE_STATUS_OK)
+  ASSERT_EQ(dlfuse_add_mul_activation(reg, x, y, bias, 1.0, DLFUSE_ACT_RELU, out, nullptr), DLFUSE_STATUS_OK)
       << last_error();
   // Zero-size tensors may have no memory at all.
   x.dl()->data = nullptr;
   y.dl()->data = nullptr;
   out.dl()->data = nullptr;
-  ASSERT_EQ(dlfuse_add_mul_activation(reg, x, y, bias, 1.0, DLFUSE_ACT_RELU, out, nullptr),
-            DLFUSE_STATUS_OK)
+  ASSERT_EQ(dlfuse_add_mul_activation(reg, x, y, bias, 1.0, DLFUSE_ACT_RELU, out, nullptr), DLFUSE_STATUS_OK)
       << last_error();
   Tensor a({0, 3}), b({3, 4}), mb({4}), mout({0, 4});
   ASSERT_EQ(dlfuse_matmul_add_relu(reg, a, b, mb, mout, 0, nullptr), DLFUSE_STATUS_OK) << last_error();
   Tensor g({0, 4}), ga({0, 3});
-  ASSERT_EQ(dlfuse_matmul_add_relu_backward(reg, g, a, b, mout, ga, nullptr, nullptr, 0, nullptr),
-            DLFUSE_STATUS_OK)
+  ASSERT_EQ(dlfuse_matmul_add_relu_backward(reg, g, a, b, mout, ga, nullptr, nullptr, 0, nullptr), DLFUSE_STATUS_OK)
       << last_error();
   EXPECT_EQ(calls(), 0) << "a kernel ran for a call with only zero-size outputs";
 }
@@ -409,8 +400,7 @@ TEST_F(Received, StridedAndOffsetViewsReachThePluginIntact) {
   bstore.fill([](int64_t i) { return 10.0f * static_cast<float>(i); });
   bias.dl()->data = bstore.dl()->data;
   bias.dl()->byte_offset = 2 * sizeof(float);  // 20, 30, 40
-  ASSERT_EQ(dlfuse_add_mul_activation(reg, xt, y, bias, 1.0, DLFUSE_ACT_IDENTITY, out, nullptr),
-            DLFUSE_STATUS_OK)
+  ASSERT_EQ(dlfuse_add_mul_activation(reg, xt, y, bias, 1.0, DLFUSE_ACT_IDENTITY, out, nullptr), DLFUSE_STATUS_OK)
       << last_error();
   for (int64_t i = 0; i < 2; ++i)
     for (int64_t j = 0; j < 3; ++j)

@@ -18,8 +18,7 @@ unit_record_t baseline(const std::string& stem) { return Probe(stem).record(); }
 // Runs add_mul_activation through `reg` and checks the result (relu, multiplier 2).
 void expect_call_works(dlfuse_registry_t reg) {
   AmaCase c(3, 4);
-  ASSERT_EQ(dlfuse_add_mul_activation(reg, c.x, c.y, c.bias, 2.0, DLFUSE_ACT_RELU, c.out, nullptr),
-            DLFUSE_STATUS_OK)
+  ASSERT_EQ(dlfuse_add_mul_activation(reg, c.x, c.y, c.bias, 2.0, DLFUSE_ACT_RELU, c.out, nullptr), DLFUSE_STATUS_OK)
       << last_error();
   for (int64_t i = 0; i < 12; ++i) EXPECT_FLOAT_EQ(c.out.f()[i], c.expect(i, 2.0, true)) << i;
 }
@@ -46,8 +45,8 @@ TEST(Loading, GoodPluginLoadsAndIsDescribed) {
   EXPECT_EQ(p.abi_minor, uint32_t(DLFUSE_ABI_MINOR));
   EXPECT_EQ(p.num_kernels, UNIT_NUM_KERNELS);
 
-  const char* ops[] = {DLFUSE_OP_ADD_MUL_ACTIVATION, DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD,
-                       DLFUSE_OP_MATMUL_ADD_RELU, DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD, UNIT_OP_SCALE};
+  const char* ops[] = {DLFUSE_OP_ADD_MUL_ACTIVATION, DLFUSE_OP_ADD_MUL_ACTIVATION_BACKWARD, DLFUSE_OP_MATMUL_ADD_RELU,
+                       DLFUSE_OP_MATMUL_ADD_RELU_BACKWARD, UNIT_OP_SCALE};
   for (int32_t k = 0; k < UNIT_NUM_KERNELS; ++k) {
     dlfuse_kernel_info_t ki;
     std::memset(&ki, 0, sizeof ki);
@@ -76,8 +75,7 @@ TEST(Loading, OpenGetsHostInfoAndRunsOnce) {
   EXPECT_EQ(r.open_calls - before.open_calls, 1);
   EXPECT_EQ(r.get_kernels_calls - before.get_kernels_calls, 1);
   EXPECT_EQ(r.close_calls - before.close_calls, 0);
-  EXPECT_GE(r.host_struct_size,
-            offsetof(dlfuse_host_info_t, plugin_path) + sizeof(const char*));
+  EXPECT_GE(r.host_struct_size, offsetof(dlfuse_host_info_t, plugin_path) + sizeof(const char*));
   EXPECT_EQ(r.host_abi_major, static_cast<uint32_t>(DLFUSE_ABI_MAJOR));
   EXPECT_EQ(r.host_abi_minor, static_cast<uint32_t>(DLFUSE_ABI_MINOR));
   EXPECT_STREQ(r.host_plugin_path, plugin_path("unit_echo").c_str());
@@ -179,12 +177,12 @@ TEST(Loading, SameNameFromAnotherFileRefused) {
 // ---- broken plugins ------------------------------------------------------------------
 
 struct BrokenCase {
-  const char* stem;           // unit plugin file stem
-  dlfuse_status_t status;     // what dlfuse_registry_load returns
+  const char* stem;                 // unit plugin file stem
+  dlfuse_status_t status;           // what dlfuse_registry_load returns
   std::vector<std::string> causes;  // each must be in the message and in the reason
                                     // (any case; the file's path and name removed first)
-  const char* declared_name;  // the descriptor's name, or nullptr if it never got that far
-  bool must_not_open;         // open() must not run
+  const char* declared_name;        // the descriptor's name, or nullptr if it never got that far
+  bool must_not_open;               // open() must not run
 };
 
 void PrintTo(const BrokenCase& c, std::ostream* os) { *os << c.stem; }
@@ -244,29 +242,22 @@ INSTANTIATE_TEST_SUITE_P(
         BrokenCase{"unit_noentry", DLFUSE_STATUS_LOAD_FAILED, {DLFUSE_PLUGIN_ENTRY}, nullptr, true},
         // Only the entry of ABI 2: "says so when it finds dlfuse_plugin_v2 instead".
         BrokenCase{"unit_v2entry", DLFUSE_STATUS_ABI_MISMATCH, {"dlfuse_plugin_v2"}, nullptr, true},
-        BrokenCase{"unit_nullentry", DLFUSE_STATUS_LOAD_FAILED, {DLFUSE_PLUGIN_ENTRY, "null"}, nullptr,
-                   true},
+        BrokenCase{"unit_nullentry", DLFUSE_STATUS_LOAD_FAILED, {DLFUSE_PLUGIN_ENTRY, "null"}, nullptr, true},
         // The message gives both majors: the plugin's 2 and the host's 1.
         BrokenCase{"unit_abi2", DLFUSE_STATUS_ABI_MISMATCH, {"2", "1", "abi"}, "unit_abi2", true},
         BrokenCase{"unit_short", DLFUSE_STATUS_INVALID_ARGUMENT, {"struct_size"}, nullptr, true},
-        BrokenCase{"unit_nullrequired", DLFUSE_STATUS_INVALID_ARGUMENT, {"get_kernels"},
-                   "unit_nullrequired", true},
-        BrokenCase{"unit_openfails", DLFUSE_STATUS_UNAVAILABLE, {UNIT_OPEN_FAIL_REASON},
-                   "unit_openfails", false},
-        BrokenCase{"unit_kernelsfail", DLFUSE_STATUS_UNAVAILABLE, {UNIT_KERNELS_FAIL_REASON},
-                   "unit_kernelsfail", false},
-        BrokenCase{"unit_nullkernels", DLFUSE_STATUS_INVALID_ARGUMENT, {"kernel"},
-                   "unit_nullkernels", false},
-        BrokenCase{"unit_dupop", DLFUSE_STATUS_INVALID_ARGUMENT, {DLFUSE_OP_ADD_MUL_ACTIVATION},
-                   "unit_dupop", false},
+        BrokenCase{"unit_nullrequired", DLFUSE_STATUS_INVALID_ARGUMENT, {"get_kernels"}, "unit_nullrequired", true},
+        BrokenCase{"unit_openfails", DLFUSE_STATUS_UNAVAILABLE, {UNIT_OPEN_FAIL_REASON}, "unit_openfails", false},
+        BrokenCase{
+            "unit_kernelsfail", DLFUSE_STATUS_UNAVAILABLE, {UNIT_KERNELS_FAIL_REASON}, "unit_kernelsfail", false},
+        BrokenCase{"unit_nullkernels", DLFUSE_STATUS_INVALID_ARGUMENT, {"kernel"}, "unit_nullkernels", false},
+        BrokenCase{"unit_dupop", DLFUSE_STATUS_INVALID_ARGUMENT, {DLFUSE_OP_ADD_MUL_ACTIVATION}, "unit_dupop", false},
         BrokenCase{"unit_nullname", DLFUSE_STATUS_INVALID_ARGUMENT, {"name"}, nullptr, true},
         BrokenCase{"unit_nodevice", DLFUSE_STATUS_UNAVAILABLE, {"device"}, "unit_nodevice", false},
         // open() threw: a plugin bug, INTERNAL, with the exception's text.
-        BrokenCase{"unit_openthrows", DLFUSE_STATUS_INTERNAL, {UNIT_OPEN_THROW_MESSAGE},
-                   "unit_openthrows", false},
+        BrokenCase{"unit_openthrows", DLFUSE_STATUS_INTERNAL, {UNIT_OPEN_THROW_MESSAGE}, "unit_openthrows", false},
         // A second file whose descriptor is also named "unit_echo".
-        BrokenCase{"unit_echo_dup", DLFUSE_STATUS_INVALID_ARGUMENT, {"unit_echo"},
-                   "unit_echo", false}),
+        BrokenCase{"unit_echo_dup", DLFUSE_STATUS_INVALID_ARGUMENT, {"unit_echo"}, "unit_echo", false}),
     [](const ::testing::TestParamInfo<BrokenCase>& i) { return std::string(i.param.stem); });
 
 TEST(Loading, UnavailablePluginServesNothing) {
@@ -275,8 +266,7 @@ TEST(Loading, UnavailablePluginServesNothing) {
   dlfuse_op_t op = nullptr;
   EXPECT_EQ(dlfuse_op_get(reg, DLFUSE_OP_ADD_MUL_ACTIVATION, &op), DLFUSE_STATUS_NOT_FOUND);
   AmaCase c;
-  EXPECT_NE(dlfuse_add_mul_activation(reg, c.x, c.y, c.bias, 1.0, DLFUSE_ACT_RELU, c.out, nullptr),
-            DLFUSE_STATUS_OK);
+  EXPECT_NE(dlfuse_add_mul_activation(reg, c.x, c.y, c.bias, 1.0, DLFUSE_ACT_RELU, c.out, nullptr), DLFUSE_STATUS_OK);
   Probe probe("unit_openfails");
   if (probe.loaded()) {
     EXPECT_EQ(probe.record().get_kernels_calls, 0) << "get_kernels after a failed open()";
@@ -321,8 +311,7 @@ TEST(Loading, KernelErrorStatusAndMessageSurface) {
             DLFUSE_STATUS_DEVICE_ERROR);
   EXPECT_MSG_HAS(last_error(), UNIT_KERNEL_ERROR_MESSAGE);
   MmCase m;
-  EXPECT_EQ(dlfuse_matmul_add_relu(reg, m.a, m.b, m.bias, m.out, 0, nullptr),
-            DLFUSE_STATUS_DEVICE_ERROR);
+  EXPECT_EQ(dlfuse_matmul_add_relu(reg, m.a, m.b, m.bias, m.out, 0, nullptr), DLFUSE_STATUS_DEVICE_ERROR);
   EXPECT_MSG_HAS(last_error(), UNIT_KERNEL_ERROR_MESSAGE);
 }
 
@@ -339,18 +328,15 @@ TEST(DeviceServices, ServedByTheCpuPlugin) {
   ASSERT_EQ(dlfuse_device_alloc(reg, cpu, 64, &p), DLFUSE_STATUS_OK) << last_error();
   ASSERT_NE(p, nullptr);
   const char src[8] = {'d', 'l', 'f', 'u', 's', 'e', '!', 0};
-  ASSERT_EQ(dlfuse_device_copy(reg, cpu, DLFUSE_COPY_HOST_TO_DEVICE, p, 8, src, 0, 8, nullptr),
-            DLFUSE_STATUS_OK)
+  ASSERT_EQ(dlfuse_device_copy(reg, cpu, DLFUSE_COPY_HOST_TO_DEVICE, p, 8, src, 0, 8, nullptr), DLFUSE_STATUS_OK)
       << last_error();
   char back[8] = {};
-  ASSERT_EQ(dlfuse_device_copy(reg, cpu, DLFUSE_COPY_DEVICE_TO_HOST, back, 0, p, 8, 8, nullptr),
-            DLFUSE_STATUS_OK)
+  ASSERT_EQ(dlfuse_device_copy(reg, cpu, DLFUSE_COPY_DEVICE_TO_HOST, back, 0, p, 8, 8, nullptr), DLFUSE_STATUS_OK)
       << last_error();
   EXPECT_STREQ(back, "dlfuse!");
   EXPECT_EQ(dlfuse_device_synchronize(reg, cpu, nullptr), DLFUSE_STATUS_OK) << last_error();
   EXPECT_EQ(dlfuse_device_free(reg, cpu, p), DLFUSE_STATUS_OK) << last_error();
 }
-
 
 }  // namespace
 }  // namespace unit

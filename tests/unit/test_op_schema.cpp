@@ -56,7 +56,8 @@ Inferred infer(dlfuse_op_t op, std::vector<const DLTensor*> in, int32_t num_outp
                                      num_outputs, ndims.data(), shapes.data(), dtypes.data());
   if (r.status == DLFUSE_STATUS_OK)
     for (int32_t i = 0; i < num_outputs; ++i)
-      r.shapes.emplace_back(shapes.begin() + i * DLFUSE_MAX_NDIM, shapes.begin() + i * DLFUSE_MAX_NDIM + ndims[size_t(i)]);
+      r.shapes.emplace_back(shapes.begin() + i * DLFUSE_MAX_NDIM,
+                            shapes.begin() + i * DLFUSE_MAX_NDIM + ndims[size_t(i)]);
   r.dtypes = dtypes;
   return r;
 }
@@ -278,9 +279,9 @@ TEST(MlpRules, BackwardInfersTheGradientsOfTheGivenLayers) {
 TEST(MlpRules, RefusesAGapBetweenLayers) {
   MlpRegistry reg;
   Shape x({5, 3}), w0({3, 4}), w2({4, 2}), b0({4}), b2({2});
-  EXPECT_EQ(infer(get_op(reg, DLFUSE_OP_MLP), mlp_inputs(x, {&w0, nullptr, &w2}, {&b0, nullptr, &b2}), 7, kReluMlp)
-                .status,
-            DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(
+      infer(get_op(reg, DLFUSE_OP_MLP), mlp_inputs(x, {&w0, nullptr, &w2}, {&b0, nullptr, &b2}), 7, kReluMlp).status,
+      DLFUSE_STATUS_INVALID_ARGUMENT);
   EXPECT_MSG_HAS(last_error(), "argument 'w2' is given but 'w1' is NULL");
 }
 
@@ -544,7 +545,7 @@ TEST(DeclaredOp, ShapeCallbacksOfAbsentOutputsStillCheckTheInputs) {
   const std::string msg = last_error();
   EXPECT_MSG_HAS(msg, "unit_product_backward");
   EXPECT_MSG_HAS(msg, "argument 'x'");
-  EXPECT_MSG_HAS(msg, "shape is [5]");                             // actual
+  EXPECT_MSG_HAS(msg, "shape is [5]");                                           // actual
   EXPECT_MSG_HAS(msg, "expected a shape that broadcasts to grad_out's [3, 4]");  // expected
   EXPECT_EQ(probe.record().kernel_calls, 0);
   // Inference refuses the same inputs with the same message.

@@ -27,7 +27,8 @@ long double grad_long(double p_in) {
 }
 
 // The derivative as docs/ops.md's definition reads, in the given type.
-template <class T> T grad_literal(double p_in) {
+template <class T>
+T grad_literal(double p_in) {
   const T p = p_in, c = std::sqrt(2.0 / M_PI), k = 0.044715;
   const T t = std::tanh(c * (p + k * p * p * p));
   return T(0.5) * (T(1) + t) + T(0.5) * p * (T(1) - t * t) * c * (T(1) + T(3) * k * p * p);

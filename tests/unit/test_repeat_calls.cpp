@@ -66,19 +66,64 @@ TEST_F(RepeatedLayout, PlacementRefusalsAfterAValidCall) {
     return ama(c);
   };
   auto call = [&] { return ama(c); };
-  expect_refused_like_a_first_call(warm, [&] { c.y.dl()->data = nullptr; return call(); }, "'y'");
-  expect_refused_like_a_first_call(warm, [&] { c.out.dl()->byte_offset = 2; return call(); }, "aligned");
-  expect_refused_like_a_first_call(warm, [&] { c.out.dl()->byte_offset = uint64_t{1} << 63; return call(); },
-                                   "byte_offset");
-  expect_refused_like_a_first_call(warm, [&] { c.out.dl()->byte_offset = INT64_MAX - 8; return call(); },
-                                   "byte extent");
   expect_refused_like_a_first_call(
-      warm, [&] { c.out.dl()->data = reinterpret_cast<void*>(UINTPTR_MAX - 15); return call(); }, "address space");
+      warm,
+      [&] {
+        c.y.dl()->data = nullptr;
+        return call();
+      },
+      "'y'");
+  expect_refused_like_a_first_call(
+      warm,
+      [&] {
+        c.out.dl()->byte_offset = 2;
+        return call();
+      },
+      "aligned");
+  expect_refused_like_a_first_call(
+      warm,
+      [&] {
+        c.out.dl()->byte_offset = uint64_t{1} << 63;
+        return call();
+      },
+      "byte_offset");
+  expect_refused_like_a_first_call(
+      warm,
+      [&] {
+        c.out.dl()->byte_offset = INT64_MAX - 8;
+        return call();
+      },
+      "byte extent");
+  expect_refused_like_a_first_call(
+      warm,
+      [&] {
+        c.out.dl()->data = reinterpret_cast<void*>(UINTPTR_MAX - 15);
+        return call();
+      },
+      "address space");
   // Overlaps: out one element into x, out exactly y, out over bias.
   expect_refused_like_a_first_call(
-      warm, [&] { c.out.dl()->data = c.x.dl()->data; c.out.dl()->byte_offset = 4; return call(); }, "overlaps");
-  expect_refused_like_a_first_call(warm, [&] { c.out.dl()->data = c.y.dl()->data; return call(); }, "'y'");
-  expect_refused_like_a_first_call(warm, [&] { c.out.dl()->data = c.bias.dl()->data; return call(); }, "'bias'");
+      warm,
+      [&] {
+        c.out.dl()->data = c.x.dl()->data;
+        c.out.dl()->byte_offset = 4;
+        return call();
+      },
+      "overlaps");
+  expect_refused_like_a_first_call(
+      warm,
+      [&] {
+        c.out.dl()->data = c.y.dl()->data;
+        return call();
+      },
+      "'y'");
+  expect_refused_like_a_first_call(
+      warm,
+      [&] {
+        c.out.dl()->data = c.bias.dl()->data;
+        return call();
+      },
+      "'bias'");
   ASSERT_EQ(warm(), DLFUSE_STATUS_OK) << last_error();
 }
 
@@ -117,8 +162,16 @@ TEST_F(RepeatedLayout, ManyLayoutsInTurn) {
     void* const out_data = c.out.dl()->data;
     // out onto y's memory, which it covers exactly: bias's is shorter than out, so out laid
     // on it would reach whatever the allocator put next (y, at times).
-    expect_refused_like_a_first_call([&] { c.out.dl()->data = out_data; return ama(c); },
-                                     [&] { c.out.dl()->data = c.y.dl()->data; return ama(c); }, "input 'y'");
+    expect_refused_like_a_first_call(
+        [&] {
+          c.out.dl()->data = out_data;
+          return ama(c);
+        },
+        [&] {
+          c.out.dl()->data = c.y.dl()->data;
+          return ama(c);
+        },
+        "input 'y'");
     c.out.dl()->data = out_data;
     // and the layouts of the next ones stay remembered correctly
     AmaCase& d = *cases[(k + 1) % cases.size()];
@@ -151,11 +204,14 @@ TEST_F(RepeatedLayout, RememberedLayoutsInTurn) {
       c.out.dl()->byte_offset = 0;
       return ama(c, mul_of(k));
     };
-    expect_refused_like_a_first_call(warm, [&] {
-      c.out.dl()->data = c.x.dl()->data;
-      c.out.dl()->byte_offset = last_x;
-      return ama(c, mul_of(k));
-    }, "'x'");
+    expect_refused_like_a_first_call(
+        warm,
+        [&] {
+          c.out.dl()->data = c.x.dl()->data;
+          c.out.dl()->byte_offset = last_x;
+          return ama(c, mul_of(k));
+        },
+        "'x'");
     ASSERT_EQ(warm(), DLFUSE_STATUS_OK) << last_error();
     ASSERT_EQ(ama(*cases[(k + 2) % cases.size()], mul_of((k + 2) % cases.size())), DLFUSE_STATUS_OK);
   }
@@ -167,8 +223,16 @@ TEST_F(RepeatedLayout, InPlaceNeedsTheSameStridesOnARepeat) {
   out.strides({1, 3});
   auto call = [&] { return dlfuse_add_mul_activation(reg, x, y, bias, 1.0, DLFUSE_ACT_RELU, out, nullptr); };
   void* const own = out.dl()->data;
-  expect_refused_like_a_first_call([&] { out.dl()->data = own; return call(); },
-                                   [&] { out.dl()->data = x.dl()->data; return call(); }, "'out'");
+  expect_refused_like_a_first_call(
+      [&] {
+        out.dl()->data = own;
+        return call();
+      },
+      [&] {
+        out.dl()->data = x.dl()->data;
+        return call();
+      },
+      "'out'");
   // The exact in-place view of the same remembered layout is accepted.
   Tensor out2({3, 3});
   out2.dl()->data = x.dl()->data;
@@ -186,7 +250,13 @@ TEST_F(RepeatedLayout, DeepTensorsAreCheckedInFull) {
   ASSERT_EQ(dlfuse_add_mul_activation(reg, x, y, bias, 1.0, DLFUSE_ACT_RELU, out, nullptr), DLFUSE_STATUS_OK)
       << last_error();
   auto call = [&] { return dlfuse_add_mul_activation(reg, x, y, bias, 1.0, DLFUSE_ACT_RELU, out, nullptr); };
-  expect_refused_like_a_first_call(call, [&] { out.dl()->data = y.dl()->data; return call(); }, "'y'");
+  expect_refused_like_a_first_call(
+      call,
+      [&] {
+        out.dl()->data = y.dl()->data;
+        return call();
+      },
+      "'y'");
 }
 
 TEST_F(RepeatedLayout, LayoutWrittenInPlaceIsSeen) {
@@ -203,8 +273,20 @@ TEST_F(RepeatedLayout, LayoutWrittenInPlaceIsSeen) {
     return ama(c);
   };
   // The same shape array, rewritten between calls.
-  expect_refused_like_a_first_call(warm, [&] { c.y.dl()->shape[1] = 4; return call(); }, "'y'");
-  expect_refused_like_a_first_call(warm, [&] { c.y.dl()->shape[0] = -1; return call(); }, "shape[0]");
+  expect_refused_like_a_first_call(
+      warm,
+      [&] {
+        c.y.dl()->shape[1] = 4;
+        return call();
+      },
+      "'y'");
+  expect_refused_like_a_first_call(
+      warm,
+      [&] {
+        c.y.dl()->shape[0] = -1;
+        return call();
+      },
+      "shape[0]");
   // Strides appear, then change in place.
   int64_t strides[2] = {3, 1};
   ASSERT_EQ(warm(), DLFUSE_STATUS_OK);
@@ -226,13 +308,43 @@ TEST_F(RepeatedLayout, LayoutWrittenInPlaceIsSeen) {
   EXPECT_MSG_HAS(bcast.message, "'out'");
   c.out.dl()->strides = nullptr;
   // dtype, device and ndim of the same struct.
-  expect_refused_like_a_first_call(warm, [&] { c.y.dl()->dtype = f64(); return call(); }, "float64");
-  expect_refused_like_a_first_call(warm, [&] { c.y.dl()->device.device_id = 1; return call(); }, "'y'");
-  expect_refused_like_a_first_call(warm, [&] { c.y.dl()->ndim = 17; return call(); }, "ndim");
+  expect_refused_like_a_first_call(
+      warm,
+      [&] {
+        c.y.dl()->dtype = f64();
+        return call();
+      },
+      "float64");
+  expect_refused_like_a_first_call(
+      warm,
+      [&] {
+        c.y.dl()->device.device_id = 1;
+        return call();
+      },
+      "'y'");
+  expect_refused_like_a_first_call(
+      warm,
+      [&] {
+        c.y.dl()->ndim = 17;
+        return call();
+      },
+      "ndim");
   int64_t* const shape = c.y.dl()->shape;
-  expect_refused_like_a_first_call(warm, [&] { c.y.dl()->shape = nullptr; return call(); }, "shape");
+  expect_refused_like_a_first_call(
+      warm,
+      [&] {
+        c.y.dl()->shape = nullptr;
+        return call();
+      },
+      "shape");
   c.y.dl()->shape = shape;
-  expect_refused_like_a_first_call(warm, [&] { c.y.dl()->dtype.lanes = 4; return call(); }, "lanes");
+  expect_refused_like_a_first_call(
+      warm,
+      [&] {
+        c.y.dl()->dtype.lanes = 4;
+        return call();
+      },
+      "lanes");
   ASSERT_EQ(warm(), DLFUSE_STATUS_OK);
 }
 
@@ -252,13 +364,35 @@ TEST_F(RepeatedLayout, AttributesAreSeen) {
   ASSERT_EQ(call(1), DLFUSE_STATUS_OK) << last_error();  // multiplier left to its default, 1
   for (int64_t i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(c.out.f()[i], c.expect(i, 1.0, true));
   attrs[1].value.f64 = 2.0;
-  auto warm = [&] { attrs[0] = attr_i64(DLFUSE_ATTR_ACTIVATION, DLFUSE_ACT_RELU); return call(2); };
-  expect_refused_like_a_first_call(warm, [&] { attrs[0].value.i64 = DLFUSE_ACT_COUNT; return call(2); }, "ACTIVATION");
-  expect_refused_like_a_first_call(warm, [&] { attrs[0].type = DLFUSE_ATTR_FLOAT64; return call(2); }, "type");
-  expect_refused_like_a_first_call(warm, [&] { attrs[0] = attrs[1]; return call(2); }, "twice");
-  expect_refused_like_a_first_call(warm, [&] { return call(0); }, "missing");
-  expect_refused_like_a_first_call(warm, [&] { return dlfuse_op_call(op, in, 3, out, 1, nullptr, 2, nullptr); },
-                                   "attrs");
+  auto warm = [&] {
+    attrs[0] = attr_i64(DLFUSE_ATTR_ACTIVATION, DLFUSE_ACT_RELU);
+    return call(2);
+  };
+  expect_refused_like_a_first_call(
+      warm,
+      [&] {
+        attrs[0].value.i64 = DLFUSE_ACT_COUNT;
+        return call(2);
+      },
+      "ACTIVATION");
+  expect_refused_like_a_first_call(
+      warm,
+      [&] {
+        attrs[0].type = DLFUSE_ATTR_FLOAT64;
+        return call(2);
+      },
+      "type");
+  expect_refused_like_a_first_call(
+      warm,
+      [&] {
+        attrs[0] = attrs[1];
+        return call(2);
+      },
+      "twice");
+  expect_refused_like_a_first_call(
+      warm, [&] { return call(0); }, "missing");
+  expect_refused_like_a_first_call(
+      warm, [&] { return dlfuse_op_call(op, in, 3, out, 1, nullptr, 2, nullptr); }, "attrs");
 }
 
 TEST_F(RepeatedLayout, OptionalOutputsArePartOfTheLayout) {
@@ -269,11 +403,26 @@ TEST_F(RepeatedLayout, OptionalOutputsArePartOfTheLayout) {
   auto call = [&] {
     return dlfuse_add_mul_activation_backward(reg, g, c.x, c.y, c.bias, 1.0, DLFUSE_ACT_RELU, grad_x, gy, gb, nullptr);
   };
-  auto warm = [&] { grad_x = nullptr; return call(); };  // grad_x not wanted
-  expect_refused_like_a_first_call(warm, [&] { grad_x = wrong; return call(); }, "grad_x");
+  auto warm = [&] {
+    grad_x = nullptr;
+    return call();
+  };  // grad_x not wanted
+  expect_refused_like_a_first_call(
+      warm,
+      [&] {
+        grad_x = wrong;
+        return call();
+      },
+      "grad_x");
   grad_x = gx;
   ASSERT_EQ(call(), DLFUSE_STATUS_OK) << last_error();
-  expect_refused_like_a_first_call(call, [&] { grad_x = gy; return call(); }, "overlaps");
+  expect_refused_like_a_first_call(
+      call,
+      [&] {
+        grad_x = gy;
+        return call();
+      },
+      "overlaps");
 }
 
 TEST_F(RepeatedLayout, RandomCallsAgreeWithAFirstCall) {
@@ -307,7 +456,9 @@ TEST_F(RepeatedLayout, RandomCallsAgreeWithAFirstCall) {
       t[k].byte_offset = rng() % 6 ? 0 : rng() % 9;
     }
     if (rng() % 5 == 0) t[3] = t[0];  // out aliasing x exactly: in place
-    auto call = [&] { return dlfuse_add_mul_activation(reg, &t[0], &t[1], &t[2], 1.0, DLFUSE_ACT_RELU, &t[3], nullptr); };
+    auto call = [&] {
+      return dlfuse_add_mul_activation(reg, &t[0], &t[1], &t[2], 1.0, DLFUSE_ACT_RELU, &t[3], nullptr);
+    };
     const Outcome here = outcome_of(call);
     const Outcome fresh = on_fresh_thread(call);
     ASSERT_EQ(here, fresh) << "iteration " << iter;

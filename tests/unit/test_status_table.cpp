@@ -7,12 +7,11 @@ namespace unit {
 namespace {
 
 // Expects `expr` to give `status` with a message; prints both when it does not.
-#define EXPECT_STATUS(expr, status)                                                       \
-  do {                                                                                    \
-    const dlfuse_status_t got_ = (expr);                                                  \
-    EXPECT_EQ(got_, (status)) << #expr << " gave " << dlfuse_status_string(got_) << ": " \
-                              << last_error();                                            \
-    if (got_ != DLFUSE_STATUS_OK) EXPECT_FALSE(last_error().empty()) << #expr;            \
+#define EXPECT_STATUS(expr, status)                                                                       \
+  do {                                                                                                    \
+    const dlfuse_status_t got_ = (expr);                                                                  \
+    EXPECT_EQ(got_, (status)) << #expr << " gave " << dlfuse_status_string(got_) << ": " << last_error(); \
+    if (got_ != DLFUSE_STATUS_OK) EXPECT_FALSE(last_error().empty()) << #expr;                            \
   } while (0)
 
 const DLDevice kCpu0{kDLCPU, 0};
@@ -80,8 +79,7 @@ TEST(StatusTable, NullResultPointerOrOpHandleIsInvalidArgument) {
   EXPECT_STATUS(dlfuse_op_get(reg, DLFUSE_OP_ADD_MUL_ACTIVATION, nullptr), DLFUSE_STATUS_INVALID_ARGUMENT);
   EXPECT_STATUS(dlfuse_op_resolve(op, kDLCPU, f32(), nullptr), DLFUSE_STATUS_INVALID_ARGUMENT);
   EXPECT_STATUS(dlfuse_op_resolve(nullptr, kDLCPU, f32(), &plugin), DLFUSE_STATUS_INVALID_ARGUMENT);
-  EXPECT_STATUS(dlfuse_op_call(nullptr, nullptr, 0, nullptr, 0, nullptr, 0, nullptr),
-                DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_STATUS(dlfuse_op_call(nullptr, nullptr, 0, nullptr, 0, nullptr, 0, nullptr), DLFUSE_STATUS_INVALID_ARGUMENT);
   EXPECT_STATUS(dlfuse_device_count(reg, kDLCPU, nullptr), DLFUSE_STATUS_INVALID_ARGUMENT);
   EXPECT_STATUS(dlfuse_device_alloc(reg, kCpu0, 8, nullptr), DLFUSE_STATUS_INVALID_ARGUMENT);
   // The one result pointer that may be NULL.
@@ -95,9 +93,8 @@ TEST(StatusTable, StructSizeShortOfAbi10IsInvalidArgument) {
     o.struct_size = size;
     dlfuse_registry_t r = nullptr;
     EXPECT_STATUS(dlfuse_registry_create(&o, &r), DLFUSE_STATUS_INVALID_ARGUMENT);
-    EXPECT_MSG_HAS(last_error(), "dlfuse_registry_create: argument 'options': struct_size is " +
-                                     std::to_string(size) + "; expected >= " +
-                                     std::to_string(sizeof(dlfuse_registry_options_t)));
+    EXPECT_MSG_HAS(last_error(), "dlfuse_registry_create: argument 'options': struct_size is " + std::to_string(size) +
+                                     "; expected >= " + std::to_string(sizeof(dlfuse_registry_options_t)));
     EXPECT_EQ(r, nullptr);
   }
   Registry reg;
@@ -192,9 +189,9 @@ TEST_F(StatusTableCall, CallFailingValidationIsInvalidArgument) {
   Tensor wrong({3, 2});  // out of the wrong shape
   EXPECT_STATUS(dlfuse_add_mul_activation(reg, c.x, c.y, c.bias, 1.0, DLFUSE_ACT_RELU, wrong, nullptr),
                 DLFUSE_STATUS_INVALID_ARGUMENT);
-  EXPECT_STATUS(dlfuse_add_mul_activation(reg, c.x, c.y, c.bias, 1.0, static_cast<dlfuse_activation_t>(99),
-                                          c.out, nullptr),
-                DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_STATUS(
+      dlfuse_add_mul_activation(reg, c.x, c.y, c.bias, 1.0, static_cast<dlfuse_activation_t>(99), c.out, nullptr),
+      DLFUSE_STATUS_INVALID_ARGUMENT);
   EXPECT_EQ(calls(), 0);
 }
 
@@ -204,8 +201,7 @@ TEST_F(StatusTableCall, CallWithoutAKernelIsUnsupported) {
                 DLFUSE_STATUS_UNSUPPORTED);
   // A typed function of an op that no loaded plugin offers: UNSUPPORTED, not NOT_FOUND.
   MmCase m;
-  EXPECT_STATUS(dlfuse_matmul_add_residual(reg, m.a, m.b, m.bias, m.out, m.out, 0, nullptr),
-                DLFUSE_STATUS_UNSUPPORTED);
+  EXPECT_STATUS(dlfuse_matmul_add_residual(reg, m.a, m.b, m.bias, m.out, m.out, 0, nullptr), DLFUSE_STATUS_UNSUPPORTED);
   EXPECT_MSG_HAS(last_error(), "no available plugin offers this op");
   EXPECT_EQ(calls(), 0);
 }
@@ -221,9 +217,9 @@ TEST_F(StatusTableCall, CallOnADevicePastTheCountIsInvalidArgument) {
 
 TEST_F(StatusTableCall, AppendedInputToAKernelWithoutTheFlagIsUnsupported) {
   Tensor g({2, 3}), o({2, 3}), gx({2, 3});
-  EXPECT_STATUS(dlfuse_add_mul_activation_backward_from_out(reg, g, o, 1.0, DLFUSE_ACT_RELU, gx, nullptr, nullptr,
-                                                            nullptr),
-                DLFUSE_STATUS_UNSUPPORTED);
+  EXPECT_STATUS(
+      dlfuse_add_mul_activation_backward_from_out(reg, g, o, 1.0, DLFUSE_ACT_RELU, gx, nullptr, nullptr, nullptr),
+      DLFUSE_STATUS_UNSUPPORTED);
   EXPECT_EQ(calls(), 0);
 }
 
@@ -307,12 +303,12 @@ TEST(StatusTable, FreeOfNullChecksNothing) {
 TEST_F(StatusTableCall, ZeroByteCopyIsOkOnceTheDeviceIsChecked) {
   EXPECT_STATUS(dlfuse_device_copy(reg, kCpu0, DLFUSE_COPY_HOST_TO_DEVICE, nullptr, 0, nullptr, 0, 0, nullptr),
                 DLFUSE_STATUS_OK);
-  EXPECT_STATUS(dlfuse_device_copy(reg, DLDevice{kDLCUDA, 0}, DLFUSE_COPY_HOST_TO_DEVICE, nullptr, 0, nullptr, 0,
-                                   0, nullptr),
-                DLFUSE_STATUS_NOT_FOUND);
-  EXPECT_STATUS(dlfuse_device_copy(reg, DLDevice{kDLCPU, 1}, DLFUSE_COPY_HOST_TO_DEVICE, nullptr, 0, nullptr, 0, 0,
-                                   nullptr),
-                DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_STATUS(
+      dlfuse_device_copy(reg, DLDevice{kDLCUDA, 0}, DLFUSE_COPY_HOST_TO_DEVICE, nullptr, 0, nullptr, 0, 0, nullptr),
+      DLFUSE_STATUS_NOT_FOUND);
+  EXPECT_STATUS(
+      dlfuse_device_copy(reg, DLDevice{kDLCPU, 1}, DLFUSE_COPY_HOST_TO_DEVICE, nullptr, 0, nullptr, 0, 0, nullptr),
+      DLFUSE_STATUS_INVALID_ARGUMENT);
 }
 
 }  // namespace

@@ -14,8 +14,7 @@ constexpr int kThreads = 8;
 constexpr int kCallsPerThread = 1000;
 
 // Each thread computes with its own values and checks every result.
-void worker(dlfuse_registry_t reg, dlfuse_op_t op, int t, std::atomic<int>* failures,
-            std::atomic<int64_t>* ok_calls) {
+void worker(dlfuse_registry_t reg, dlfuse_op_t op, int t, std::atomic<int>* failures, std::atomic<int64_t>* ok_calls) {
   AmaCase c(4, 8, static_cast<float>(t));
   const DLTensor* in[] = {c.x, c.y, c.bias};
   DLTensor* out[] = {c.out};
@@ -26,8 +25,10 @@ void worker(dlfuse_registry_t reg, dlfuse_op_t op, int t, std::atomic<int>* fail
     dlfuse_status_t s;
     const bool relu = (i % 2) == 1;
     c.out.fill(-777.0f);
-    if (relu) s = dlfuse_add_mul_activation(reg, c.x, c.y, c.bias, mul, DLFUSE_ACT_RELU, c.out, nullptr);
-    else s = dlfuse_op_call(op, in, 3, out, 1, attrs, 2, nullptr);
+    if (relu)
+      s = dlfuse_add_mul_activation(reg, c.x, c.y, c.bias, mul, DLFUSE_ACT_RELU, c.out, nullptr);
+    else
+      s = dlfuse_op_call(op, in, 3, out, 1, attrs, 2, nullptr);
     if (s != DLFUSE_STATUS_OK) {
       failures->fetch_add(1);
       continue;
@@ -155,8 +156,7 @@ TEST(LastError, SuccessLeavesItAsItWas) {
   ASSERT_EQ(dlfuse_op_get(reg, "no_such_op_for_success_test", &op), DLFUSE_STATUS_NOT_FOUND);
   const std::string before = last_error();
   AmaCase c;
-  ASSERT_EQ(dlfuse_add_mul_activation(reg, c.x, c.y, c.bias, 1.0, DLFUSE_ACT_RELU, c.out, nullptr),
-            DLFUSE_STATUS_OK);
+  ASSERT_EQ(dlfuse_add_mul_activation(reg, c.x, c.y, c.bias, 1.0, DLFUSE_ACT_RELU, c.out, nullptr), DLFUSE_STATUS_OK);
   int32_t n = 0;
   ASSERT_EQ(dlfuse_registry_plugin_count(reg, &n), DLFUSE_STATUS_OK);
   EXPECT_EQ(last_error(), before);

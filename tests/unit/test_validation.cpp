@@ -7,14 +7,14 @@ namespace {
 
 // Runs `expr`, expects `status`, and that the plugin was not called; leaves the message
 // in `msg` for further checks.
-#define EXPECT_REFUSED(expr, status)                                                     \
-  do {                                                                                   \
-    const int64_t calls_before_ = calls();                                               \
-    const dlfuse_status_t got_ = (expr);                                                 \
-    msg = last_error();                                                                  \
-    EXPECT_EQ(got_, (status)) << "got " << dlfuse_status_string(got_) << ": " << msg;    \
-    EXPECT_FALSE(msg.empty()) << "no message";                                           \
-    EXPECT_EQ(calls(), calls_before_) << "the plugin was called on a refused call";      \
+#define EXPECT_REFUSED(expr, status)                                                  \
+  do {                                                                                \
+    const int64_t calls_before_ = calls();                                            \
+    const dlfuse_status_t got_ = (expr);                                              \
+    msg = last_error();                                                               \
+    EXPECT_EQ(got_, (status)) << "got " << dlfuse_status_string(got_) << ": " << msg; \
+    EXPECT_FALSE(msg.empty()) << "no message";                                        \
+    EXPECT_EQ(calls(), calls_before_) << "the plugin was called on a refused call";   \
   } while (0)
 
 class Validation : public EchoTest {
@@ -296,8 +296,7 @@ TEST_F(Validation, InputsMayAliasEachOther) {
 
 TEST_F(Validation, UnknownActivationRefused) {
   AmaCase c;
-  EXPECT_REFUSED(ama(c, 1.0, static_cast<dlfuse_activation_t>(DLFUSE_ACT_COUNT)),
-                 DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_REFUSED(ama(c, 1.0, static_cast<dlfuse_activation_t>(DLFUSE_ACT_COUNT)), DLFUSE_STATUS_INVALID_ARGUMENT);
   EXPECT_MSG_IHAS(msg, "activation");
   EXPECT_MSG_HAS(msg, std::to_string(DLFUSE_ACT_COUNT));
   EXPECT_REFUSED(ama(c, 1.0, static_cast<dlfuse_activation_t>(100)), DLFUSE_STATUS_INVALID_ARGUMENT);
@@ -391,8 +390,7 @@ TEST_F(Validation, AttributeOfWrongTypeRefused) {
   const dlfuse_attr_t a1[] = {attr_f64(DLFUSE_ATTR_ACTIVATION, 1.0)};
   EXPECT_REFUSED(dlfuse_op_call(h, in, 3, out, 1, a1, 1, nullptr), DLFUSE_STATUS_INVALID_ARGUMENT);
   EXPECT_MSG_IHAS(msg, "activation");
-  const dlfuse_attr_t a2[] = {attr_i64(DLFUSE_ATTR_ACTIVATION, DLFUSE_ACT_RELU),
-                              attr_i64(DLFUSE_ATTR_MULTIPLIER, 2)};
+  const dlfuse_attr_t a2[] = {attr_i64(DLFUSE_ATTR_ACTIVATION, DLFUSE_ACT_RELU), attr_i64(DLFUSE_ATTR_MULTIPLIER, 2)};
   EXPECT_REFUSED(dlfuse_op_call(h, in, 3, out, 1, a2, 2, nullptr), DLFUSE_STATUS_INVALID_ARGUMENT);
   EXPECT_MSG_IHAS(msg, "multiplier");
 }
@@ -519,8 +517,7 @@ TEST_F(Validation, AmaBackwardShapesChecked) {
   AmaCase c;
   Tensor g({2, 3}), gx({2, 3}), gy({2, 3}), gb({3});
   auto bwd = [&](DLTensor* go, DLTensor* gxx, DLTensor* gyy, DLTensor* gbb) {
-    return dlfuse_add_mul_activation_backward(reg, go, c.x, c.y, c.bias, 1.0, DLFUSE_ACT_RELU, gxx,
-                                              gyy, gbb, nullptr);
+    return dlfuse_add_mul_activation_backward(reg, go, c.x, c.y, c.bias, 1.0, DLFUSE_ACT_RELU, gxx, gyy, gbb, nullptr);
   };
   ASSERT_EQ(bwd(g, gx, gy, gb), DLFUSE_STATUS_OK) << last_error();
   EXPECT_EQ(calls(), 1);
@@ -543,23 +540,22 @@ TEST_F(Validation, AmaBackwardOutputsMustNotOverlap) {
   AmaCase c;
   Tensor g({2, 3}), gx({2, 3}), gb({3});
   // grad_y is grad_x: two outputs on the same memory.
-  EXPECT_REFUSED(dlfuse_add_mul_activation_backward(reg, g, c.x, c.y, c.bias, 1.0, DLFUSE_ACT_RELU, gx,
-                                                    gx, gb, nullptr),
-                 DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_REFUSED(
+      dlfuse_add_mul_activation_backward(reg, g, c.x, c.y, c.bias, 1.0, DLFUSE_ACT_RELU, gx, gx, gb, nullptr),
+      DLFUSE_STATUS_INVALID_ARGUMENT);
   EXPECT_MSG_HAS(msg, "grad_y");
   // grad_x over grad_out (an input).
-  EXPECT_REFUSED(dlfuse_add_mul_activation_backward(reg, g, c.x, c.y, c.bias, 1.0, DLFUSE_ACT_RELU, g,
-                                                    nullptr, nullptr, nullptr),
-                 DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_REFUSED(
+      dlfuse_add_mul_activation_backward(reg, g, c.x, c.y, c.bias, 1.0, DLFUSE_ACT_RELU, g, nullptr, nullptr, nullptr),
+      DLFUSE_STATUS_INVALID_ARGUMENT);
   EXPECT_MSG_HAS(msg, "grad_x");
 }
 
 TEST_F(Validation, AmaBackwardUnknownActivationRefused) {
   AmaCase c;
   Tensor g({2, 3}), gx({2, 3});
-  EXPECT_REFUSED(dlfuse_add_mul_activation_backward(reg, g, c.x, c.y, c.bias, 1.0,
-                                                    static_cast<dlfuse_activation_t>(9), gx, nullptr,
-                                                    nullptr, nullptr),
+  EXPECT_REFUSED(dlfuse_add_mul_activation_backward(reg, g, c.x, c.y, c.bias, 1.0, static_cast<dlfuse_activation_t>(9),
+                                                    gx, nullptr, nullptr, nullptr),
                  DLFUSE_STATUS_INVALID_ARGUMENT);
   EXPECT_MSG_HAS(msg, "9");
 }
@@ -603,7 +599,6 @@ TEST_F(Validation, MatmulBackwardOutputOverlapRefused) {
   EXPECT_MSG_HAS(msg, "grad_a");
 }
 
-
 // ---- more per-tensor checks (docs/abi.md, "Validation") ---------------------------------
 
 TEST_F(Validation, MisalignedFirstElementRefused) {
@@ -643,8 +638,7 @@ TEST_F(Validation, DuplicateAttributeRefused) {
 
 TEST_F(Validation, AllowTf32OutOfRangeRefused) {
   MmCase m;
-  EXPECT_REFUSED(dlfuse_matmul_add_relu(reg, m.a, m.b, m.bias, m.out, 7, nullptr),
-                 DLFUSE_STATUS_INVALID_ARGUMENT);
+  EXPECT_REFUSED(dlfuse_matmul_add_relu(reg, m.a, m.b, m.bias, m.out, 7, nullptr), DLFUSE_STATUS_INVALID_ARGUMENT);
   EXPECT_MSG_HAS(msg, "7");
 }
 

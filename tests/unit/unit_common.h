@@ -61,9 +61,7 @@ inline std::string squash(const std::string& s) {
 inline bool contains(const std::string& hay, const std::string& needle) {
   return hay.find(needle) != std::string::npos;
 }
-inline bool icontains(const std::string& hay, const std::string& needle) {
-  return contains(lower(hay), lower(needle));
-}
+inline bool icontains(const std::string& hay, const std::string& needle) { return contains(lower(hay), lower(needle)); }
 
 // True when `msg` spells `shape` as [a, b] or (a, b) (spaces ignored; "(a,)" for 1-D).
 inline bool has_shape(const std::string& msg, const std::vector<int64_t>& shape) {
@@ -77,9 +75,10 @@ inline bool has_shape(const std::string& msg, const std::vector<int64_t>& shape)
 // gtest predicates that print the message when they fail.
 #define EXPECT_MSG_HAS(msg, needle) \
   EXPECT_TRUE(::unit::contains((msg), (needle))) << "message: \"" << (msg) << "\"\nlacks: \"" << (needle) << "\""
-#define EXPECT_MSG_IHAS(msg, needle) \
-  EXPECT_TRUE(::unit::icontains((msg), (needle))) << "message: \"" << (msg) << "\"\nlacks (any case): \"" << (needle) << "\""
-#define EXPECT_MSG_SHAPE(msg, ...) \
+#define EXPECT_MSG_IHAS(msg, needle)              \
+  EXPECT_TRUE(::unit::icontains((msg), (needle))) \
+      << "message: \"" << (msg) << "\"\nlacks (any case): \"" << (needle) << "\""
+#define EXPECT_MSG_SHAPE(msg, ...)                                         \
   EXPECT_TRUE(::unit::has_shape((msg), std::vector<int64_t>{__VA_ARGS__})) \
       << "message: \"" << (msg) << "\"\nlacks the shape [" #__VA_ARGS__ "]"
 
@@ -92,12 +91,16 @@ class ScopedEnv {
     const char* old = std::getenv(name);
     had_ = old != nullptr;
     if (had_) old_ = old;
-    if (value) ::setenv(name, value, 1);
-    else ::unsetenv(name);
+    if (value)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
   }
   ~ScopedEnv() {
-    if (had_) ::setenv(name_.c_str(), old_.c_str(), 1);
-    else ::unsetenv(name_.c_str());
+    if (had_)
+      ::setenv(name_.c_str(), old_.c_str(), 1);
+    else
+      ::unsetenv(name_.c_str());
   }
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;
@@ -133,8 +136,7 @@ class TempDir {
     return d;
   }
   // Copies the unit plugin `stem` to <sub>/<file_name>; returns the new path.
-  std::string copy_plugin(const std::string& stem, const std::string& sub,
-                          const std::string& file_name) const {
+  std::string copy_plugin(const std::string& stem, const std::string& sub, const std::string& file_name) const {
     fs::path dst = dir(sub) / file_name;
     fs::copy_file(plugin_path(stem), dst, fs::copy_options::overwrite_existing);
     return dst.string();
@@ -303,14 +305,15 @@ inline DLDataType f16() { return DLDataType{kDLFloat, 16, 1}; }
 class Tensor {
  public:
   // Compact row-major; storage for numel elements (at least one) of `dtype`, zeroed.
-  explicit Tensor(std::vector<int64_t> shape, DLDataType dtype = f32(),
-                  DLDevice device = DLDevice{kDLCPU, 0})
+  explicit Tensor(std::vector<int64_t> shape, DLDataType dtype = f32(), DLDevice device = DLDevice{kDLCPU, 0})
       : shape_(std::move(shape)) {
     int64_t n = 1;
     bool huge = false;
     for (int64_t d : shape_) {
-      if (d > (int64_t{1} << 24)) huge = true;  // fake sizes for overflow tests: no storage
-      else n *= d;
+      if (d > (int64_t{1} << 24))
+        huge = true;  // fake sizes for overflow tests: no storage
+      else
+        n *= d;
     }
     if (huge) n = 1;
     const size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * ((dtype.bits * dtype.lanes + 7) / 8);
@@ -364,8 +367,7 @@ class Tensor {
 // exactly representable values.
 struct AmaCase {
   Tensor x, y, bias, out;
-  AmaCase(int64_t M = 2, int64_t N = 3, float x0 = 0.0f)
-      : x({M, N}), y({M, N}), bias({N}), out({M, N}) {
+  AmaCase(int64_t M = 2, int64_t N = 3, float x0 = 0.0f) : x({M, N}), y({M, N}), bias({N}), out({M, N}) {
     x.fill([x0](int64_t i) { return x0 + 0.5f * static_cast<float>(i) - 1.0f; });
     y.fill([](int64_t i) { return 0.25f * static_cast<float>(i % 5) - 0.5f; });
     bias.fill([](int64_t i) { return 0.125f * static_cast<float>(i); });

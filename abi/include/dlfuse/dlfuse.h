@@ -69,55 +69,52 @@ DLFUSE_EXPORT void dlfuse_registry_destroy(dlfuse_registry_t registry);
  * *index (may be NULL) receives the plugin's index either way. Loading the same file
  * again returns its first index and outcome; another file whose plugin name is already
  * loaded is refused with INVALID_ARGUMENT. */
-DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_load(dlfuse_registry_t registry, const char* path,
-                                                   int32_t* index);
+DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_load(dlfuse_registry_t registry, const char* path, int32_t* index);
 
-DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_plugin_count(dlfuse_registry_t registry,
-                                                           int32_t* count);
+DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_plugin_count(dlfuse_registry_t registry, int32_t* count);
 
 /* The info structs are filled by the registry up to min(struct_size, its sizeof); a
  * struct_size short of the ABI 1.0 fields (68 for plugin_info, 36 for kernel_info on
  * LP64) is INVALID_ARGUMENT and nothing is written (docs/abi.md, "Host structs"). */
 typedef struct dlfuse_plugin_info_t {
-  size_t struct_size;        /* set by the caller to sizeof(dlfuse_plugin_info_t) */
-  const char* name;          /* the plugin's name, or the file's stem if it did not load */
-  const char* version;       /* "" if it did not load */
-  const char* path;          /* the file */
-  int32_t available;         /* 1: open() succeeded and kernels dispatch to it */
-  const char* reason;        /* why not available; "" if available */
-  int32_t device_type;       /* a DLDeviceType; 0 if it did not load */
-  int32_t device_count;      /* 0 if unavailable */
-  uint32_t abi_major;        /* as the plugin declared; 0 if it did not load */
+  size_t struct_size;   /* set by the caller to sizeof(dlfuse_plugin_info_t) */
+  const char* name;     /* the plugin's name, or the file's stem if it did not load */
+  const char* version;  /* "" if it did not load */
+  const char* path;     /* the file */
+  int32_t available;    /* 1: open() succeeded and kernels dispatch to it */
+  const char* reason;   /* why not available; "" if available */
+  int32_t device_type;  /* a DLDeviceType; 0 if it did not load */
+  int32_t device_count; /* 0 if unavailable */
+  uint32_t abi_major;   /* as the plugin declared; 0 if it did not load */
   uint32_t abi_minor;
-  int32_t num_kernels;       /* 0 if unavailable */
+  int32_t num_kernels; /* 0 if unavailable */
 } dlfuse_plugin_info_t;
 
 /* plugin outside 0 .. plugin_count-1: NOT_FOUND. */
-DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_plugin_info(dlfuse_registry_t registry,
-                                                          int32_t plugin, dlfuse_plugin_info_t* info);
+DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_plugin_info(dlfuse_registry_t registry, int32_t plugin,
+                                                          dlfuse_plugin_info_t* info);
 
 typedef struct dlfuse_kernel_info_t {
-  size_t struct_size;       /* set by the caller to sizeof(dlfuse_kernel_info_t) */
+  size_t struct_size; /* set by the caller to sizeof(dlfuse_kernel_info_t) */
   const char* op;
   int32_t device_type;
   int32_t num_dtypes;
   const DLDataType* dtypes;
   int32_t priority;
-  uint32_t flags;           /* ABI 1.1: the kernel's DLFUSE_KERNEL_* bits (dlfuse/plugin.h) */
+  uint32_t flags;                  /* ABI 1.1: the kernel's DLFUSE_KERNEL_* bits (dlfuse/plugin.h) */
   const int32_t* dtype_priorities; /* ABI 1.2: num_dtypes priorities, the one for each of
                                       dtypes (each is `priority` unless the plugin gave its own) */
 } dlfuse_kernel_info_t;
 
 /* plugin or kernel (0 .. num_kernels-1) out of range: NOT_FOUND. */
-DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_kernel_info(dlfuse_registry_t registry,
-                                                          int32_t plugin, int32_t kernel,
+DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_kernel_info(dlfuse_registry_t registry, int32_t plugin, int32_t kernel,
                                                           dlfuse_kernel_info_t* info);
 
 /* Dispatch order for (op, device type, dtype): plugins preferred by the user first (the
  * latest dlfuse_registry_prefer call first), then higher kernel priority for that dtype
- * (dlfuse_kernel_info_t.dtype_priorities), then load order. op may be NULL for every op; plugin_name NULL clears the preferences for op
- * (NULL: all). The env var DLFUSE_PREFER (comma-separated plugin names) is applied at
- * creation as if passed to prefer() for every op, first name winning. */
+ * (dlfuse_kernel_info_t.dtype_priorities), then load order. op may be NULL for every op; plugin_name NULL clears the
+ * preferences for op (NULL: all). The env var DLFUSE_PREFER (comma-separated plugin names) is applied at creation as if
+ * passed to prefer() for every op, first name winning. */
 DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_prefer(dlfuse_registry_t registry, const char* op,
                                                      const char* plugin_name);
 
@@ -125,23 +122,20 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_registry_prefer(dlfuse_registry_t registry,
 
 /* Look an op up once; the handle stays valid until the registry is destroyed and
  * follows later loads and preferences. An op no plugin offers is NOT_FOUND. */
-DLFUSE_EXPORT dlfuse_status_t dlfuse_op_get(dlfuse_registry_t registry, const char* op_name,
-                                            dlfuse_op_t* op);
+DLFUSE_EXPORT dlfuse_status_t dlfuse_op_get(dlfuse_registry_t registry, const char* op_name, dlfuse_op_t* op);
 
 /* Run an op: inputs, outputs (an entry may be NULL where the op allows it), attributes
  * (may be NULL when num_attrs is 0; missing ones take their defaults), and a stream for
  * the device of the tensors (NULL: the plugin's default). The plugin is picked by the
  * tensors' device type and dtype. A bad argument is INVALID_ARGUMENT (a device_id past
  * the device count too); no kernel for the device type and dtype is UNSUPPORTED. */
-DLFUSE_EXPORT dlfuse_status_t dlfuse_op_call(dlfuse_op_t op, const DLTensor* const* inputs,
-                                             int32_t num_inputs, DLTensor* const* outputs,
-                                             int32_t num_outputs, const dlfuse_attr_t* attrs,
+DLFUSE_EXPORT dlfuse_status_t dlfuse_op_call(dlfuse_op_t op, const DLTensor* const* inputs, int32_t num_inputs,
+                                             DLTensor* const* outputs, int32_t num_outputs, const dlfuse_attr_t* attrs,
                                              int32_t num_attrs, void* stream);
 
 /* The plugin that op_call would run for this device type and dtype, or NOT_FOUND /
  * UNSUPPORTED. */
-DLFUSE_EXPORT dlfuse_status_t dlfuse_op_resolve(dlfuse_op_t op, int32_t device_type,
-                                                DLDataType dtype, int32_t* plugin);
+DLFUSE_EXPORT dlfuse_status_t dlfuse_op_resolve(dlfuse_op_t op, int32_t device_type, DLDataType dtype, int32_t* plugin);
 
 /* ---- ABI 1.2: op schemas and output inference (docs/abi.md, "Op schemas") ------------ */
 
@@ -178,10 +172,9 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_op_schema(dlfuse_op_t op, dlfuse_op_schema_
  * those (a bias that does not broadcast to the output, both of `out` and `pre`) are
  * INVALID_ARGUMENT, with the message naming the argument. It reads no data: dlfuse_op_call
  * still checks the call in full (devices, strides, overlaps). */
-DLFUSE_EXPORT dlfuse_status_t dlfuse_op_infer_outputs(dlfuse_op_t op, const DLTensor* const* inputs,
-                                                      int32_t num_inputs, const dlfuse_attr_t* attrs,
-                                                      int32_t num_attrs, int32_t num_outputs,
-                                                      int32_t* ndims, int64_t* shapes,
+DLFUSE_EXPORT dlfuse_status_t dlfuse_op_infer_outputs(dlfuse_op_t op, const DLTensor* const* inputs, int32_t num_inputs,
+                                                      const dlfuse_attr_t* attrs, int32_t num_attrs,
+                                                      int32_t num_outputs, int32_t* ndims, int64_t* shapes,
                                                       DLDataType* dtypes);
 
 /* What a binding keeps from a call of `op` for its backward, the op "<op>_backward" of the
@@ -195,102 +188,93 @@ DLFUSE_EXPORT dlfuse_status_t dlfuse_op_infer_outputs(dlfuse_op_t op, const DLTe
  * their inputs or `pre` where the activation's derivative is a function of its output
  * (docs/abi.md, "Backward plans"). NOT_FOUND where no plugin offers "<op>_backward" or
  * either op has no schema. ABI 1.2. */
-DLFUSE_EXPORT dlfuse_status_t dlfuse_op_backward_plan(dlfuse_op_t op, const dlfuse_attr_t* attrs,
-                                                      int32_t num_attrs, int32_t device_type,
-                                                      DLDataType dtype, dlfuse_op_t* backward,
-                                                      uint32_t* backward_inputs,
-                                                      uint32_t* forward_outputs);
+DLFUSE_EXPORT dlfuse_status_t dlfuse_op_backward_plan(dlfuse_op_t op, const dlfuse_attr_t* attrs, int32_t num_attrs,
+                                                      int32_t device_type, DLDataType dtype, dlfuse_op_t* backward,
+                                                      uint32_t* backward_inputs, uint32_t* forward_outputs);
 
 /* ---- the typed kernels (docs/ops.md) ------------------------------------------------- */
 
 /* out = relu(a @ b + bias). a [..., M, K], b [..., K, N], bias broadcastable to out
  * [batch..., M, N]. allow_tf32 = 0 is exact fp32. */
-DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_relu(dlfuse_registry_t registry, const DLTensor* a,
-                                                     const DLTensor* b, const DLTensor* bias,
-                                                     DLTensor* out, int32_t allow_tf32,
+DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_relu(dlfuse_registry_t registry, const DLTensor* a, const DLTensor* b,
+                                                     const DLTensor* bias, DLTensor* out, int32_t allow_tf32,
                                                      void* stream);
 
 /* Gradients of matmul_add_relu from grad_out and the saved a, b, out. Any of grad_a,
  * grad_b, grad_bias may be NULL; each present one has its input's shape. */
-DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_relu_backward(
-    dlfuse_registry_t registry, const DLTensor* grad_out, const DLTensor* a, const DLTensor* b,
-    const DLTensor* out, DLTensor* grad_a, DLTensor* grad_b, DLTensor* grad_bias,
-    int32_t allow_tf32, void* stream);
+DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_relu_backward(dlfuse_registry_t registry, const DLTensor* grad_out,
+                                                              const DLTensor* a, const DLTensor* b, const DLTensor* out,
+                                                              DLTensor* grad_a, DLTensor* grad_b, DLTensor* grad_bias,
+                                                              int32_t allow_tf32, void* stream);
 
 /* out = act(x + bias + multiplier * y), NumPy broadcasting; out may be exactly x: equal
  * data, byte_offset, dtype, shape, and strides of every dim of size > 1 (in place). */
-DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation(dlfuse_registry_t registry,
-                                                        const DLTensor* x, const DLTensor* y,
-                                                        const DLTensor* bias, double multiplier,
-                                                        dlfuse_activation_t activation,
-                                                        DLTensor* out, void* stream);
+DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation(dlfuse_registry_t registry, const DLTensor* x,
+                                                        const DLTensor* y, const DLTensor* bias, double multiplier,
+                                                        dlfuse_activation_t activation, DLTensor* out, void* stream);
 
 /* Gradients of add_mul_activation from grad_out and the forward's inputs (the
  * pre-activation is recomputed). Any of grad_x, grad_y, grad_bias may be NULL. */
-DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation_backward(
-    dlfuse_registry_t registry, const DLTensor* grad_out, const DLTensor* x, const DLTensor* y,
-    const DLTensor* bias, double multiplier, dlfuse_activation_t activation, DLTensor* grad_x,
-    DLTensor* grad_y, DLTensor* grad_bias, void* stream);
+DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation_backward(dlfuse_registry_t registry, const DLTensor* grad_out,
+                                                                 const DLTensor* x, const DLTensor* y,
+                                                                 const DLTensor* bias, double multiplier,
+                                                                 dlfuse_activation_t activation, DLTensor* grad_x,
+                                                                 DLTensor* grad_y, DLTensor* grad_bias, void* stream);
 
 /* ---- added in ABI 1.1 (a 1.0 plugin serves none of these; docs/abi.md) -------------- */
 
 /* out = act(a @ b + bias), shapes as matmul_add_relu. pre (may be NULL) receives
  * a @ b + bias, which the backward of GELU and SiLU needs. */
-DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_activation(
-    dlfuse_registry_t registry, const DLTensor* a, const DLTensor* b, const DLTensor* bias,
-    dlfuse_activation_t activation, DLTensor* out, DLTensor* pre, int32_t allow_tf32,
-    void* stream);
+DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_activation(dlfuse_registry_t registry, const DLTensor* a,
+                                                           const DLTensor* b, const DLTensor* bias,
+                                                           dlfuse_activation_t activation, DLTensor* out, DLTensor* pre,
+                                                           int32_t allow_tf32, void* stream);
 
 /* Gradients of matmul_add_activation from grad_out, a, b and exactly one of out and pre
  * (the other NULL; out only for IDENTITY, RELU, SIGMOID, TANH). Any of grad_a, grad_b,
  * grad_bias may be NULL; grad_bias's shape is the forward's bias shape. */
 DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_activation_backward(
-    dlfuse_registry_t registry, const DLTensor* grad_out, const DLTensor* a, const DLTensor* b,
-    const DLTensor* out, const DLTensor* pre, dlfuse_activation_t activation, DLTensor* grad_a,
-    DLTensor* grad_b, DLTensor* grad_bias, int32_t allow_tf32, void* stream);
+    dlfuse_registry_t registry, const DLTensor* grad_out, const DLTensor* a, const DLTensor* b, const DLTensor* out,
+    const DLTensor* pre, dlfuse_activation_t activation, DLTensor* grad_a, DLTensor* grad_b, DLTensor* grad_bias,
+    int32_t allow_tf32, void* stream);
 
 /* out = a @ b + bias + residual; bias and residual broadcast to out; out may be exactly
  * residual (in place; "exactly" as for add_mul_activation's x). */
-DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_residual(dlfuse_registry_t registry,
-                                                         const DLTensor* a, const DLTensor* b,
-                                                         const DLTensor* bias,
-                                                         const DLTensor* residual, DLTensor* out,
-                                                         int32_t allow_tf32, void* stream);
+DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_residual(dlfuse_registry_t registry, const DLTensor* a,
+                                                         const DLTensor* b, const DLTensor* bias,
+                                                         const DLTensor* residual, DLTensor* out, int32_t allow_tf32,
+                                                         void* stream);
 
 /* Gradients of matmul_add_residual. Any output may be NULL; grad_bias's and
  * grad_residual's shapes are the forward's bias and residual shapes. */
-DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_residual_backward(
-    dlfuse_registry_t registry, const DLTensor* grad_out, const DLTensor* a, const DLTensor* b,
-    DLTensor* grad_a, DLTensor* grad_b, DLTensor* grad_bias, DLTensor* grad_residual,
-    int32_t allow_tf32, void* stream);
+DLFUSE_EXPORT dlfuse_status_t dlfuse_matmul_add_residual_backward(dlfuse_registry_t registry, const DLTensor* grad_out,
+                                                                  const DLTensor* a, const DLTensor* b,
+                                                                  DLTensor* grad_a, DLTensor* grad_b,
+                                                                  DLTensor* grad_bias, DLTensor* grad_residual,
+                                                                  int32_t allow_tf32, void* stream);
 
 /* Gradients of add_mul_activation from grad_out and the forward's out, for IDENTITY,
  * RELU, SIGMOID and TANH: x, y and bias are not needed. grad_x, grad_y, grad_bias
  * (each may be NULL) have the forward's x, y and bias shapes. */
 DLFUSE_EXPORT dlfuse_status_t dlfuse_add_mul_activation_backward_from_out(
     dlfuse_registry_t registry, const DLTensor* grad_out, const DLTensor* out, double multiplier,
-    dlfuse_activation_t activation, DLTensor* grad_x, DLTensor* grad_y, DLTensor* grad_bias,
-    void* stream);
+    dlfuse_activation_t activation, DLTensor* grad_x, DLTensor* grad_y, DLTensor* grad_bias, void* stream);
 
 /* ---- device services (served by the first available plugin for the device type) ----
  * No plugin for device.device_type: NOT_FOUND; device_id past its count: INVALID_ARGUMENT.
  * dlfuse_device_count of a type no plugin serves is OK with *count = 0. */
 
-DLFUSE_EXPORT dlfuse_status_t dlfuse_device_count(dlfuse_registry_t registry,
-                                                  int32_t device_type, int32_t* count);
+DLFUSE_EXPORT dlfuse_status_t dlfuse_device_count(dlfuse_registry_t registry, int32_t device_type, int32_t* count);
 /* On CPU: host memory aligned to at least 64 bytes. nbytes 0 gives a unique pointer. */
-DLFUSE_EXPORT dlfuse_status_t dlfuse_device_alloc(dlfuse_registry_t registry, DLDevice device,
-                                                  size_t nbytes, void** ptr);
+DLFUSE_EXPORT dlfuse_status_t dlfuse_device_alloc(dlfuse_registry_t registry, DLDevice device, size_t nbytes,
+                                                  void** ptr);
 /* ptr NULL: OK, nothing checked (as free(NULL)). */
-DLFUSE_EXPORT dlfuse_status_t dlfuse_device_free(dlfuse_registry_t registry, DLDevice device,
-                                                 void* ptr);
+DLFUSE_EXPORT dlfuse_status_t dlfuse_device_free(dlfuse_registry_t registry, DLDevice device, void* ptr);
 /* Copies as in dlfuse/plugin.h: host memory is done with when the call returns. */
-DLFUSE_EXPORT dlfuse_status_t dlfuse_device_copy(dlfuse_registry_t registry, DLDevice device,
-                                                 dlfuse_copy_kind_t kind, void* dst,
-                                                 size_t dst_offset, const void* src,
-                                                 size_t src_offset, size_t nbytes, void* stream);
-DLFUSE_EXPORT dlfuse_status_t dlfuse_device_synchronize(dlfuse_registry_t registry,
-                                                        DLDevice device, void* stream);
+DLFUSE_EXPORT dlfuse_status_t dlfuse_device_copy(dlfuse_registry_t registry, DLDevice device, dlfuse_copy_kind_t kind,
+                                                 void* dst, size_t dst_offset, const void* src, size_t src_offset,
+                                                 size_t nbytes, void* stream);
+DLFUSE_EXPORT dlfuse_status_t dlfuse_device_synchronize(dlfuse_registry_t registry, DLDevice device, void* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

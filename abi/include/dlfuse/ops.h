@@ -24,10 +24,10 @@ extern "C" {
 #define DLFUSE_MAX_ARGS 16
 
 /* dlfuse_arg_schema_t.flags */
-#define DLFUSE_ARG_OPTIONAL 1u  /* the entry may be NULL (the op's rules say when) */
-#define DLFUSE_ARG_REDUCIBLE 2u /* an output that may instead have any shape broadcasting to
-                                   its rule's shape (a gradient summed to a broadcast input's
-                                   shape); the rule gives the widest */
+#define DLFUSE_ARG_OPTIONAL 1u /* the entry may be NULL (the op's rules say when) */
+/* An output that may instead have any shape broadcasting to its rule's shape (a gradient
+   summed to a broadcast input's shape); the rule gives the widest. */
+#define DLFUSE_ARG_REDUCIBLE 2u
 
 /* dlfuse_attr_schema_t.flags */
 #define DLFUSE_ATTR_REQUIRED 1u /* a call must give it (default_value is not used) */
@@ -68,25 +68,24 @@ typedef struct dlfuse_attr_schema_t {
  * attribute of the schema, defaults filled, in schema order). Writes *ndim <= DLFUSE_MAX_NDIM
  * and shape[0, *ndim). On a bad call: a status and a message in err, as a kernel does. */
 typedef dlfuse_status_t (*dlfuse_shape_fn_t)(const DLTensor* const* inputs, int32_t num_inputs,
-                                             const dlfuse_attr_t* attrs, int32_t num_attrs,
-                                             int32_t output, int32_t* ndim, int64_t* shape,
-                                             char* err, size_t err_size);
+                                             const dlfuse_attr_t* attrs, int32_t num_attrs, int32_t output,
+                                             int32_t* ndim, int64_t* shape, char* err, size_t err_size);
 
 /* An op's schema: what a plugin declares for an op of its own (dlfuse_kernel_t.schema) and
  * what dlfuse_op_schema / dlfuse_registry_op_schema fill in. */
 typedef struct dlfuse_op_schema_t {
   size_t struct_size;
-  const char* name;          /* the op's name; 1-64 characters of [A-Za-z0-9_] */
-  uint32_t since_minor;      /* the ABI minor that added it (plugin-declared ops: 2) */
-  int32_t num_inputs;        /* 0..DLFUSE_MAX_ARGS */
+  const char* name;     /* the op's name; 1-64 characters of [A-Za-z0-9_] */
+  uint32_t since_minor; /* the ABI minor that added it (plugin-declared ops: 2) */
+  int32_t num_inputs;   /* 0..DLFUSE_MAX_ARGS */
   const dlfuse_arg_schema_t* inputs;
-  int32_t num_outputs;       /* 1..DLFUSE_MAX_ARGS */
+  int32_t num_outputs; /* 1..DLFUSE_MAX_ARGS */
   const dlfuse_arg_schema_t* outputs;
-  int32_t num_attrs;         /* 0..DLFUSE_MAX_ATTRS */
+  int32_t num_attrs; /* 0..DLFUSE_MAX_ATTRS */
   const dlfuse_attr_schema_t* attrs;
   dlfuse_shape_fn_t shape_fn; /* required when an output's rule is DLFUSE_SHAPE_CALLBACK */
-  int32_t plugin;            /* filled by the registry: -1 for a core op, else the index of
-                                the plugin that declared it; ignored in a declaration */
+  int32_t plugin;             /* filled by the registry: -1 for a core op, else the index of
+                                 the plugin that declared it; ignored in a declaration */
 } dlfuse_op_schema_t;
 
 /* The most attributes of one op. */
@@ -112,6 +111,8 @@ typedef struct dlfuse_op_schema_t {
 #define DLFUSE_ARITY(op) DLFUSE_NUM_INPUTS(op), DLFUSE_NUM_OUTPUTS(op)
 
 /* Indices of inputs, outputs and attributes; `_` is -1 (none). */
+/* X-lists over ops.def, kept as written: */
+/* clang-format off */
 #define DLFUSE_OP(op, since) enum { dlfuse_##op##_in__ = -1,
 #define DLFUSE_IN(op, name, flags, since) dlfuse_##op##_in_##name,
 #define DLFUSE_OUT(op, name, flags, rule, s0, s1, s2, alias)
@@ -186,6 +187,7 @@ enum {
 #undef DLFUSE_OUT
 #undef DLFUSE_END
 #undef DLFUSE_ATTR
+/* clang-format on */
 
 #ifdef __cplusplus
 } /* extern "C" */

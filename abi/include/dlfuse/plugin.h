@@ -43,38 +43,37 @@ typedef struct dlfuse_host_info_t {
  * the op takes, defaults filled in, in the schema's order. */
 typedef struct dlfuse_kernel_args_t {
   size_t struct_size;
-  const char* op;                 /* the op's name, e.g. DLFUSE_OP_MATMUL_ADD_RELU */
-  const DLTensor* const* inputs;  /* num_inputs views, in the op's documented order; an
-                                     entry is NULL where the op says an input may be absent
-                                     (only in calls to plugins of ABI >= 1.1) */
+  const char* op;                /* the op's name, e.g. DLFUSE_OP_MATMUL_ADD_RELU */
+  const DLTensor* const* inputs; /* num_inputs views, in the op's documented order; an
+                                    entry is NULL where the op says an input may be absent
+                                    (only in calls to plugins of ABI >= 1.1) */
   int32_t num_inputs;
-  DLTensor* const* outputs;       /* num_outputs views; an entry is NULL when not wanted */
+  DLTensor* const* outputs; /* num_outputs views; an entry is NULL when not wanted */
   int32_t num_outputs;
-  const dlfuse_attr_t* attrs;     /* num_attrs typed attributes */
+  const dlfuse_attr_t* attrs; /* num_attrs typed attributes */
   int32_t num_attrs;
-  void* stream;                   /* cudaStream_t, cl_command_queue, or NULL (default) */
-  char* err;                      /* where a failing kernel writes its message */
-  size_t err_size;                /* capacity of err in bytes, NUL included */
+  void* stream;    /* cudaStream_t, cl_command_queue, or NULL (default) */
+  char* err;       /* where a failing kernel writes its message */
+  size_t err_size; /* capacity of err in bytes, NUL included */
 } dlfuse_kernel_args_t;
 
 /* Every kernel has this signature. `state` is what open() returned, `kernel_data` is
  * the kernel table entry's own pointer. */
-typedef dlfuse_status_t (*dlfuse_kernel_fn_t)(void* state, void* kernel_data,
-                                              const dlfuse_kernel_args_t* args);
+typedef dlfuse_status_t (*dlfuse_kernel_fn_t)(void* state, void* kernel_data, const dlfuse_kernel_args_t* args);
 
 /* One entry of a plugin's kernel table: an op on one device type, for some dtypes.
  * Every tensor of a call has the same dtype (one of `dtypes`). */
 typedef struct dlfuse_kernel_t {
   size_t struct_size;
-  const char* op;           /* the op's name */
-  int32_t device_type;      /* a DLDeviceType */
+  const char* op;      /* the op's name */
+  int32_t device_type; /* a DLDeviceType */
   int32_t num_dtypes;
   const DLDataType* dtypes; /* the dtypes this kernel accepts */
   int32_t priority;         /* higher wins; first-party plugins use 100, tests use < 0 */
   dlfuse_kernel_fn_t fn;
-  void* kernel_data;        /* passed back to fn */
+  void* kernel_data; /* passed back to fn */
   /* ABI 1.1 */
-  uint32_t flags;           /* DLFUSE_KERNEL_* bits; 0 for none */
+  uint32_t flags; /* DLFUSE_KERNEL_* bits; 0 for none */
   /* ABI 1.2 */
   const dlfuse_op_schema_t* schema; /* for an op the core does not know: its schema, which
                                        the registry then validates calls by, lists and
@@ -101,41 +100,35 @@ typedef struct dlfuse_plugin_t {
 
   /* Prepare the plugin. A failure (no GPU, no driver) leaves the plugin listed as
    * unavailable with `err` as the reason; it is not fatal to the registry. */
-  dlfuse_status_t (*open)(const dlfuse_host_info_t* host, void** state, char* err,
-                          size_t err_size);
+  dlfuse_status_t (*open)(const dlfuse_host_info_t* host, void** state, char* err, size_t err_size);
   /* Release what open() made. Called once if open() succeeded with a non-NULL state: when
    * the registry is destroyed, or at once if the rest of loading fails. */
   void (*close)(void* state);
   /* The kernel table, valid until close(). Called once after a successful open().
    * Entries are read with a stride of kernels[0].struct_size, so all must share it. */
-  dlfuse_status_t (*get_kernels)(void* state, const dlfuse_kernel_t** kernels,
-                                 int32_t* num_kernels, char* err, size_t err_size);
+  dlfuse_status_t (*get_kernels)(void* state, const dlfuse_kernel_t** kernels, int32_t* num_kernels, char* err,
+                                 size_t err_size);
 
   /* Device services. For a CPU plugin: device_count 1, alloc = host memory aligned to at
    * least 64 bytes (callers of dlfuse_device_alloc rely on it; docs/abi.md). */
   dlfuse_status_t (*device_count)(void* state, int32_t* count, char* err, size_t err_size);
   /* Allocate nbytes (nbytes may be 0) on device_id; *ptr is what DLTensor.data takes. */
-  dlfuse_status_t (*alloc)(void* state, int32_t device_id, size_t nbytes, void** ptr,
-                           char* err, size_t err_size);
-  dlfuse_status_t (*free)(void* state, int32_t device_id, void* ptr, char* err,
-                          size_t err_size);
+  dlfuse_status_t (*alloc)(void* state, int32_t device_id, size_t nbytes, void** ptr, char* err, size_t err_size);
+  dlfuse_status_t (*free)(void* state, int32_t device_id, void* ptr, char* err, size_t err_size);
   /* Copy nbytes from src+src_offset to dst+dst_offset, ordered on `stream`. A copy that
    * touches host memory has completed when it returns. Device pointers are what alloc()
    * gave (a cl_mem on OpenCL), hence the separate byte offsets. */
-  dlfuse_status_t (*copy)(void* state, int32_t device_id, dlfuse_copy_kind_t kind, void* dst,
-                          size_t dst_offset, const void* src, size_t src_offset, size_t nbytes,
-                          void* stream, char* err, size_t err_size);
+  dlfuse_status_t (*copy)(void* state, int32_t device_id, dlfuse_copy_kind_t kind, void* dst, size_t dst_offset,
+                          const void* src, size_t src_offset, size_t nbytes, void* stream, char* err, size_t err_size);
   /* Wait until everything enqueued on `stream` (NULL: the default) has finished. */
-  dlfuse_status_t (*synchronize)(void* state, int32_t device_id, void* stream, char* err,
-                                 size_t err_size);
+  dlfuse_status_t (*synchronize)(void* state, int32_t device_id, void* stream, char* err, size_t err_size);
 } dlfuse_plugin_t;
 
 /* The entry symbol's type. */
 typedef const dlfuse_plugin_t* (*dlfuse_plugin_entry_fn_t)(void);
 
 /* Find an attribute by key; NULL if absent. */
-static inline const dlfuse_attr_t* dlfuse_find_attr(const dlfuse_kernel_args_t* args,
-                                                    int32_t key) {
+static inline const dlfuse_attr_t* dlfuse_find_attr(const dlfuse_kernel_args_t* args, int32_t key) {
   for (int32_t i = 0; i < args->num_attrs; ++i)
     if (args->attrs[i].key == key) return &args->attrs[i];
   return (const dlfuse_attr_t*)0;

@@ -33,8 +33,7 @@ extern "C" {
 #endif
 
 /* True when a struct filled by the other side is long enough to hold `field`. */
-#define DLFUSE_HAS_FIELD(ptr, type, field) \
-  ((ptr)->struct_size >= offsetof(type, field) + sizeof(((type*)0)->field))
+#define DLFUSE_HAS_FIELD(ptr, type, field) ((ptr)->struct_size >= offsetof(type, field) + sizeof(((type*)0)->field))
 
 /* One status enum for every call. Anything but OK comes with a message. docs/abi.md,
  * "Status of each failed check", gives the status of every check. */
@@ -69,16 +68,13 @@ typedef enum dlfuse_activation_t {
 
 /* Attribute keys. An op documents which keys it takes (docs/ops.md). */
 typedef enum dlfuse_attr_key_t {
-  DLFUSE_ATTR_ACTIVATION = 1, /* int64: a dlfuse_activation_t */
-  DLFUSE_ATTR_MULTIPLIER = 2, /* float64: the scalar multiplier */
-  DLFUSE_ATTR_ALLOW_TF32 = 3, /* int64: 0 = exact fp32 (default), 1 = TF32 allowed */
+  DLFUSE_ATTR_ACTIVATION = 1,       /* int64: a dlfuse_activation_t */
+  DLFUSE_ATTR_MULTIPLIER = 2,       /* float64: the scalar multiplier */
+  DLFUSE_ATTR_ALLOW_TF32 = 3,       /* int64: 0 = exact fp32 (default), 1 = TF32 allowed */
   DLFUSE_ATTR_OUTPUT_ACTIVATION = 4 /* int64 (ABI 1.2): a dlfuse_activation_t, mlp's last layer */
 } dlfuse_attr_key_t;
 
-typedef enum dlfuse_attr_type_t {
-  DLFUSE_ATTR_INT64 = 1,
-  DLFUSE_ATTR_FLOAT64 = 2
-} dlfuse_attr_type_t;
+typedef enum dlfuse_attr_type_t { DLFUSE_ATTR_INT64 = 1, DLFUSE_ATTR_FLOAT64 = 2 } dlfuse_attr_type_t;
 
 /* A typed attribute. This one struct has no struct_size: it is an array element
  * and its layout is frozen for ABI 1; new attributes are new keys, not new fields. */

@@ -51,7 +51,7 @@ struct Binding {
 // Never freed: an executable compiled earlier may still run a handler after a rebind.
 std::atomic<Binding*> g_binding{nullptr};
 
-ffi::ErrorCode CodeOf(dlfuse_status_t st) {
+ffi::ErrorCode code_of(dlfuse_status_t st) {
   switch (st) {
     case DLFUSE_STATUS_INVALID_ARGUMENT: return ffi::ErrorCode::kInvalidArgument;
     case DLFUSE_STATUS_UNSUPPORTED: return ffi::ErrorCode::kUnimplemented;
@@ -62,19 +62,19 @@ ffi::ErrorCode CodeOf(dlfuse_status_t st) {
   }
 }
 
-ffi::Error Refused(const Binding& b, std::string_view op, dlfuse_status_t st) {
+ffi::Error refused(const Binding& b, std::string_view op, dlfuse_status_t st) {
   std::string msg = "dlfuse ";
   msg.append(op).append(": [").append(b.status_string(st)).append("] ").append(b.last_error());
-  return ffi::Error(CodeOf(st), std::move(msg));
+  return ffi::Error(code_of(st), std::move(msg));
 }
 
-ffi::Error Invalid(std::string_view op, const std::string& what) {
+ffi::Error invalid(std::string_view op, const std::string& what) {
   std::string msg = "dlfuse ";
   msg.append(op).append(": ").append(what);
   return ffi::Error::InvalidArgument(std::move(msg));
 }
 
-dlfuse_status_t LookUp(Binding& b, std::string_view name, dlfuse_op_t* op) {
+dlfuse_status_t look_up(Binding& b, std::string_view name, dlfuse_op_t* op) {
   for (const OpEntry* e = b.ops.load(std::memory_order_acquire); e; e = e->next) {
     if (e->name == name) {
       *op = e->op;
@@ -97,7 +97,7 @@ dlfuse_status_t LookUp(Binding& b, std::string_view name, dlfuse_op_t* op) {
   return st;
 }
 
-bool DLTypeOf(ffi::DataType t, DLDataType* out) {
+bool dl_type_of(ffi::DataType t, DLDataType* out) {
   switch (t) {
     case ffi::DataType::F32: *out = {kDLFloat, 32, 1}; return true;
     case ffi::DataType::F16: *out = {kDLFloat, 16, 1}; return true;
@@ -107,7 +107,7 @@ bool DLTypeOf(ffi::DataType t, DLDataType* out) {
   }
 }
 
-bool ToDLTensor(const ffi::AnyBuffer& buf, DLDevice dev, DLTensor* t) {
+bool to_dl_tensor(const ffi::AnyBuffer& buf, DLDevice dev, DLTensor* t) {
   auto dims = buf.dimensions();
   t->data = buf.untyped_data();
   t->device = dev;
@@ -115,27 +115,25 @@ bool ToDLTensor(const ffi::AnyBuffer& buf, DLDevice dev, DLTensor* t) {
   t->shape = const_cast<int64_t*>(dims.begin());
   t->strides = nullptr;  // XLA hands the FFI dense row-major buffers
   t->byte_offset = 0;
-  return DLTypeOf(buf.element_type(), &t->dtype);
+  return dl_type_of(buf.element_type(), &t->dtype);
 }
 
-ffi::Error Call(DLDevice dev, void* stream, std::string_view op_name,
-                ffi::Span<const int64_t> in_map, ffi::Span<const int64_t> out_map,
-                ffi::Span<const int64_t> i64_attrs, ffi::Span<const int64_t> f64_keys,
-                ffi::Span<const double> f64_values, ffi::RemainingArgs args,
-                ffi::RemainingRets rets) {
+ffi::Error call(DLDevice dev, void* stream, std::string_view op_name, ffi::Span<const int64_t> in_map,
+                ffi::Span<const int64_t> out_map, ffi::Span<const int64_t> i64_attrs, ffi::Span<const int64_t> f64_keys,
+                ffi::Span<const double> f64_values, ffi::RemainingArgs args, ffi::RemainingRets rets) {
   Binding* b = g_binding.load(std::memory_order_acquire);
   if (b == nullptr) {
-    return Invalid(op_name, "libdlfuse is not bound (import dlfuse.jax registers and binds it)");
+    return invalid(op_name, "libdlfuse is not bound (import dlfuse.jax registers and binds it)");
   }
   const int64_t n_in = static_cast<int64_t>(in_map.size()) - 1;
   const int64_t n_out = static_cast<int64_t>(out_map.size()) - 1;
   const int64_t n_i64 = (static_cast<int64_t>(i64_attrs.size()) - 1) / 2;
   const int64_t n_f64 = static_cast<int64_t>(f64_keys.size()) - 1;
-  if (n_in < 0 || n_in > kMaxTensors || n_out < 0 || n_out > kMaxTensors ||
-      n_i64 < 0 || i64_attrs.size() % 2 != 1 || n_f64 < 0 ||
-      f64_values.size() != f64_keys.size() || n_i64 + n_f64 > 2 * kMaxTensors) {
-    return Invalid(op_name, "malformed attributes (inputs, outputs, i64_attrs, f64_keys, "
-                            "f64_values) from dlfuse.jax");
+  if (n_in < 0 || n_in > kMaxTensors || n_out < 0 || n_out > kMaxTensors || n_i64 < 0 || i64_attrs.size() % 2 != 1 ||
+      n_f64 < 0 || f64_values.size() != f64_keys.size() || n_i64 + n_f64 > 2 * kMaxTensors) {
+    return invalid(op_name,
+                   "malformed attributes (inputs, outputs, i64_attrs, f64_keys, "
+                   "f64_values) from dlfuse.jax");
   }
   DLTensor in_t[kMaxTensors], out_t[kMaxTensors];
   const DLTensor* ins[kMaxTensors];
@@ -144,12 +142,11 @@ ffi::Error Call(DLDevice dev, void* stream, std::string_view op_name,
     int64_t k = in_map[i + 1];
     ins[i] = nullptr;
     if (k < 0) continue;
-    if (k >= static_cast<int64_t>(args.size())) return Invalid(op_name, "input index out of range");
+    if (k >= static_cast<int64_t>(args.size())) return invalid(op_name, "input index out of range");
     auto buf = args.get<ffi::AnyBuffer>(k);
     if (!buf.has_value()) return buf.error();
-    if (!ToDLTensor(*buf, dev, &in_t[i])) {
-      return Invalid(op_name, "input " + std::to_string(i) +
-                                  ": dtype must be float32, float16, bfloat16 or float64");
+    if (!to_dl_tensor(*buf, dev, &in_t[i])) {
+      return invalid(op_name, "input " + std::to_string(i) + ": dtype must be float32, float16, bfloat16 or float64");
     }
     ins[i] = &in_t[i];
   }
@@ -157,12 +154,11 @@ ffi::Error Call(DLDevice dev, void* stream, std::string_view op_name,
     int64_t k = out_map[i + 1];
     outs[i] = nullptr;
     if (k < 0) continue;
-    if (k >= static_cast<int64_t>(rets.size())) return Invalid(op_name, "output index out of range");
+    if (k >= static_cast<int64_t>(rets.size())) return invalid(op_name, "output index out of range");
     auto buf = rets.get<ffi::AnyBuffer>(k);
     if (!buf.has_value()) return buf.error();
-    if (!ToDLTensor(**buf, dev, &out_t[i])) {
-      return Invalid(op_name, "output " + std::to_string(i) +
-                                  ": dtype must be float32, float16, bfloat16 or float64");
+    if (!to_dl_tensor(**buf, dev, &out_t[i])) {
+      return invalid(op_name, "output " + std::to_string(i) + ": dtype must be float32, float16, bfloat16 or float64");
     }
     outs[i] = &out_t[i];
   }
@@ -179,29 +175,26 @@ ffi::Error Call(DLDevice dev, void* stream, std::string_view op_name,
     attrs[n_attrs++].value.f64 = f64_values[i + 1];
   }
   dlfuse_op_t op = nullptr;
-  dlfuse_status_t st = LookUp(*b, op_name, &op);
+  dlfuse_status_t st = look_up(*b, op_name, &op);
   if (st == DLFUSE_STATUS_OK) {
-    st = b->op_call(op, ins, static_cast<int32_t>(n_in), outs, static_cast<int32_t>(n_out),
-                    n_attrs ? attrs : nullptr, n_attrs, stream);
+    st = b->op_call(op, ins, static_cast<int32_t>(n_in), outs, static_cast<int32_t>(n_out), n_attrs ? attrs : nullptr,
+                    n_attrs, stream);
   }
-  return st == DLFUSE_STATUS_OK ? ffi::Error::Success() : Refused(*b, op_name, st);
+  return st == DLFUSE_STATUS_OK ? ffi::Error::Success() : refused(*b, op_name, st);
 }
 
-ffi::Error CallCpu(std::string_view op, ffi::Span<const int64_t> in_map,
-                   ffi::Span<const int64_t> out_map, ffi::Span<const int64_t> i64_attrs,
-                   ffi::Span<const int64_t> f64_keys, ffi::Span<const double> f64_values,
-                   ffi::RemainingArgs args, ffi::RemainingRets rets) {
-  return Call(DLDevice{kDLCPU, 0}, nullptr, op, in_map, out_map, i64_attrs, f64_keys, f64_values,
-              args, rets);
-}
-
-ffi::Error CallCuda(void* stream, int32_t device_ordinal, std::string_view op,
-                    ffi::Span<const int64_t> in_map, ffi::Span<const int64_t> out_map,
+ffi::Error call_cpu(std::string_view op, ffi::Span<const int64_t> in_map, ffi::Span<const int64_t> out_map,
                     ffi::Span<const int64_t> i64_attrs, ffi::Span<const int64_t> f64_keys,
-                    ffi::Span<const double> f64_values, ffi::RemainingArgs args,
-                    ffi::RemainingRets rets) {
-  return Call(DLDevice{kDLCUDA, device_ordinal}, stream, op, in_map, out_map, i64_attrs,
-              f64_keys, f64_values, args, rets);
+                    ffi::Span<const double> f64_values, ffi::RemainingArgs args, ffi::RemainingRets rets) {
+  return call(DLDevice{kDLCPU, 0}, nullptr, op, in_map, out_map, i64_attrs, f64_keys, f64_values, args, rets);
+}
+
+ffi::Error call_cuda(void* stream, int32_t device_ordinal, std::string_view op, ffi::Span<const int64_t> in_map,
+                     ffi::Span<const int64_t> out_map, ffi::Span<const int64_t> i64_attrs,
+                     ffi::Span<const int64_t> f64_keys, ffi::Span<const double> f64_values, ffi::RemainingArgs args,
+                     ffi::RemainingRets rets) {
+  return call(DLDevice{kDLCUDA, device_ordinal}, stream, op, in_map, out_map, i64_attrs, f64_keys, f64_values, args,
+              rets);
 }
 
 }  // namespace
@@ -210,30 +203,29 @@ ffi::Error CallCuda(void* stream, int32_t device_ordinal, std::string_view op,
 DLFUSE_JAX_EXPORT XLA_FFI_Error* dlfuse_jax_cpu(XLA_FFI_CallFrame* call_frame);
 DLFUSE_JAX_EXPORT XLA_FFI_Error* dlfuse_jax_cuda(XLA_FFI_CallFrame* call_frame);
 
-#define DLFUSE_JAX_ATTRS                              \
-  .Attr<std::string_view>("op")                       \
-      .Attr<ffi::Span<const int64_t>>("inputs")       \
-      .Attr<ffi::Span<const int64_t>>("outputs")      \
-      .Attr<ffi::Span<const int64_t>>("i64_attrs")    \
-      .Attr<ffi::Span<const int64_t>>("f64_keys")     \
-      .Attr<ffi::Span<const double>>("f64_values")    \
-      .RemainingArgs()                                \
+#define DLFUSE_JAX_ATTRS                           \
+  .Attr<std::string_view>("op")                    \
+      .Attr<ffi::Span<const int64_t>>("inputs")    \
+      .Attr<ffi::Span<const int64_t>>("outputs")   \
+      .Attr<ffi::Span<const int64_t>>("i64_attrs") \
+      .Attr<ffi::Span<const int64_t>>("f64_keys")  \
+      .Attr<ffi::Span<const double>>("f64_values") \
+      .RemainingArgs()                             \
       .RemainingRets()
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(dlfuse_jax_cpu, CallCpu, ffi::Ffi::Bind() DLFUSE_JAX_ATTRS);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(dlfuse_jax_cpu, call_cpu, ffi::Ffi::Bind() DLFUSE_JAX_ATTRS);
 
 // Not declared command-buffer compatible: the CUDA plugin takes its temporaries from a
 // stream-ordered pool, so a captured call records memory-allocation nodes, and CUDA refuses
 // those in the child graphs XLA builds its command buffers from (CUDA_ERROR_NOT_SUPPORTED,
 // measured on an H200 with JAX 0.11). XLA runs these calls between its command buffers.
-XLA_FFI_DEFINE_HANDLER_SYMBOL(dlfuse_jax_cuda, CallCuda,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<void*>>()
-                                  .Ctx<ffi::DeviceOrdinal>() DLFUSE_JAX_ATTRS);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(dlfuse_jax_cuda, call_cuda,
+                              ffi::Ffi::Bind().Ctx<ffi::PlatformStream<void*>>().Ctx<ffi::DeviceOrdinal>()
+                                  DLFUSE_JAX_ATTRS);
 
 // Hands the package's libdlfuse to the handlers. Returns 0, or -1 if a pointer is NULL.
-DLFUSE_JAX_EXPORT int dlfuse_jax_bind(
-    void* registry, void* op_get, void* op_call, void* last_error, void* status_string) {
+DLFUSE_JAX_EXPORT int dlfuse_jax_bind(void* registry, void* op_get, void* op_call, void* last_error,
+                                      void* status_string) {
   if (!registry || !op_get || !op_call || !last_error || !status_string) return -1;
   auto* b = new Binding;
   b->registry = static_cast<dlfuse_registry_t>(registry);

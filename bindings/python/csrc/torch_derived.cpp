@@ -314,9 +314,9 @@ Plan backward_plan(const Derived& d, c10::ArrayRef<IValue> args, const Tensor& l
   read_attrs(d, args, attrs.data());
   dlfuse_op_t bwd = nullptr;
   Plan p;
-  const dlfuse_status_t st = lib().op_backward_plan(d.op(), attrs.data(), d.sc.num_attrs,
-                                                    like.is_cuda() ? kDLCUDA : kDLCPU, dl_dtype(like.scalar_type()),
-                                                    &bwd, &p.keep, &p.write);
+  const dlfuse_status_t st =
+      lib().op_backward_plan(d.op(), attrs.data(), d.sc.num_attrs, like.is_cuda() ? kDLCUDA : kDLCPU,
+                             dl_dtype(like.scalar_type()), &bwd, &p.keep, &p.write);
   if (st == DLFUSE_STATUS_NOT_FOUND)
     p.unavailable = status_message(st);
   else
@@ -391,7 +391,8 @@ void forward_with_node(const Derived& d, Stack* stack, const std::vector<Tensor>
   for (const Tensor& t : given)
     TORCH_CHECK(!t._fw_grad(/*level=*/0).defined(), "dlfuse::", d.name, ": forward-mode AD is not supported");
   const Plan plan = backward_plan(d, args, given.front());
-  if (d.needs_arg != kAbsent) (*stack)[stack->size() - d.num_args + size_t(d.needs_arg)] = needs_with_plan(d, args, plan);
+  if (d.needs_arg != kAbsent)
+    (*stack)[stack->size() - d.num_args + size_t(d.needs_arg)] = needs_with_plan(d, args, plan);
   {
     at::AutoDispatchBelowADInplaceOrView guard;
     d.handle->callBoxed(stack);
@@ -424,8 +425,7 @@ struct AutogradKernel final : c10::OperatorKernel {
   void operator()(const c10::OperatorHandle&, c10::DispatchKeySet, Stack* stack) {
     const auto last = torch::jit::last(*stack, d->num_args);
     bool grad = false;
-    for (int a : d->in_arg)
-      grad = grad || (last[size_t(a)].isTensor() && last[size_t(a)].toTensor().requires_grad());
+    for (int a : d->in_arg) grad = grad || (last[size_t(a)].isTensor() && last[size_t(a)].toTensor().requires_grad());
     if (!grad || !at::GradMode::is_enabled()) {  // no node: the kernel, as the call asked
       at::AutoDispatchBelowADInplaceOrView guard;
       d->handle->callBoxed(stack);
@@ -540,8 +540,8 @@ void derive(const char* name, const char* torch_schema, const char* backward) {
   for (c10::DispatchKey k : {c10::DispatchKey::CPU, c10::DispatchKey::CUDA})
     lib_->impl(name, torch::dispatch(k, torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Kernel>(d.get()))));
   if (b)
-    lib_->impl(name, torch::dispatch(c10::DispatchKey::Autograd,
-                                     torch::CppFunction::makeFromBoxedFunctor(std::make_unique<AutogradKernel>(d.get()))));
+    lib_->impl(name, torch::dispatch(c10::DispatchKey::Autograd, torch::CppFunction::makeFromBoxedFunctor(
+                                                                     std::make_unique<AutogradKernel>(d.get()))));
   const std::string key = d->name;
   std::lock_guard<std::mutex> lk(g_mu);
   g_derived[key] = d.release();
@@ -554,9 +554,8 @@ void derive(const char* name, const char* torch_schema, const char* backward) {
 // before) is given, the autograd formula through it. 0, or -1 with *why set (valid until the
 // next call on this thread).
 extern "C" __attribute__((visibility("default"))) int dlfuse_torch_ops_derive(const char* name,
-                                                                            const char* torch_schema,
-                                                                            const char* backward,
-                                                                            const char** why) {
+                                                                              const char* torch_schema,
+                                                                              const char* backward, const char** why) {
   static thread_local std::string msg;
   try {
     derive(name, torch_schema, backward);

@@ -37,7 +37,10 @@ inline const Lib& lib() {
   return g_lib;
 }
 
-template <class F> inline void bind(void* h, const char* name, F& f) { f = reinterpret_cast<F>(dlsym(h, name)); }
+template <class F>
+inline void bind(void* h, const char* name, F& f) {
+  f = reinterpret_cast<F>(dlsym(h, name));
+}
 
 // The status as an exception whose message dlfuse.torch maps back to dlfuse's error class:
 // "dlfuse status <n>: <libdlfuse's message>".

@@ -16,7 +16,7 @@ using namespace dlfuse_torch;
 // Called once by dlfuse.torch: the libdlfuse the package loaded (dlopen'ed again by path,
 // which shares its handle) and the registry to dispatch through. 0, or -1 with *why set.
 extern "C" __attribute__((visibility("default"))) int dlfuse_torch_ops_init(const char* path, void* registry,
-                                                                          const char** why) {
+                                                                            const char** why) {
   void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
   if (!h) h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h || !registry) {

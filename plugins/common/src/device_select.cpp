@@ -34,18 +34,22 @@ std::vector<size_t> select_devices(const std::vector<Selectable>& all, const std
     const bool numeric = std::all_of(sel.begin(), sel.end(), [](char c) { return c >= '0' && c <= '9'; });
     for (size_t i = 0; i < all.size(); ++i) {
       bool hit;
-      if (numeric) hit = std::strtoul(sel.c_str(), nullptr, 10) == i;
-      else if (lower(sel) == "gpu") hit = !all[i].is_cpu;
-      else if (lower(sel) == "cpu") hit = all[i].is_cpu;
-      else hit = lower(all[i].label).find(lower(sel)) != std::string::npos;
+      if (numeric)
+        hit = std::strtoul(sel.c_str(), nullptr, 10) == i;
+      else if (lower(sel) == "gpu")
+        hit = !all[i].is_cpu;
+      else if (lower(sel) == "cpu")
+        hit = all[i].is_cpu;
+      else
+        hit = lower(all[i].label).find(lower(sel)) != std::string::npos;
       if (!hit) continue;
       matched = true;
       if (!taken[i]) out.push_back(i);
       taken[i] = true;
     }
     if (!matched)
-      throw dlfuse::kit::Error(DLFUSE_STATUS_UNAVAILABLE, prefix + ": selector '" + sel + "' matches no " + what +
-                                                              "; " + what + "s: " + listing);
+      throw dlfuse::kit::Error(DLFUSE_STATUS_UNAVAILABLE,
+                               prefix + ": selector '" + sel + "' matches no " + what + "; " + what + "s: " + listing);
   }
   if (out.empty())
     throw dlfuse::kit::Error(DLFUSE_STATUS_UNAVAILABLE, prefix + " selects no " + what + "; " + what + "s: " + listing);

@@ -8,8 +8,10 @@ GradRoute route_grads(const DLTensor* const grads[3], const Dims& oshape) {
   for (int i = 0; i < 3; ++i) {
     const DLTensor* t = grads[i];
     if (!t || numel(shape_of(t)) == 0) continue;
-    if (aligned_shape(t, rank) == oshape) r.direct |= 1 << i;
-    else r.reduce[i] = true;
+    if (aligned_shape(t, rank) == oshape)
+      r.direct |= 1 << i;
+    else
+      r.reduce[i] = true;
   }
   return r;
 }

@@ -83,8 +83,7 @@ void collapse(const Dims& shape, const std::vector<Dims>& strides, Dims* n, std:
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == 1) continue;
     bool merge = !n->empty();
-    for (size_t t = 0; merge && t < strides.size(); ++t)
-      merge = (*s)[t].back() == strides[t][i] * shape[i];
+    for (size_t t = 0; merge && t < strides.size(); ++t) merge = (*s)[t].back() == strides[t][i] * shape[i];
     if (merge) {
       n->back() *= shape[i];
       for (size_t t = 0; t < strides.size(); ++t) (*s)[t].back() = strides[t][i];
@@ -139,13 +138,15 @@ bool for_each_block(const Dims& shape, const std::vector<Dims>& strides, const s
   });
 }
 
-bool for_each_reduction(const Dims& shape, const Dims& src_strides, int64_t src_off, const Dims& dst_shape,
-                        const Dims& dst_strides, int64_t dst_off, std::string* err,
-                        const std::function<bool(const ClView&, const ClReduced&, const ClView&, int64_t, int64_t,
-                                                 int64_t)>& launch) {
+bool for_each_reduction(
+    const Dims& shape, const Dims& src_strides, int64_t src_off, const Dims& dst_shape, const Dims& dst_strides,
+    int64_t dst_off, std::string* err,
+    const std::function<bool(const ClView&, const ClReduced&, const ClView&, int64_t, int64_t, int64_t)>& launch) {
   if (src_strides.size() != shape.size() || dst_shape.size() != shape.size() || dst_strides.size() != shape.size()) {
-    *err = "for_each_reduction: " + std::to_string(shape.size()) + " dims iterated, but src strides, dst shape and dst "
-           "strides have " + std::to_string(src_strides.size()) + ", " + std::to_string(dst_shape.size()) + " and " +
+    *err = "for_each_reduction: " + std::to_string(shape.size()) +
+           " dims iterated, but src strides, dst shape and dst "
+           "strides have " +
+           std::to_string(src_strides.size()) + ", " + std::to_string(dst_shape.size()) + " and " +
            std::to_string(dst_strides.size());
     return false;
   }

@@ -35,8 +35,9 @@ void check_act_backward_form(const DLTensor* out, const DLTensor* pre, int act) 
     throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, std::string("arguments 'out' and 'pre' are both ") +
                                                     (out ? "given" : "NULL") + "; expected exactly one of them");
   if (out && act > DLFUSE_ACT_TANH)
-    throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "argument 'out' is given with ACTIVATION " + std::to_string(act) +
-                                                    "; expected IDENTITY, RELU, SIGMOID or TANH with 'out' (pass 'pre')");
+    throw Error(DLFUSE_STATUS_INVALID_ARGUMENT,
+                "argument 'out' is given with ACTIVATION " + std::to_string(act) +
+                    "; expected IDENTITY, RELU, SIGMOID or TANH with 'out' (pass 'pre')");
 }
 
 std::vector<int64_t> forward_table(const Dims& batch, const Dims& out, const Dims& bias, const Dims& residual,

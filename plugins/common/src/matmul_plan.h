@@ -111,8 +111,8 @@ Mat<Buffer> transposed(const Mat<Buffer>& x) {
 
 // out = act(a @ b + bias [+ residual]) and, when given, pre = a @ b + bias: one GEMM.
 template <class Backend>
-void matmul_forward(Backend& be, const DLTensor* a, const DLTensor* b, const DLTensor* bias,
-                    const DLTensor* residual, const DLTensor* out, const DLTensor* pre, int act) {
+void matmul_forward(Backend& be, const DLTensor* a, const DLTensor* b, const DLTensor* bias, const DLTensor* residual,
+                    const DLTensor* out, const DLTensor* pre, int act) {
   const int brank = out->ndim - 2;
   const Dims batch(out->shape, out->shape + brank);
   const int64_t M = out->shape[brank], N = out->shape[brank + 1], K = a->shape[a->ndim - 1];
@@ -156,8 +156,8 @@ void operand_grad(Backend& be, const DLTensor* grad, const DLTensor* op, const D
 // (NULL for the residual op, whose dz is grad_out). For identity dz is grad_out exactly
 // (g * 1), so grad_out is used in place of a copy.
 template <class Backend>
-void matmul_backward(Backend& be, const DLTensor* g, const DLTensor* a, const DLTensor* b, const DLTensor* src,
-                     int act, bool from_out, const DLTensor* ga, const DLTensor* gb,
+void matmul_backward(Backend& be, const DLTensor* g, const DLTensor* a, const DLTensor* b, const DLTensor* src, int act,
+                     bool from_out, const DLTensor* ga, const DLTensor* gb,
                      std::initializer_list<const DLTensor*> sums) {
   using Buffer = typename Backend::Buffer;
   bool any = wanted(ga) || wanted(gb);
@@ -167,9 +167,8 @@ void matmul_backward(Backend& be, const DLTensor* g, const DLTensor* a, const DL
   const int brank = g->ndim - 2;
   const Dims batch(oshape.begin(), oshape.begin() + brank);
   const int64_t M = oshape[size_t(brank)], N = oshape[size_t(brank + 1)], K = a->shape[a->ndim - 1];
-  const Dz<Buffer> dz = src && act != DLFUSE_ACT_IDENTITY
-                            ? be.act_dz(g, src, act, from_out)
-                            : Dz<Buffer>{be.buffer_of(g), elem_offset(g), strides_of(g)};
+  const Dz<Buffer> dz = src && act != DLFUSE_ACT_IDENTITY ? be.act_dz(g, src, act, from_out)
+                                                          : Dz<Buffer>{be.buffer_of(g), elem_offset(g), strides_of(g)};
   const Mat<Buffer> DZ{{dz.buf, dz.off, dz.strides[size_t(brank)], dz.strides[size_t(brank + 1)]},
                        Dims(dz.strides.begin(), dz.strides.begin() + brank)};
   if (wanted(ga)) operand_grad(be, ga, a, batch, DZ, transposed(mat(be, b, brank)), M, K, N);  // [M, N] @ [N, K]

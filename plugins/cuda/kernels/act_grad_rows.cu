@@ -47,10 +47,14 @@ __global__ void __launch_bounds__(kRowsThreads) act_grad_rows_k(ActGradRows p, i
     for (int u = 0; u < kRowsUnroll; ++u) {
       const int64_t row = r + u * step;
       if (row >= r1) break;
-      if constexpr (OUTER) gv[u].fill(ldf(g + row * p.ldg));
-      else gv[u].load(g + row * p.ldg + k);
-      if (h) hv[u].load(h + row * p.ldh + k);
-      else hv[u].fill(0.f);  // IDENTITY reads no output
+      if constexpr (OUTER)
+        gv[u].fill(ldf(g + row * p.ldg));
+      else
+        gv[u].load(g + row * p.ldg + k);
+      if (h)
+        hv[u].load(h + row * p.ldh + k);
+      else
+        hv[u].fill(0.f);  // IDENTITY reads no output
     }
 #pragma unroll
     for (int u = 0; u < kRowsUnroll; ++u) {
@@ -121,11 +125,15 @@ void act_grad_rows(DType dt, const ActGradRows& p, cudaStream_t s) {
     constexpr int kV = 16 / sizeof(T);
     auto go = [&](auto outer) {
       constexpr bool kOuter = decltype(outer)::value;
-      if (o.V == kV) act_grad_rows_k<T, kV, kOuter><<<o.grid, o.block, 0, s>>>(p, o.rows_per_chunk);
-      else act_grad_rows_k<T, 1, kOuter><<<o.grid, o.block, 0, s>>>(p, o.rows_per_chunk);
+      if (o.V == kV)
+        act_grad_rows_k<T, kV, kOuter><<<o.grid, o.block, 0, s>>>(p, o.rows_per_chunk);
+      else
+        act_grad_rows_k<T, 1, kOuter><<<o.grid, o.block, 0, s>>>(p, o.rows_per_chunk);
     };
-    if (p.w) go(std::true_type{});
-    else go(std::false_type{});
+    if (p.w)
+      go(std::true_type{});
+    else
+      go(std::false_type{});
   });
   DLF_LAUNCHED("act_grad_rows kernel");
 }

@@ -31,13 +31,17 @@ constexpr int kFormXYB = 0, kFormPre = 1, kFormOut = 2;
 
 template <class T, int V>
 __device__ __forceinline__ void load_hoisted(Pack<T, V>& p, const void* ptr, int mode, int64_t cv) {
-  if (mode == kRow) p.load(static_cast<const T*>(ptr) + cv * V);
-  else if (mode == kScalar) p.fill(ldf(static_cast<const T*>(ptr)));
-  else if (mode == kAbsent) p.fill(0.f);
+  if (mode == kRow)
+    p.load(static_cast<const T*>(ptr) + cv * V);
+  else if (mode == kScalar)
+    p.fill(ldf(static_cast<const T*>(ptr)));
+  else if (mode == kAbsent)
+    p.fill(0.f);
 }
 
 // Column c's sum s into the row-mode gradients (grad_y scaled by the multiplier).
-template <class T> __device__ __forceinline__ void store_row_sums(const AmFast& p, int64_t c, float s) {
+template <class T>
+__device__ __forceinline__ void store_row_sums(const AmFast& p, int64_t c, float s) {
   if (p.gxm == kRow) static_cast<T*>(p.gx)[c * p.gx_stride] = Cv<T>::st(s);
   if (p.gym == kRow) static_cast<T*>(p.gy)[c * p.gy_stride] = Cv<T>::st(p.mult * s);
   if (p.gbm == kRow) static_cast<T*>(p.gb)[c * p.gb_stride] = Cv<T>::st(s);

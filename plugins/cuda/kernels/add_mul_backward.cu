@@ -12,7 +12,8 @@ namespace {
 // alone is the forward's out. The one-operand forms hold no y and b registers, which lets
 // more blocks be resident (their rows in flight are what a bandwidth-bound pass needs).
 template <class T, int V, int ACT, int FORM>
-__global__ void __launch_bounds__(kThreads) am_bwd_k(AmFast p, int64_t Cv_, int64_t /*rows_per_chunk*/, float* partial) {
+__global__ void __launch_bounds__(kThreads)
+    am_bwd_k(AmFast p, int64_t Cv_, int64_t /*rows_per_chunk*/, float* partial) {
   const int64_t cv = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (cv >= Cv_) return;
   const int64_t step = gridDim.y;  // interleaved rows, as in am_fwd_k
@@ -44,12 +45,24 @@ __global__ void __launch_bounds__(kThreads) am_bwd_k(AmFast p, int64_t Cv_, int6
     for (int u = 0; u < U; ++u) {
       if (r + u * step < p.R) {
         const int64_t off = (r + u * step) * p.C + cv * V;
-        if (p.xm == kFull) xs[u].load(x + off); else xs[u] = hx;
+        if (p.xm == kFull)
+          xs[u].load(x + off);
+        else
+          xs[u] = hx;
         if constexpr (!XONLY) {
-          if (p.ym == kFull) ys[u].load(y + off); else ys[u] = hy;
-          if (p.bm == kFull) bs[u].load(b + off); else bs[u] = hb;
+          if (p.ym == kFull)
+            ys[u].load(y + off);
+          else
+            ys[u] = hy;
+          if (p.bm == kFull)
+            bs[u].load(b + off);
+          else
+            bs[u] = hb;
         }
-        if (p.gm == kFull) gs[u].load(g + off); else gs[u] = hg;
+        if (p.gm == kFull)
+          gs[u].load(g + off);
+        else
+          gs[u] = hg;
       }
     }
 #pragma unroll
@@ -59,8 +72,8 @@ __global__ void __launch_bounds__(kThreads) am_bwd_k(AmFast p, int64_t Cv_, int6
         Pack<T, V> d, dy;
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          const float v = XONLY ? xs[u].f[j]
-                                : pre_of(xs[u].f[j], bs[u].f[j], p.bm != kAbsent, ys[u].f[j], p.ym != kAbsent, p.mult);
+          const float v =
+              XONLY ? xs[u].f[j] : pre_of(xs[u].f[j], bs[u].f[j], p.bm != kAbsent, ys[u].f[j], p.ym != kAbsent, p.mult);
           d.f[j] = act_grad_of<FORM == kFormOut, sizeof(T) == 2>(ACT, v, gs[u].f[j]);
           dy.f[j] = p.mult * d.f[j];
           sum[j] += d.f[j];
@@ -85,14 +98,14 @@ __global__ void __launch_bounds__(kThreads) am_bwd_k(AmFast p, int64_t Cv_, int6
 // and the lanes' sums are added in lane order, so the sums are deterministic.
 constexpr int kSmallLanes = 32;
 
-template <class T> __device__ __forceinline__ float operand_at(const void* ptr, int mode, int64_t off, int64_t c) {
+template <class T>
+__device__ __forceinline__ float operand_at(const void* ptr, int mode, int64_t off, int64_t c) {
   const T* t = static_cast<const T*>(ptr);
   return mode == kFull ? ldf(t + off) : mode == kRow ? ldf(t + c) : mode == kScalar ? ldf(t) : 0.f;
 }
 
-
 template <class T, int ACT, int FORM>
-__global__ void __launch_bounds__(kSmallLanes * kSmallLanes) am_bwd_small_k(AmFast p) {
+__global__ void __launch_bounds__(kSmallLanes* kSmallLanes) am_bwd_small_k(AmFast p) {
   __shared__ float lane[kSmallLanes][kSmallLanes + 1];
   const int64_t c = blockIdx.x * int64_t(kSmallLanes) + threadIdx.x;
   const bool active = c < p.C;
@@ -123,14 +136,22 @@ __global__ void __launch_bounds__(kSmallLanes * kSmallLanes) am_bwd_small_k(AmFa
 
 // The backward kernel's compile-time activation and form: from out only for the four
 // activations that allow it.
-template <int F> struct FormC { static constexpr int value = F; };
-template <class F> void by_bwd_kernel(const AmFast& p, F&& f) {
-  if (p.from_out) by_act_out(p.act, [&](auto a) { f(a, FormC<kFormOut>{}); });
-  else if (p.ym == kAbsent && p.bm == kAbsent) by_act(p.act, [&](auto a) { f(a, FormC<kFormPre>{}); });
-  else by_act(p.act, [&](auto a) { f(a, FormC<kFormXYB>{}); });
+template <int F>
+struct FormC {
+  static constexpr int value = F;
+};
+template <class F>
+void by_bwd_kernel(const AmFast& p, F&& f) {
+  if (p.from_out)
+    by_act_out(p.act, [&](auto a) { f(a, FormC<kFormOut>{}); });
+  else if (p.ym == kAbsent && p.bm == kAbsent)
+    by_act(p.act, [&](auto a) { f(a, FormC<kFormPre>{}); });
+  else
+    by_act(p.act, [&](auto a) { f(a, FormC<kFormXYB>{}); });
 }
 
-template <class T, int V, int ACT, int FORM> Geometry bwd_geometry(const AmFast& p) {
+template <class T, int V, int ACT, int FORM>
+Geometry bwd_geometry(const AmFast& p) {
   return geometry(p.R, p.C, V, blocks_per_sm(am_bwd_k<T, V, ACT, FORM>, p.C / V));
 }
 
@@ -139,8 +160,8 @@ template <class T, int V, int ACT, int FORM> Geometry bwd_geometry(const AmFast&
 // that the test suite's small cases also run the one-wave pass (docs/cuda.md, Switches).
 bool use_small(const AmFast& p) {
   static const bool on = env_enabled("DLFUSE_CUDA_SMALL_BACKWARD");
-  return on && p.R * p.C <= (int64_t(1) << 18) && p.R <= 64 * kSmallLanes && p.gxm != kScalar &&
-         p.gym != kScalar && p.gbm != kScalar;
+  return on && p.R * p.C <= (int64_t(1) << 18) && p.R <= 64 * kSmallLanes && p.gxm != kScalar && p.gym != kScalar &&
+         p.gbm != kScalar;
 }
 
 void am_backward_small(DType dt, const AmFast& p, cudaStream_t s) {

@@ -16,21 +16,24 @@ namespace {
 // the H100, this at ~95.6%. The column sums stay deterministic and need no second kernel:
 // each block stores its sums to a row of level 0; per column chunk, the last block (counted
 // by an atomic) of each node of kFlatGroup rows adds the node's rows in order into a row of
-// the next level, and so on up a tree, until the last block of the root writes the gradients. Level 0's consumed lines are dropped from L2
-// (never read again, so never written back). Each counter is reset by the block that counts
-// last, so the counters are zero again when the kernel ends: a block of counters kept zero
-// per stream (zeroed_counters) needs no memset before the next call.
+// the next level, and so on up a tree, until the last block of the root writes the gradients. Level 0's consumed lines
+// are dropped from L2 (never read again, so never written back). Each counter is reset by the block that counts last,
+// so the counters are zero again when the kernel ends: a block of counters kept zero per stream (zeroed_counters) needs
+// no memset before the next call.
 constexpr int kFlatGroup = 16;
 constexpr int kFlatLevels = 8;  // 16^8 block rows: more than a grid holds
-template <class T> constexpr int flat_rows() { return 32 / (16 / int(sizeof(T))); }  // 8 for float, 4 for 16-bit
+template <class T>
+constexpr int flat_rows() {
+  return 32 / (16 / int(sizeof(T)));
+}  // 8 for float, 4 for 16-bit
 
 struct FlatWs {
-  float* rows[kFlatLevels] = {};     // level l: count[l] rows of C sums; level 0 one per block row
-  unsigned* cnt[kFlatLevels] = {};   // level l: one per (node of kFlatGroup rows, column chunk), zero at launch
+  float* rows[kFlatLevels] = {};    // level l: count[l] rows of C sums; level 0 one per block row
+  unsigned* cnt[kFlatLevels] = {};  // level l: one per (node of kFlatGroup rows, column chunk), zero at launch
   int64_t count[kFlatLevels] = {};
-  float* total = nullptr;            // [C]: the root's column sums, for a scalar gradient's finish
+  float* total = nullptr;  // [C]: the root's column sums, for a scalar gradient's finish
   int64_t nrb = 0, chunks = 0;
-  int levels = 0;                    // the root is level levels - 1 (count <= kFlatGroup)
+  int levels = 0;  // the root is level levels - 1 (count <= kFlatGroup)
 };
 
 // The column sums `s` (V columns from cv * V) into the row-mode gradients, and into w.total
@@ -98,8 +101,10 @@ __device__ void flat_climb(const AmFast& p, const FlatWs& w, int64_t cc, int64_t
           if (m0 + u < members)
 #pragma unroll
             for (int j = 0; j < V; j += 4) {
-              acc[j] += v[u][j / 4].x; acc[j + 1] += v[u][j / 4].y;
-              acc[j + 2] += v[u][j / 4].z; acc[j + 3] += v[u][j / 4].w;
+              acc[j] += v[u][j / 4].x;
+              acc[j + 1] += v[u][j / 4].y;
+              acc[j + 2] += v[u][j / 4].z;
+              acc[j + 3] += v[u][j / 4].w;
             }
       }
 #if __CUDA_ARCH__ >= 800  // discard.global.L2 is sm_80+; older GPUs write the lines back
@@ -198,7 +203,8 @@ constexpr int64_t kFlatMinElems = int64_t(1) << 26;
 
 // The flat form's tree and, with `base`, its rows (then its counters, when `zeroed` is
 // null) in the workspace at `base`; sizes only without.
-template <class T> FlatWs flat_layout(const AmFast& p, void* base, unsigned* zeroed, size_t* bytes, size_t* counters) {
+template <class T>
+FlatWs flat_layout(const AmFast& p, void* base, unsigned* zeroed, size_t* bytes, size_t* counters) {
   FlatWs w;
   w.chunks = (p.C / (16 / int64_t(sizeof(T))) + kThreads - 1) / kThreads;
   w.nrb = (p.R + flat_rows<T>() - 1) / flat_rows<T>();

@@ -28,9 +28,18 @@ __global__ void __launch_bounds__(kThreads) am_fwd_k(AmFast p, int64_t Cv_, int6
     for (int u = 0; u < U; ++u) {
       if (r + u * step < p.R) {
         const int64_t off = (r + u * step) * p.C + cv * V;
-        if (p.xm == kFull) xs[u].load(x + off); else xs[u] = hx;
-        if (p.ym == kFull) ys[u].load(y + off); else ys[u] = hy;
-        if (p.bm == kFull) bs[u].load(b + off); else bs[u] = hb;
+        if (p.xm == kFull)
+          xs[u].load(x + off);
+        else
+          xs[u] = hx;
+        if (p.ym == kFull)
+          ys[u].load(y + off);
+        else
+          ys[u] = hy;
+        if (p.bm == kFull)
+          bs[u].load(b + off);
+        else
+          bs[u] = hb;
       }
     }
 #pragma unroll
@@ -39,8 +48,8 @@ __global__ void __launch_bounds__(kThreads) am_fwd_k(AmFast p, int64_t Cv_, int6
         Pack<T, V> o;
 #pragma unroll
         for (int j = 0; j < V; ++j)
-          o.f[j] = act_fwd<sizeof(T) == 2>(ACT, pre_of(xs[u].f[j], bs[u].f[j], p.bm != kAbsent, ys[u].f[j],
-                                                       p.ym != kAbsent, p.mult));
+          o.f[j] = act_fwd<sizeof(T) == 2>(
+              ACT, pre_of(xs[u].f[j], bs[u].f[j], p.bm != kAbsent, ys[u].f[j], p.ym != kAbsent, p.mult));
         o.store(out + (r + u * step) * p.C + cv * V);
       }
     }

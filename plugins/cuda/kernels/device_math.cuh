@@ -10,34 +10,48 @@
 namespace dlfuse_cuda {
 
 // ---- element conversion ----------------------------------------------------------------
-template <class T> struct Cv;
-template <> struct Cv<float> {
+template <class T>
+struct Cv;
+template <>
+struct Cv<float> {
   static __device__ __forceinline__ float ld(float v) { return v; }
   static __device__ __forceinline__ float st(float v) { return v; }
 };
-template <> struct Cv<__half> {
+template <>
+struct Cv<__half> {
   static __device__ __forceinline__ float ld(__half v) { return __half2float(v); }
   static __device__ __forceinline__ __half st(float v) { return __float2half_rn(v); }
 };
-template <> struct Cv<__nv_bfloat16> {
+template <>
+struct Cv<__nv_bfloat16> {
   static __device__ __forceinline__ float ld(__nv_bfloat16 v) { return __bfloat162float(v); }
   static __device__ __forceinline__ __nv_bfloat16 st(float v) { return __float2bfloat16_rn(v); }
 };
 
-template <class T> __device__ __forceinline__ float ldf(const T* p) { return Cv<T>::ld(*p); }
-template <class T> __device__ __forceinline__ void stf(T* p, float v) { *p = Cv<T>::st(v); }
+template <class T>
+__device__ __forceinline__ float ldf(const T* p) {
+  return Cv<T>::ld(*p);
+}
+template <class T>
+__device__ __forceinline__ void stf(T* p, float v) {
+  *p = Cv<T>::st(v);
+}
 
 // ---- activations (float) ----------------------------------------------------------------
 // FAST (16-bit data, whose rounding is 2^-9 / 2^-12): hardware exp and divide, a few ulp
 // of float; float32 data uses the accurate functions.
-template <bool FAST = false> __device__ __forceinline__ float sigm(float p) {
-  if constexpr (FAST) return __fdividef(1.f, 1.f + __expf(-p));
-  else return 1.f / (1.f + expf(-p));
+template <bool FAST = false>
+__device__ __forceinline__ float sigm(float p) {
+  if constexpr (FAST)
+    return __fdividef(1.f, 1.f + __expf(-p));
+  else
+    return 1.f / (1.f + expf(-p));
 }
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluC = 0.044715f;
 
-template <bool FAST = false> __device__ __forceinline__ float act_fwd(int act, float p) {
+template <bool FAST = false>
+__device__ __forceinline__ float act_fwd(int act, float p) {
   switch (act) {
     case DLFUSE_ACT_IDENTITY: return p;
     case DLFUSE_ACT_RELU: return (p > 0.f || p != p) ? p : 0.f;  // NaN stays NaN
@@ -57,7 +71,8 @@ template <bool FAST = false> __device__ __forceinline__ float act_fwd(int act, f
 constexpr float kInvSqrt2Pi = 0.3989422804014327f;
 
 // grad * act'(p); relu is a select so a NaN/Inf grad where p <= 0 gives exactly 0.
-template <bool FAST = false> __device__ __forceinline__ float act_bwd(int act, float p, float g) {
+template <bool FAST = false>
+__device__ __forceinline__ float act_bwd(int act, float p, float g) {
   switch (act) {
     case DLFUSE_ACT_IDENTITY: return g;
     case DLFUSE_ACT_RELU: return (p > 0.f || p != p) ? g : 0.f;
@@ -100,9 +115,12 @@ __device__ __forceinline__ float act_bwd_out(int act, float o, float g) {
   }
 }
 
-template <bool FROM_OUT, bool FAST> __device__ __forceinline__ float act_grad_of(int act, float v, float g) {
-  if constexpr (FROM_OUT) return act_bwd_out(act, v, g);
-  else return act_bwd<FAST>(act, v, g);
+template <bool FROM_OUT, bool FAST>
+__device__ __forceinline__ float act_grad_of(int act, float v, float g) {
+  if constexpr (FROM_OUT)
+    return act_bwd_out(act, v, g);
+  else
+    return act_bwd<FAST>(act, v, g);
 }
 
 }  // namespace dlfuse_cuda

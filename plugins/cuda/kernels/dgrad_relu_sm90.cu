@@ -44,8 +44,8 @@ struct DReluFromOut<cutlass::Array<T, N>> {
 // row block sums the others'): on the H200 that took the GEMM from 64 to 135 us (bfloat16,
 // 32768 x 1024 x 512), the per-tile sums alone to 70.
 template <class T>
-struct DReluRowPartials : cutlass::epilogue::fusion::LinCombDeEltAct<cutlass::layout::ColumnMajor, DReluFromOut, T,
-                                                                     float, T, T, float> {};
+struct DReluRowPartials
+    : cutlass::epilogue::fusion::LinCombDeEltAct<cutlass::layout::ColumnMajor, DReluFromOut, T, float, T, T, float> {};
 
 }  // namespace
 }  // namespace dlfuse_cuda
@@ -55,16 +55,17 @@ namespace cutlass::epilogue::fusion {
 // Its visitor tree: D = convert(row_partials(drelu(acc, aux))). Sm90ColReduction with
 // FinalReduction off writes a compact float [ceil(N / tile N), M rounded up to tile M] of
 // per-tile sums (M-major); null partials switch the reduction off.
-template <int StagesC, int StagesD, int FragmentSize, bool ReuseSmemC, bool DelayTmaStore, class T, class CtaTileShapeMNK,
-          class EpilogueTile, class SmemLayoutAtom, class CopyOpS2R>
+template <int StagesC, int StagesD, int FragmentSize, bool ReuseSmemC, bool DelayTmaStore, class T,
+          class CtaTileShapeMNK, class EpilogueTile, class SmemLayoutAtom, class CopyOpS2R>
 struct FusionCallbacks<epilogue::Sm90TmaWarpSpecialized<StagesC, StagesD, FragmentSize, ReuseSmemC, DelayTmaStore>,
                        dlfuse_cuda::DReluRowPartials<T>, CtaTileShapeMNK, EpilogueTile, SmemLayoutAtom, CopyOpS2R>
-    : Sm90EVT<Sm90Compute<epilogue::thread::Identity, T, float, FloatRoundStyle::round_to_nearest>,
-              Sm90EVT<Sm90ColReduction<plus, plus, plus, 0, CtaTileShapeMNK, float, float,
-                                       FloatRoundStyle::round_to_nearest, Stride<_1, _0, int64_t>, 4, true, false>,
-                      Sm90LinCombDeEltAct<CtaTileShapeMNK, EpilogueTile, StagesC, gemm::TagToStrideC_t<layout::ColumnMajor>,
-                                          SmemLayoutAtom, CopyOpS2R, dlfuse_cuda::DReluFromOut, float, float, T, T,
-                                          float, 8, FloatRoundStyle::round_to_nearest>>> {
+    : Sm90EVT<
+          Sm90Compute<epilogue::thread::Identity, T, float, FloatRoundStyle::round_to_nearest>,
+          Sm90EVT<Sm90ColReduction<plus, plus, plus, 0, CtaTileShapeMNK, float, float,
+                                   FloatRoundStyle::round_to_nearest, Stride<_1, _0, int64_t>, 4, true, false>,
+                  Sm90LinCombDeEltAct<CtaTileShapeMNK, EpilogueTile, StagesC, gemm::TagToStrideC_t<layout::ColumnMajor>,
+                                      SmemLayoutAtom, CopyOpS2R, dlfuse_cuda::DReluFromOut, float, float, T, T, float,
+                                      8, FloatRoundStyle::round_to_nearest>>> {
   using Impl = Sm90EVT<
       Sm90Compute<epilogue::thread::Identity, T, float, FloatRoundStyle::round_to_nearest>,
       Sm90EVT<Sm90ColReduction<plus, plus, plus, 0, CtaTileShapeMNK, float, float, FloatRoundStyle::round_to_nearest,

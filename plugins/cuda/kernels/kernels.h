@@ -29,8 +29,7 @@ View compact_view(const int64_t* shape, int rank);
 
 // dst[i] = op(src[i]) over dst's iteration shape (src uses the same shape, its own strides,
 // 0 for broadcast). op: 0 copy, 1 relu (NaN kept). Same dtype on both sides.
-void copy_view(DType dt, const void* src, const View& sv, void* dst, const View& dv, int op,
-               cudaStream_t s);
+void copy_view(DType dt, const void* src, const View& sv, void* dst, const View& dv, int op, cudaStream_t s);
 // dst, compact [rows, C], = rows of C elements `ld` elements apart at src.
 void copy_rows(DType dt, const void* src, int64_t ld, void* dst, int64_t rows, int64_t C, cudaStream_t s);
 // dst, rows_p rows of ldp elements (16-byte aligned, ldp * element size a multiple of 16),
@@ -46,17 +45,16 @@ void relu_compact(DType dt, void* p, int64_t n, cudaStream_t s);
 // reduce_to: dst[j] = scale * sum of src over every index of `full` that maps to j, where
 // src is compact over `full` (rank r) and dst's view is aligned to `full` with stride 0
 // along the reduced dims (dst_shape[d] == 1 there). src_f32: src holds float, else dt.
-void reduce_to(DType dt, const void* src, bool src_f32, const View& full, void* dst,
-               const View& dst_aligned, float scale, cudaStream_t s);
+void reduce_to(DType dt, const void* src, bool src_f32, const View& full, void* dst, const View& dst_aligned,
+               float scale, cudaStream_t s);
 
 // Column sums of a compact [R, C] matrix (dtype dt) into partial[nchunks, C] floats;
 // returns nchunks (<= max_chunks).
-int colsum_partials(DType dt, const void* m, int64_t R, int64_t C, float* partial, int max_chunks,
-                    cudaStream_t s);
+int colsum_partials(DType dt, const void* m, int64_t R, int64_t C, float* partial, int max_chunks, cudaStream_t s);
 // dst[c * dst_stride] = scale * sum_k partial[k, c]; with total != 0 the C columns are summed
 // too into dst[0].
-void finish_colsum(DType dt, const float* partial, int nchunks, int64_t C, void* dst, int64_t dst_stride,
-                   float scale, bool total, cudaStream_t s);
+void finish_colsum(DType dt, const float* partial, int nchunks, int64_t C, void* dst, int64_t dst_stride, float scale,
+                   bool total, cudaStream_t s);
 
 // One destination of finish_colsums: dst[c * stride] = scale * column sum c.
 struct ColsumDst {
@@ -112,16 +110,26 @@ enum OperandMode : int { kFull = 0, kRow = 1, kScalar = 2, kAbsent = 3 };
 
 struct AmFast {
   int64_t R = 0, C = 0;  // out is compact [R, C]
-  const void* x = nullptr; int xm = kFull;
-  const void* y = nullptr; int ym = kFull;
-  const void* b = nullptr; int bm = kFull;
-  const void* g = nullptr; int gm = kFull;  // backward only: grad_out
-  void* out = nullptr;                      // forward output (compact [R, C])
+  const void* x = nullptr;
+  int xm = kFull;
+  const void* y = nullptr;
+  int ym = kFull;
+  const void* b = nullptr;
+  int bm = kFull;
+  const void* g = nullptr;
+  int gm = kFull;       // backward only: grad_out
+  void* out = nullptr;  // forward output (compact [R, C])
   // backward outputs: mode kFull (compact [R, C], written), kRow / kScalar (reduced:
   // partial column sums, finished into dst with dst_stride), kAbsent.
-  void* gx = nullptr; int gxm = kAbsent; int64_t gx_stride = 1;
-  void* gy = nullptr; int gym = kAbsent; int64_t gy_stride = 1;
-  void* gb = nullptr; int gbm = kAbsent; int64_t gb_stride = 1;
+  void* gx = nullptr;
+  int gxm = kAbsent;
+  int64_t gx_stride = 1;
+  void* gy = nullptr;
+  int gym = kAbsent;
+  int64_t gy_stride = 1;
+  void* gb = nullptr;
+  int gbm = kAbsent;
+  int64_t gb_stride = 1;
   int act = 0;
   float mult = 1.f;
   // Backward only: x holds the forward's out (y and b kAbsent) and the gradient is taken
@@ -132,8 +140,7 @@ struct AmFast {
 
 // True when a backward sums into some gradient (row or scalar mode): it needs the workspace.
 __host__ __device__ inline bool am_reduces(const AmFast& p) {
-  return p.gxm == kRow || p.gxm == kScalar || p.gym == kRow || p.gym == kScalar || p.gbm == kRow ||
-         p.gbm == kScalar;
+  return p.gxm == kRow || p.gxm == kScalar || p.gym == kRow || p.gym == kScalar || p.gbm == kRow || p.gbm == kScalar;
 }
 
 // True if every pointer and C allow 16-byte vectors.
@@ -152,14 +159,13 @@ void am_backward_fast(DType dt, const AmFast& p, void* workspace, unsigned* zero
 
 // Generic strided paths over the output's shape (views aligned to it); y and b may be NULL
 // (absent).
-void am_forward_generic(DType dt, const void* x, const View& xv, const void* y, const View& yv,
-                        const void* b, const View& bv, void* out, const View& ov, int act, float mult,
-                        cudaStream_t s);
+void am_forward_generic(DType dt, const void* x, const View& xv, const void* y, const View& yv, const void* b,
+                        const View& bv, void* out, const View& ov, int act, float mult, cudaStream_t s);
 // d_pre, compact over the output's shape, in float (dpre_f32) or dt: grad_out times act' of
 // (x + b) + mult * y, or of x read as the forward's out (from_out).
-void am_dpre_generic(DType dt, const void* g, const View& gv, const void* x, const View& xv,
-                     const void* y, const View& yv, const void* b, const View& bv, void* dpre, bool dpre_f32,
-                     int act, bool from_out, float mult, cudaStream_t s);
+void am_dpre_generic(DType dt, const void* g, const View& gv, const void* x, const View& xv, const void* y,
+                     const View& yv, const void* b, const View& bv, void* dpre, bool dpre_f32, int act, bool from_out,
+                     float mult, cudaStream_t s);
 
 }  // namespace dlfuse_cuda
 

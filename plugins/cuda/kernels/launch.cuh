@@ -37,7 +37,8 @@ inline unsigned grid_for(int64_t n, int threads = kThreads) {
   return unsigned(b < 1 ? 1 : b);
 }
 
-template <class F> void by_dtype(DType dt, F&& f) {
+template <class F>
+void by_dtype(DType dt, F&& f) {
   switch (dt) {
     case DType::kF32: f(float{}); break;
     case DType::kF16: f(__half{}); break;
@@ -46,8 +47,12 @@ template <class F> void by_dtype(DType dt, F&& f) {
 }
 
 // The activation as a compile-time constant, so a fast-path kernel holds one formula.
-template <int A> struct ActC { static constexpr int value = A; };
-template <class F> void by_act(int act, F&& f) {
+template <int A>
+struct ActC {
+  static constexpr int value = A;
+};
+template <class F>
+void by_act(int act, F&& f) {
   switch (act) {
     case DLFUSE_ACT_IDENTITY: f(ActC<DLFUSE_ACT_IDENTITY>{}); break;
     case DLFUSE_ACT_RELU: f(ActC<DLFUSE_ACT_RELU>{}); break;
@@ -60,7 +65,8 @@ template <class F> void by_act(int act, F&& f) {
 }
 
 // The activations whose gradient reads `out`, for the out-form kernels.
-template <class F> void by_act_out(int act, F&& f) {
+template <class F>
+void by_act_out(int act, F&& f) {
   switch (act) {
     case DLFUSE_ACT_RELU: f(ActC<DLFUSE_ACT_RELU>{}); break;
     case DLFUSE_ACT_SIGMOID: f(ActC<DLFUSE_ACT_SIGMOID>{}); break;
@@ -86,7 +92,7 @@ inline Geometry geometry(int64_t R, int64_t C, int V, int blocks_per_sm) {
   g.bx = unsigned(std::min<int64_t>(kThreads, ((g.Cv + 31) / 32) * 32));
   g.gx = unsigned((g.Cv + g.bx - 1) / g.bx);
   const int64_t target = int64_t(num_sms()) * std::max(1, blocks_per_sm);
-  int64_t chunks = std::max<int64_t>(1, target / g.gx);  // floor: never a partial second wave
+  int64_t chunks = std::max<int64_t>(1, target / g.gx);             // floor: never a partial second wave
   chunks = std::min<int64_t>(chunks, std::max<int64_t>(1, R / 8));  // >= 8 rows a chunk
   chunks = std::min<int64_t>(chunks, 65535);
   g.rows_per_chunk = (R + chunks - 1) / chunks;
@@ -96,7 +102,8 @@ inline Geometry geometry(int64_t R, int64_t C, int V, int blocks_per_sm) {
 }
 
 // Resident blocks of `kernel` per multiprocessor at the block size geometry() picks.
-template <class K> int blocks_per_sm(K kernel, int64_t Cv) {
+template <class K>
+int blocks_per_sm(K kernel, int64_t Cv) {
   const int bx = int(std::min<int64_t>(kThreads, ((Cv + 31) / 32) * 32));
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) dev = -1;

@@ -62,8 +62,8 @@ __global__ void reduce_to_k(const S* src, View full, T* dst, View dv, RedDims re
 // Few outputs, many terms each (a scalar or [1, N]-like gradient of a large tensor): one
 // block per output, its threads stride over the terms, then a tree in shared memory.
 template <class T, class S>
-__global__ void reduce_to_block_k(const S* src, View full, T* dst, View dv, RedDims red, float scale,
-                                  int64_t n_out, int64_t n_red) {
+__global__ void reduce_to_block_k(const S* src, View full, T* dst, View dv, RedDims red, float scale, int64_t n_out,
+                                  int64_t n_red) {
   __shared__ double part[kReduceThreads];
   for (int64_t j = blockIdx.x; j < n_out; j += gridDim.x) {
     int64_t src_off, dst_off;
@@ -130,7 +130,8 @@ __device__ float column_sum(const float* partial, int nchunks, int64_t C, int64_
   return *mine;
 }
 
-template <class T> __global__ void finish_colsums_k(const float* partial, int nchunks, int64_t C, ColsumDsts dst) {
+template <class T>
+__global__ void finish_colsums_k(const float* partial, int nchunks, int64_t C, ColsumDsts dst) {
   const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   const float sum = column_sum(partial, nchunks, C, c);
   if (threadIdx.y != 0 || c >= C) return;
@@ -143,7 +144,8 @@ struct ColsumJobTable {
   int n;
 };
 
-template <class T> __global__ void finish_colsum_jobs_k(ColsumJobTable t) {
+template <class T>
+__global__ void finish_colsum_jobs_k(ColsumJobTable t) {
   int i = 0;
   while (i + 1 < t.n && int(blockIdx.x) >= t.first_block[i + 1]) ++i;
   const ColsumJob& j = t.job[i];
@@ -191,8 +193,8 @@ void reduce_to(DType dt, const void* src, bool src_f32, const View& full, void* 
         reduce_to_block_k<T, S><<<unsigned(std::min<int64_t>(n_out, 65535)), kReduceThreads, 0, s>>>(
             typed_src, full, static_cast<T*>(dst), dst_aligned, red, scale, n_out, n_red);
       else
-        reduce_to_k<T, S><<<grid_for(n_out), kThreads, 0, s>>>(typed_src, full, static_cast<T*>(dst), dst_aligned,
-                                                               red, scale, n_out, n_red);
+        reduce_to_k<T, S><<<grid_for(n_out), kThreads, 0, s>>>(typed_src, full, static_cast<T*>(dst), dst_aligned, red,
+                                                               scale, n_out, n_red);
     };
     if (src_f32)
       launch(static_cast<const float*>(src));

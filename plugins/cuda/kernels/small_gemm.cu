@@ -48,7 +48,8 @@ struct SgArgs {
 };
 
 // TI: X and Y; TO: D, C, bias, aux. blockIdx.y is the batch index.
-template <class TI, class TO> __global__ void __launch_bounds__(kThreads) small_gemm_k(const SgArgs a) {
+template <class TI, class TO>
+__global__ void __launch_bounds__(kThreads) small_gemm_k(const SgArgs a) {
   const int64_t e = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (e >= a.R * a.N) return;
   int64_t i, j;
@@ -85,7 +86,8 @@ template <class TI, class TO> __global__ void __launch_bounds__(kThreads) small_
   stf(dp, act_fwd<false>(a.act, pre));
 }
 
-template <class TI> void launch_out(DType out, dim3 grid, const SgArgs& a, cudaStream_t s) {
+template <class TI>
+void launch_out(DType out, dim3 grid, const SgArgs& a, cudaStream_t s) {
   switch (out) {
     case DType::kF32: small_gemm_k<TI, float><<<grid, kThreads, 0, s>>>(a); break;
     case DType::kF16: small_gemm_k<TI, __half><<<grid, kThreads, 0, s>>>(a); break;
@@ -158,7 +160,9 @@ bool small_gemm(const Gemm& g, cudaStream_t s) {
   // The bias runs along D's contiguous dim as cuBLASLt sees it (describe(): m = D.C for a
   // row-major D, D.R otherwise); classify's answer for an inexpressible D is row-major.
   a.d_row = classify(R, N, g.D.sr, g.D.sc).row;
-  a.act = g.act == EpiAct::kRelu ? DLFUSE_ACT_RELU : g.act == EpiAct::kGelu ? DLFUSE_ACT_GELU_TANH : DLFUSE_ACT_IDENTITY;
+  a.act = g.act == EpiAct::kRelu   ? DLFUSE_ACT_RELU
+          : g.act == EpiAct::kGelu ? DLFUSE_ACT_GELU_TANH
+                                   : DLFUSE_ACT_IDENTITY;
 
   const DType out = g.out_f32 ? DType::kF32 : g.out;
   const dim3 grid(unsigned((R * N + kThreads - 1) / kThreads), unsigned(count));

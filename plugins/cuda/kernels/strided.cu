@@ -41,7 +41,8 @@ __global__ void copy_view_k(const T* src, View sv, T* dst, View dv, int op, int6
 
 // Rows `ld` units apart into a compact [rows, cu] array, in units U (16-byte vectors where
 // every row is aligned, else elements).
-template <class U> __global__ void copy_rows_k(const U* src, int64_t ld, U* dst, int64_t rows, int64_t cu) {
+template <class U>
+__global__ void copy_rows_k(const U* src, int64_t ld, U* dst, int64_t rows, int64_t cu) {
   const int64_t n = rows * cu;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / cu;
@@ -65,12 +66,14 @@ __global__ void pad_rows_k(const T* src, int64_t so, int64_t si, int64_t rows, i
   }
 }
 
-template <class T> __global__ void zero_view_k(T* dst, View dv, int64_t n) {
+template <class T>
+__global__ void zero_view_k(T* dst, View dv, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     dst[offset_of(i, dv)] = Cv<T>::st(0.f);
 }
 
-template <class T, int V> __global__ void relu_compact_k(T* p, int64_t nv) {
+template <class T, int V>
+__global__ void relu_compact_k(T* p, int64_t nv) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < nv; i += int64_t(gridDim.x) * blockDim.x) {
     Pack<T, V> a;
     a.load(p + i * V);
@@ -133,8 +136,8 @@ void copy_rows(DType dt, const void* src, int64_t ld, void* dst, int64_t rows, i
   auto launch = [&](auto unit) {
     using U = decltype(unit);
     const int64_t k = int64_t(sizeof(U)) / es, cu = C / k;
-    copy_rows_k<U><<<grid_for(rows * cu), kThreads, 0, s>>>(static_cast<const U*>(src), ld / k, static_cast<U*>(dst),
-                                                            rows, cu);
+    copy_rows_k<U>
+        <<<grid_for(rows * cu), kThreads, 0, s>>>(static_cast<const U*>(src), ld / k, static_cast<U*>(dst), rows, cu);
   };
   if ((C * es) % 16 == 0 && (ld * es) % 16 == 0 && aligned16(src) && aligned16(dst))
     launch(uint4{});
@@ -193,20 +196,22 @@ void am_forward_generic(DType dt, const void* x, const View& xv, const void* y, 
 }
 
 void am_dpre_generic(DType dt, const void* g, const View& gv, const void* x, const View& xv, const void* y,
-                     const View& yv, const void* b, const View& bv, void* dpre, bool dpre_f32, int act,
-                     bool from_out, float mult, cudaStream_t s) {
+                     const View& yv, const void* b, const View& bv, void* dpre, bool dpre_f32, int act, bool from_out,
+                     float mult, cudaStream_t s) {
   const int64_t n = gv.numel();
   if (n == 0) return;
   by_dtype(dt, [&](auto t) {
     using T = decltype(t);
     auto launch = [&](auto* d) {
       using S = std::remove_pointer_t<decltype(d)>;
-      am_dpre_generic_k<T, S><<<grid_for(n), kThreads, 0, s>>>(
-          static_cast<const T*>(g), gv, static_cast<const T*>(x), xv, static_cast<const T*>(y), yv,
-          static_cast<const T*>(b), bv, d, act, from_out, mult, n);
+      am_dpre_generic_k<T, S><<<grid_for(n), kThreads, 0, s>>>(static_cast<const T*>(g), gv, static_cast<const T*>(x),
+                                                               xv, static_cast<const T*>(y), yv,
+                                                               static_cast<const T*>(b), bv, d, act, from_out, mult, n);
     };
-    if (dpre_f32) launch(static_cast<float*>(dpre));
-    else launch(static_cast<T*>(dpre));
+    if (dpre_f32)
+      launch(static_cast<float*>(dpre));
+    else
+      launch(static_cast<T*>(dpre));
   });
   DLF_LAUNCHED("add_mul_activation generic backward kernel");
 }

@@ -9,7 +9,8 @@
 namespace dlfuse_cuda {
 
 // 16 bytes of T.
-template <class T> struct Vec16 {
+template <class T>
+struct Vec16 {
   static constexpr int N = 16 / sizeof(T);
   union {
     uint4 raw;
@@ -17,17 +18,20 @@ template <class T> struct Vec16 {
   };
 };
 
-template <class T> __device__ __forceinline__ Vec16<T> ld16(const T* p) {
+template <class T>
+__device__ __forceinline__ Vec16<T> ld16(const T* p) {
   Vec16<T> v;
   v.raw = __ldcs(reinterpret_cast<const uint4*>(p));
   return v;
 }
-template <class T> __device__ __forceinline__ void st16(T* p, const Vec16<T>& v) {
+template <class T>
+__device__ __forceinline__ void st16(T* p, const Vec16<T>& v) {
   __stcs(reinterpret_cast<uint4*>(p), v.raw);
 }
 
 // Scalar or 16-byte access of V elements of T: V == 1 or V == 16 / sizeof(T).
-template <class T, int V> struct Pack {
+template <class T, int V>
+struct Pack {
   float f[V];
   __device__ __forceinline__ void load(const T* p) {
     if constexpr (V == 1) {
@@ -51,8 +55,10 @@ template <class T, int V> struct Pack {
       Vec16<T> v;
 #pragma unroll
       for (int i = 0; i < V; ++i) v.e[i] = Cv<T>::st(f[i]);
-      if (cached) *reinterpret_cast<uint4*>(p) = v.raw;
-      else st16(p, v);
+      if (cached)
+        *reinterpret_cast<uint4*>(p) = v.raw;
+      else
+        st16(p, v);
     }
   }
 };

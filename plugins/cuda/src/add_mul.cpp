@@ -109,9 +109,12 @@ dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_
     const int xm = mode_of(x, out), ym = mode_of(y, out), bm = mode_of(b, out);
     if (out_compact(out) && xm >= 0 && ym >= 0 && bm >= 0) {
       AmFast p;
-      p.x = base_of(x); p.xm = xm;
-      p.y = base_of(y); p.ym = ym;
-      p.b = base_of(b); p.bm = bm;
+      p.x = base_of(x);
+      p.xm = xm;
+      p.y = base_of(y);
+      p.ym = ym;
+      p.b = base_of(b);
+      p.bm = bm;
       p.out = base_of(out);
       p.act = act;
       p.mult = mult;
@@ -129,7 +132,8 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&]() -> dlfuse_status_t {
     // Five inputs (the kernel takes ABI 1.1's): x, y, bias, or out alone (the registry has
     // checked that exactly one form is given, and the activation).
-    CallContext cx(state, args, DLFUSE_ARITY(add_mul_activation_backward), DLFUSE_OPTIONAL_INPUTS(add_mul_activation_backward));
+    CallContext cx(state, args, DLFUSE_ARITY(add_mul_activation_backward),
+                   DLFUSE_OPTIONAL_INPUTS(add_mul_activation_backward));
     const int act = kit::activation(args);
     const float mult = float(kit::multiplier(args));
     const DLTensor *g = args->inputs[0], *out = args->inputs[4];
@@ -160,15 +164,25 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
     const int gxm = out_mode(gx), gym = out_mode(gy), gbm = out_mode(gb);
     if (gm == kFull && xm >= 0 && ym >= 0 && bm >= 0 && gxm >= 0 && gym >= 0 && gbm >= 0) {
       AmFast p;
-      p.g = base_of(g); p.gm = gm;
-      p.x = base_of(x); p.xm = xm;
-      p.y = y ? base_of(y) : nullptr; p.ym = ym;
-      p.b = b ? base_of(b) : nullptr; p.bm = bm;
+      p.g = base_of(g);
+      p.gm = gm;
+      p.x = base_of(x);
+      p.xm = xm;
+      p.y = y ? base_of(y) : nullptr;
+      p.ym = ym;
+      p.b = b ? base_of(b) : nullptr;
+      p.bm = bm;
       p.from_out = from_out;
       auto last_stride = [](const DLTensor* t) { return t && t->ndim > 0 ? elem_stride(t, t->ndim - 1) : int64_t(0); };
-      p.gx = gx ? base_of(gx) : nullptr; p.gxm = gxm; p.gx_stride = last_stride(gx);
-      p.gy = gy ? base_of(gy) : nullptr; p.gym = gym; p.gy_stride = last_stride(gy);
-      p.gb = gb ? base_of(gb) : nullptr; p.gbm = gbm; p.gb_stride = last_stride(gb);
+      p.gx = gx ? base_of(gx) : nullptr;
+      p.gxm = gxm;
+      p.gx_stride = last_stride(gx);
+      p.gy = gy ? base_of(gy) : nullptr;
+      p.gym = gym;
+      p.gy_stride = last_stride(gy);
+      p.gb = gb ? base_of(gb) : nullptr;
+      p.gbm = gbm;
+      p.gb_stride = last_stride(gb);
       p.act = act;
       p.mult = mult;
       const bool any_row = xm == kRow || ym == kRow || bm == kRow || gxm == kRow || gym == kRow || gbm == kRow;

@@ -31,8 +31,7 @@ inline void throw_cuda(cudaError_t e, const char* what) {
   // as the thread's last error; left there, the next call's launch check (DLF_LAUNCHED)
   // would report it again. Clear it (sticky device errors stay sticky regardless).
   (void)cudaGetLastError();
-  const dlfuse_status_t st =
-      e == cudaErrorMemoryAllocation ? DLFUSE_STATUS_OUT_OF_MEMORY : DLFUSE_STATUS_DEVICE_ERROR;
+  const dlfuse_status_t st = e == cudaErrorMemoryAllocation ? DLFUSE_STATUS_OUT_OF_MEMORY : DLFUSE_STATUS_DEVICE_ERROR;
   throw Error(st, std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
 }
 #define DLF_CUDA(call) ::dlfuse_cuda::throw_cuda((call), #call)
@@ -117,9 +116,18 @@ inline std::vector<int64_t> aligned_shape(const DLTensor* t, int rank) {
 
 inline bool read_dtype(DLDataType dt, DType* out) {
   if (dt.lanes != 1) return false;
-  if (dt.code == kDLFloat && dt.bits == 32) { *out = DType::kF32; return true; }
-  if (dt.code == kDLFloat && dt.bits == 16) { *out = DType::kF16; return true; }
-  if (dt.code == kDLBfloat && dt.bits == 16) { *out = DType::kBF16; return true; }
+  if (dt.code == kDLFloat && dt.bits == 32) {
+    *out = DType::kF32;
+    return true;
+  }
+  if (dt.code == kDLFloat && dt.bits == 16) {
+    *out = DType::kF16;
+    return true;
+  }
+  if (dt.code == kDLBfloat && dt.bits == 16) {
+    *out = DType::kBF16;
+    return true;
+  }
   return false;
 }
 

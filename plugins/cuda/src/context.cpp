@@ -6,9 +6,8 @@ namespace dlfuse_cuda {
 
 DeviceState& device_state(State* st, int device) {
   if (!st || device < 0 || device >= st->device_count)
-    throw Error(DLFUSE_STATUS_INVALID_ARGUMENT,
-                "device_id " + std::to_string(device) + " out of range [0, " +
-                    std::to_string(st ? st->device_count : 0) + ")");
+    throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "device_id " + std::to_string(device) + " out of range [0, " +
+                                                    std::to_string(st ? st->device_count : 0) + ")");
   DeviceState& ds = *st->devices[size_t(device)];
   std::call_once(ds.init_once, [&] {
     try {

@@ -36,7 +36,7 @@ struct LtPlan {
 
 struct DeviceState {
   int id = 0;
-  int cc = 0;   // compute capability, major * 10 + minor (set with the handle)
+  int cc = 0;  // compute capability, major * 10 + minor (set with the handle)
   // Non-empty: this build has no device code for the device (found at open()); its
   // kernels refuse calls with this reason, the device services still work.
   std::string no_kernels;
@@ -112,8 +112,8 @@ class Temp {
   void give_back();
   DeviceState* ds_;
   void* ptr_ = nullptr;
-  size_t bytes_ = 0;              // the block's size (cached blocks are rounded up)
-  unsigned long long sid_ = 0;    // the stream's ID, for a block of the cache
+  size_t bytes_ = 0;            // the block's size (cached blocks are rounded up)
+  unsigned long long sid_ = 0;  // the stream's ID, for a block of the cache
   bool cached_ = false;
   cudaStream_t stream_;
 };

@@ -217,7 +217,8 @@ void activation_backward(CallContext& cx, bool tf32, int act, bool from_out, con
 dlfuse_status_t matmul_add_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&]() -> dlfuse_status_t {
     // Inputs grad_out, a, b, out, pre: exactly one of out and pre (the registry checked).
-    CallContext cx(state, args, DLFUSE_ARITY(matmul_add_activation_backward), DLFUSE_OPTIONAL_INPUTS(matmul_add_activation_backward));
+    CallContext cx(state, args, DLFUSE_ARITY(matmul_add_activation_backward),
+                   DLFUSE_OPTIONAL_INPUTS(matmul_add_activation_backward));
     const DLTensor *pre = args->inputs[4], *src = pre ? pre : args->inputs[3];
     DLTensor *ga = args->outputs[0], *gb = args->outputs[1], *gbias = args->outputs[2];
     if (!src && (ga || gb || gbias)) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "neither out nor pre is given");
@@ -281,7 +282,8 @@ dlfuse_status_t matmul_add_residual_backward(void* state, void*, const dlfuse_ke
     const bool compact = is_compact(gv);
     Temp copy(*cx.ds, compact ? 0 : size_t(numel(gout)) * size_t(dsize(cx.dt)), cx.stream);
     void* dz = compact ? static_cast<void*>(base_of(gout)) : copy.get();
-    if (!compact) copy_view(cx.dt, base_of(gout), gv, dz, compact_view(oshape.data(), int(oshape.size())), 0, cx.stream);
+    if (!compact)
+      copy_view(cx.dt, base_of(gout), gv, dz, compact_view(oshape.data(), int(oshape.size())), 0, cx.stream);
     reduce_into(cx, dz, oshape, gbias);
     reduce_into(cx, dz, oshape, gres);
     operand_grads(cx, read_tf32(args), compact_mat(dz, oshape), oshape, a, b, ga, gb);

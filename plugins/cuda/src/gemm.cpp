@@ -82,7 +82,8 @@ Batch plan_batch(const std::vector<int64_t>& shape, const std::vector<const std:
 }
 
 // Gathers a matrix view into a compact temporary over its own batch shape.
-Mat gather(const Mat& m, const std::vector<int64_t>& batch_shape, DType dt, Temp& tmp, DeviceState& ds, cudaStream_t s) {
+Mat gather(const Mat& m, const std::vector<int64_t>& batch_shape, DType dt, Temp& tmp, DeviceState& ds,
+           cudaStream_t s) {
   const int nb = int(batch_shape.size());
   View src;
   src.rank = nb + 2;
@@ -141,7 +142,10 @@ bool capturing(cudaStream_t s) {
   return st != cudaStreamCaptureStatusNone;
 }
 
-template <class T> void put(std::string& key, const T& v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); }
+template <class T>
+void put(std::string& key, const T& v) {
+  key.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
 
 enum class GemmStatus { kOk, kNoAlgo, kEpilogueUnusable };
 
@@ -225,9 +229,29 @@ bool describe(const Gemm& g, LtProblem& p) {
   p.out_t = g.out_f32 ? CUDA_R_32F : cuda_type(g.out);
   p.epi = epilogue_of(g);
   p.key.reserve(30 * 8);
-  for (int64_t v : {int64_t(g.in), int64_t(g.out_f32 ? -1 : int(g.out)), int64_t(p.compute), int64_t(p.A.op),
-                    int64_t(p.B.op), p.m, p.n, p.k, p.A.ld, p.B.ld, p.ldd, p.bp.inner, p.sa, p.sb, p.sd, p.sbias,
-                    int64_t(p.epi), int64_t(g.beta != 0.f), int64_t(g.C != nullptr), p.ldc, p.sc, p.ldaux, p.saux})
+  for (int64_t v : {int64_t(g.in),
+                    int64_t(g.out_f32 ? -1 : int(g.out)),
+                    int64_t(p.compute),
+                    int64_t(p.A.op),
+                    int64_t(p.B.op),
+                    p.m,
+                    p.n,
+                    p.k,
+                    p.A.ld,
+                    p.B.ld,
+                    p.ldd,
+                    p.bp.inner,
+                    p.sa,
+                    p.sb,
+                    p.sd,
+                    p.sbias,
+                    int64_t(p.epi),
+                    int64_t(g.beta != 0.f),
+                    int64_t(g.C != nullptr),
+                    p.ldc,
+                    p.sc,
+                    p.ldaux,
+                    p.saux})
     put(p.key, v);
   for (uint64_t v : {p.al_a, p.al_b, p.al_d, al_bias, p.al_c, al_aux}) put(p.key, v);
   return true;
@@ -240,7 +264,8 @@ std::unique_ptr<LtPlan> make_plan(const LtProblem& p, bool bias, bool aux) {
   DLF_LT(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &p.B.op, sizeof p.B.op));
   DLF_LT(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &p.epi, sizeof p.epi));
   if (bias)
-    DLF_LT(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &p.sbias, sizeof p.sbias));
+    DLF_LT(
+        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &p.sbias, sizeof p.sbias));
   if (aux) {
     DLF_LT(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &p.ldaux, sizeof p.ldaux));
     DLF_LT(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, &p.saux,
@@ -337,7 +362,8 @@ std::vector<int> rank_candidates(const Gemm& g, const LtProblem& p, const LtPlan
   std::vector<bool> ok(size_t(found), true);
   auto call = [&](int c) {
     return cublasLtMatmul(ds.lt, plan.desc, &one, p.MA->base, plan.a, p.MB->base, plan.b, &zero, g.D.base, plan.c,
-                          g.D.base, plan.d, &cands[c].algo, ws.get(), kLtWorkspaceBytes, stream) == CUBLAS_STATUS_SUCCESS;
+                          g.D.base, plan.d, &cands[c].algo, ws.get(), kLtWorkspaceBytes,
+                          stream) == CUBLAS_STATUS_SUCCESS;
   };
   for (int c = 0; c < found; ++c) ok[size_t(c)] = call(c);  // warm-up; a refused candidate is skipped
   for (int r = 0; r < kRounds; ++r)
@@ -354,8 +380,8 @@ std::vector<int> rank_candidates(const Gemm& g, const LtProblem& p, const LtPlan
     float t[kRounds];
     bool good = true;
     for (int r = 0; r < kRounds; ++r)
-      good = good && cudaEventElapsedTime(&t[r], ev[size_t(2 * (r * found + c))], ev[size_t(2 * (r * found + c) + 1)]) ==
-                         cudaSuccess;
+      good = good && cudaEventElapsedTime(&t[r], ev[size_t(2 * (r * found + c))],
+                                          ev[size_t(2 * (r * found + c) + 1)]) == cudaSuccess;
     if (!good) continue;
     std::sort(t, t + kRounds);
     timed.emplace_back(c == 0 ? t[1] * 0.97f : t[1], c);
@@ -412,7 +438,8 @@ int first_nan_keeping(const Gemm& g, const LtProblem& p, const LtPlan& plan, Dev
     } else {
       uint16_t h;
       std::memcpy(&h, first, 2);
-      is_nan = g.out == DType::kBF16 ? ((h & 0x7f80u) == 0x7f80u && (h & 0x7fu)) : ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu));
+      is_nan = g.out == DType::kBF16 ? ((h & 0x7f80u) == 0x7f80u && (h & 0x7fu))
+                                     : ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu));
     }
     if (is_nan) return c;
   }
@@ -496,8 +523,8 @@ void enqueue(const Gemm& g, const LtProblem& p, const PlanLease& lease, DeviceSt
     if (g.aux && (it == 0 || oaux != 0)) set_aux(plan, g.aux->base + oaux * p.out_es);
     char* dptr = g.D.base + od * p.out_es;
     const char* cptr = g.C ? g.C->base + oc * p.out_es : dptr;
-    DLF_LT(cublasLtMatmul(ds.lt, plan.desc, &alpha, p.MA->base + oa * p.in_es, plan.a, p.MB->base + ob * p.in_es, plan.b,
-                          &beta, cptr, plan.c, dptr, plan.d, &res.algo, ws.get(), res.workspaceSize, stream));
+    DLF_LT(cublasLtMatmul(ds.lt, plan.desc, &alpha, p.MA->base + oa * p.in_es, plan.a, p.MB->base + ob * p.in_es,
+                          plan.b, &beta, cptr, plan.c, dptr, plan.d, &res.algo, ws.get(), res.workspaceSize, stream));
     for (int d = bp.split - 1; d >= 0; --d) {
       if (++idx[size_t(d)] < bp.shape[size_t(d)]) break;
       idx[size_t(d)] = 0;
@@ -692,9 +719,8 @@ bool gemm(Gemm g, DeviceState& ds, cudaStream_t s) {
   st = run_gemm(g, ds, s);
   if (st == GemmStatus::kOk) return true;
   if (st == GemmStatus::kEpilogueUnusable) return false;
-  throw Error(DLFUSE_STATUS_UNSUPPORTED,
-              "cuBLASLt has no algorithm for this matmul (M=" + std::to_string(g.D.R) + ", N=" + std::to_string(g.D.C) +
-                  ", K=" + std::to_string(g.X.C) + ")");
+  throw Error(DLFUSE_STATUS_UNSUPPORTED, "cuBLASLt has no algorithm for this matmul (M=" + std::to_string(g.D.R) +
+                                             ", N=" + std::to_string(g.D.C) + ", K=" + std::to_string(g.X.C) + ")");
 }
 
 }  // namespace dlfuse_cuda

@@ -54,7 +54,7 @@ struct Gemm {
   const Mat* aux = nullptr;    // kGelu only: the pre-activation, D's orientation, ld % 8 == 0
   const char* bias = nullptr;  // BIAS epilogue: a vector along D's cuBLASLt rows
   std::vector<int64_t> bias_bs;
-  const Mat* C = nullptr;      // with beta != 0: the addend, when it is not D
+  const Mat* C = nullptr;  // with beta != 0: the addend, when it is not D
   float beta = 0.f;
 };
 

@@ -194,8 +194,8 @@ void operand_grad(CallContext& cx, bool tf32, DLTensor* gt, const DLTensor* op_t
 
 }  // namespace
 
-void operand_grads(CallContext& cx, bool tf32, const Mat& dz, const std::vector<int64_t>& shape,
-                   const DLTensor* a, const DLTensor* b, DLTensor* ga, DLTensor* gb) {
+void operand_grads(CallContext& cx, bool tf32, const Mat& dz, const std::vector<int64_t>& shape, const DLTensor* a,
+                   const DLTensor* b, DLTensor* ga, DLTensor* gb) {
   const int rank = int(shape.size()), nb = rank - 2;
   const std::vector<int64_t> bshape(shape.begin(), shape.end() - 2);
   const int64_t M = shape[size_t(rank - 2)], N = shape[size_t(rank - 1)];

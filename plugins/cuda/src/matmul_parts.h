@@ -54,8 +54,8 @@ void reduce_into(CallContext& cx, const void* dz, const std::vector<int64_t>& sh
 Mat compact_mat(void* base, const std::vector<int64_t>& shape);
 
 // grad_a = reduce(dZ @ b^T) and grad_b = reduce(a^T @ dZ), each skipped when NULL.
-void operand_grads(CallContext& cx, bool tf32, const Mat& dz, const std::vector<int64_t>& shape,
-                   const DLTensor* a, const DLTensor* b, DLTensor* ga, DLTensor* gb);
+void operand_grads(CallContext& cx, bool tf32, const Mat& dz, const std::vector<int64_t>& shape, const DLTensor* a,
+                   const DLTensor* b, DLTensor* ga, DLTensor* gb);
 
 bool read_tf32(const dlfuse_kernel_args_t* args);
 

@@ -41,15 +41,14 @@ dlfuse_status_t open_plugin(const dlfuse_host_info_t* host, void** state, char* 
       int drv = 0, rt = 0;
       cudaDriverGetVersion(&drv);
       cudaRuntimeGetVersion(&rt);
-      const std::string versions = "CUDA runtime " + std::to_string(rt / 1000) + "." + std::to_string(rt % 1000 / 10) +
-                                   ", driver " +
-                                   (drv ? std::to_string(drv / 1000) + "." + std::to_string(drv % 1000 / 10)
-                                        : std::string("not installed"));
+      const std::string versions =
+          "CUDA runtime " + std::to_string(rt / 1000) + "." + std::to_string(rt % 1000 / 10) + ", driver " +
+          (drv ? std::to_string(drv / 1000) + "." + std::to_string(drv % 1000 / 10) : std::string("not installed"));
       cudaGetLastError();  // clear the sticky-less error so nothing later trips on it
       return fail(err, err_size, DLFUSE_STATUS_UNAVAILABLE,
-                  e != cudaSuccess ? "no usable CUDA device: cudaGetDeviceCount failed: " + cuda_error(e) + "; " +
-                                         versions
-                                   : "no CUDA device found (" + versions + ")");
+                  e != cudaSuccess
+                      ? "no usable CUDA device: cudaGetDeviceCount failed: " + cuda_error(e) + "; " + versions
+                      : "no CUDA device found (" + versions + ")");
     }
     // Per device: a machine may hold GPUs this build has code for next to one it has not
     // (older than sm_75, or a new architecture without PTX to JIT). The plugin serves the
@@ -62,8 +61,10 @@ dlfuse_status_t open_plugin(const dlfuse_host_info_t* host, void** state, char* 
     for (int i = 0; i < count; ++i) {
       st->devices.emplace_back(new DeviceState);
       st->devices.back()->id = i;
-      if (device_has_kernels(i, &st->devices.back()->no_kernels)) ++usable;
-      else none += (none.empty() ? "" : "; ") + st->devices.back()->no_kernels;
+      if (device_has_kernels(i, &st->devices.back()->no_kernels))
+        ++usable;
+      else
+        none += (none.empty() ? "" : "; ") + st->devices.back()->no_kernels;
     }
     cudaSetDevice(prev);
     if (usable == 0)
@@ -108,7 +109,8 @@ dlfuse_status_t alloc(void* state, int32_t device_id, size_t nbytes, void** ptr,
     const cudaError_t e = cudaMalloc(&p, nbytes == 0 ? 1 : nbytes);  // 0 bytes: still a unique pointer
     if (e != cudaSuccess) {
       cudaGetLastError();
-      return fail(err, err_size, e == cudaErrorMemoryAllocation ? DLFUSE_STATUS_OUT_OF_MEMORY : DLFUSE_STATUS_DEVICE_ERROR,
+      return fail(err, err_size,
+                  e == cudaErrorMemoryAllocation ? DLFUSE_STATUS_OUT_OF_MEMORY : DLFUSE_STATUS_DEVICE_ERROR,
                   "cudaMalloc(" + std::to_string(nbytes) + " bytes) on device " + std::to_string(device_id) + ": " +
                       cuda_error(e));
     }
@@ -139,13 +141,15 @@ dlfuse_status_t copy(void* state, int32_t device_id, dlfuse_copy_kind_t kind, vo
       case DLFUSE_COPY_DEVICE_TO_DEVICE: k = cudaMemcpyDeviceToDevice; break;
       default:
         return fail(err, err_size, DLFUSE_STATUS_INVALID_ARGUMENT,
-                    "copy kind " + std::to_string(int(kind)) + " is not one of HOST_TO_DEVICE, DEVICE_TO_HOST, DEVICE_TO_DEVICE");
+                    "copy kind " + std::to_string(int(kind)) +
+                        " is not one of HOST_TO_DEVICE, DEVICE_TO_HOST, DEVICE_TO_DEVICE");
     }
     if (nbytes == 0) return DLFUSE_STATUS_OK;
     if (!dst || !src) return fail(err, err_size, DLFUSE_STATUS_INVALID_ARGUMENT, "NULL copy pointer");
     DeviceGuard dg(device_id);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    DLF_CUDA(cudaMemcpyAsync(static_cast<char*>(dst) + dst_offset, static_cast<const char*>(src) + src_offset, nbytes, k, s));
+    DLF_CUDA(cudaMemcpyAsync(static_cast<char*>(dst) + dst_offset, static_cast<const char*>(src) + src_offset, nbytes,
+                             k, s));
     // A copy that touches host memory has completed when it returns (plugin.h); only this stream waits.
     if (k != cudaMemcpyDeviceToDevice) DLF_CUDA(cudaStreamSynchronize(s));
     return DLFUSE_STATUS_OK;
@@ -161,8 +165,20 @@ dlfuse_status_t synchronize(void* state, int32_t device_id, void* stream, char* 
   });
 }
 
-const dlfuse_plugin_t kPlugin = {sizeof(dlfuse_plugin_t), DLFUSE_ABI_MAJOR, DLFUSE_ABI_MINOR, "cuda", DLFUSE_CUDA_VERSION, kDLCUDA,
-                                 open_plugin, close_plugin, get_kernels, device_count, alloc, release, copy, synchronize};
+const dlfuse_plugin_t kPlugin = {sizeof(dlfuse_plugin_t),
+                                 DLFUSE_ABI_MAJOR,
+                                 DLFUSE_ABI_MINOR,
+                                 "cuda",
+                                 DLFUSE_CUDA_VERSION,
+                                 kDLCUDA,
+                                 open_plugin,
+                                 close_plugin,
+                                 get_kernels,
+                                 device_count,
+                                 alloc,
+                                 release,
+                                 copy,
+                                 synchronize};
 
 }  // namespace
 
@@ -188,8 +204,8 @@ CallContext::CallContext(void* state, const dlfuse_kernel_args_t* args, int num_
     const DLTensor* t = i < num_inputs ? args->inputs[i] : args->outputs[i - num_inputs];
     if (!t) continue;
     if (t->device.device_type != kDLCUDA || t->device.device_id != first->device.device_id)
-      throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "tensor " + std::to_string(i) + " is not on cuda:" +
-                                                      std::to_string(first->device.device_id));
+      throw Error(DLFUSE_STATUS_INVALID_ARGUMENT,
+                  "tensor " + std::to_string(i) + " is not on cuda:" + std::to_string(first->device.device_id));
     if (t->ndim > kMaxRank)
       throw Error(DLFUSE_STATUS_UNSUPPORTED, "tensor " + std::to_string(i) + " has " + std::to_string(t->ndim) +
                                                  " dims; at most " + std::to_string(kMaxRank));

@@ -17,14 +17,14 @@ namespace {
 constexpr int kSkip = 77;
 int g_failures = 0;
 
-#define EXPECT(cond, ...)                          \
-  do {                                             \
-    if (!(cond)) {                                 \
-      ++g_failures;                                \
+#define EXPECT(cond, ...)                              \
+  do {                                                 \
+    if (!(cond)) {                                     \
+      ++g_failures;                                    \
       std::printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      std::printf(__VA_ARGS__);                    \
-      std::printf("\n");                           \
-    }                                              \
+      std::printf(__VA_ARGS__);                        \
+      std::printf("\n");                               \
+    }                                                  \
   } while (0)
 
 std::string last() { return dlfuse_last_error(); }
@@ -101,8 +101,9 @@ struct Backward {
     dlfuse_device_synchronize(d.reg, d.dev, nullptr);
     const float x = d.get(ga, 12345), y = d.get(gb, 777), z = d.get(gbias, 3);
     const bool ok = x == float(N) && y == float(B * M) && z == float(B * M);
-    if (!ok) std::printf("  grad_a %.1f (want %lld), grad_b %.1f, grad_bias %.1f (want %lld)\n", x, (long long)N, y, z,
-                         (long long)(B * M));
+    if (!ok)
+      std::printf("  grad_a %.1f (want %lld), grad_b %.1f, grad_bias %.1f (want %lld)\n", x, (long long)N, y, z,
+                  (long long)(B * M));
     return ok;
   }
 };
@@ -211,8 +212,8 @@ int main(int argc, char** argv) {
     for (int rep = 0; rep < 3; ++rep) {
       const dlfuse_status_t s = bw.run(d);
       const dlfuse_status_t sync = dlfuse_device_synchronize(d.reg, d.dev, nullptr);
-      std::printf("  backward with the GPU full -> %s%s%s; synchronize -> %s\n", dlfuse_status_string(s),
-                  s ? ": " : "", s ? last().c_str() : "", dlfuse_status_string(sync));
+      std::printf("  backward with the GPU full -> %s%s%s; synchronize -> %s\n", dlfuse_status_string(s), s ? ": " : "",
+                  s ? last().c_str() : "", dlfuse_status_string(sync));
       EXPECT(s == DLFUSE_STATUS_OK || s == DLFUSE_STATUS_OUT_OF_MEMORY,
              "backward with the GPU full: %s (expected OK or OUT_OF_MEMORY): %s", dlfuse_status_string(s),
              last().c_str());

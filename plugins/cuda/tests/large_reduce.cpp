@@ -59,7 +59,9 @@ struct Dev {
 // grad_out of call k: small integers that change with the row, the column and the call (each
 // column sum is exact in float, and a call that reads a stale or wrong row gets another);
 // with a scalar bias the constant k, whose total over 2^26 elements stays exact too.
-float pattern(int k, int64_t r, int64_t c, bool scalar) { return scalar ? float(k) : float(k + (r * 7 + c * 3 + k) % 5); }
+float pattern(int k, int64_t r, int64_t c, bool scalar) {
+  return scalar ? float(k) : float(k + (r * 7 + c * 3 + k) % 5);
+}
 
 // Call k of the flat backward from out (identity): grad_x must equal grad_out and grad_bias
 // its exact column sums (or total). `run` enqueues the call on s.
@@ -88,7 +90,8 @@ int check_flat(Dev& d, const std::string& label, int k, const std::function<bool
     if (double(b[i]) != want[i]) bad_b += 1, first = first < nb ? first : i;
   std::printf("%s: grad_bias %zu of %zu wrong%s, grad_x %zu of %zu wrong\n", label.c_str(), bad_b, nb,
               first < nb ? (" (first at " + std::to_string(first) + ": " + std::to_string(b[first]) + ", expected " +
-                            std::to_string(want[first]) + ")").c_str()
+                            std::to_string(want[first]) + ")")
+                               .c_str()
                          : "",
               bad_x, n);
   return bad_x || bad_b ? 1 : 0;
@@ -106,7 +109,8 @@ int flat_cases(Dev& d, int64_t M, int64_t N, bool scalar_bias) {
     return dlfuse_add_mul_activation_backward_from_out(d.reg, &g, &out, 1.0, DLFUSE_ACT_IDENTITY, &gx, nullptr, &gb,
                                                        s) == DLFUSE_STATUS_OK;
   };
-  const std::string shape = "flat " + std::to_string(M) + "x" + std::to_string(N) + (scalar_bias ? " bias[1]" : " bias[N]");
+  const std::string shape =
+      "flat " + std::to_string(M) + "x" + std::to_string(N) + (scalar_bias ? " bias[1]" : " bias[N]");
   int bad = 0, k = 0;
   for (int i = 1; i <= 3; ++i)
     bad += check_flat(d, shape + " call " + std::to_string(i), ++k, call, s, g, gx, gb, M, N, scalar_bias);
@@ -157,8 +161,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   // add_mul backward, identity, bias [1]: grad_bias = sum of grad_out = M*N.
-  if (dlfuse_add_mul_activation_backward(d.reg, &g, &out, &out, &bias, 0.5, DLFUSE_ACT_IDENTITY, nullptr, nullptr,
-                                         &gb2, nullptr) != DLFUSE_STATUS_OK) {
+  if (dlfuse_add_mul_activation_backward(d.reg, &g, &out, &out, &bias, 0.5, DLFUSE_ACT_IDENTITY, nullptr, nullptr, &gb2,
+                                         nullptr) != DLFUSE_STATUS_OK) {
     std::printf("add_mul backward: %s\n", dlfuse_last_error());
     return 1;
   }

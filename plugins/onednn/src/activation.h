@@ -64,7 +64,10 @@ inline bool eltwise_alg(int act, dnnl::algorithm* alg, float* alpha) {
     case DLFUSE_ACT_TANH: *alg = dnnl::algorithm::eltwise_tanh; return true;
     case DLFUSE_ACT_GELU_ERF: *alg = dnnl::algorithm::eltwise_gelu_erf; return true;
     case DLFUSE_ACT_GELU_TANH: *alg = dnnl::algorithm::eltwise_gelu_tanh; return true;
-    case DLFUSE_ACT_SILU: *alg = dnnl::algorithm::eltwise_swish; *alpha = 1.f; return true;
+    case DLFUSE_ACT_SILU:
+      *alg = dnnl::algorithm::eltwise_swish;
+      *alpha = 1.f;
+      return true;
     default: return false;
   }
 }
@@ -73,8 +76,10 @@ inline bool eltwise_alg(int act, dnnl::algorithm* alg, float* alpha) {
 inline void append_activation(dnnl::post_ops& po, int act) {
   dnnl::algorithm alg;
   float alpha;
-  if (act == DLFUSE_ACT_RELU) append_relu_keep_nan(po);
-  else if (eltwise_alg(act, &alg, &alpha)) po.append_eltwise(1.f, alg, alpha, 0.f);
+  if (act == DLFUSE_ACT_RELU)
+    append_relu_keep_nan(po);
+  else if (eltwise_alg(act, &alg, &alpha))
+    po.append_eltwise(1.f, alg, alpha, 0.f);
 }
 
 }  // namespace dlfuse_onednn

@@ -53,7 +53,7 @@ void forward_generic(const View& x, const View& y, const View& bias, const View&
   }
 }
 
-constexpr int64_t kTile = 16384;  // elements per tile: 64 KiB per float stream, L2 resident
+constexpr int64_t kTile = 16384;                     // elements per tile: 64 KiB per float stream, L2 resident
 constexpr int64_t kStreamBytes = int64_t(16) << 20;  // outputs above this use streaming stores
 
 // relu and identity: the plugin's own one-pass loop, tiles spread over the OpenMP threads.
@@ -84,7 +84,9 @@ bool forward_own(const View& x, const View& y, const View& bias, const View& out
       float* dst = nt ? buf : out.data + e0;
       for (int64_t s = 0; s < len;) {
         const int64_t col = (e0 + s) % n, seg = std::min(len - s, n - col);
-        const float* bseg = bk == BiasKind::kRow ? bias.data + col : bk == BiasKind::kScalar ? bias.data : bias.data + e0 + s;
+        const float* bseg = bk == BiasKind::kRow      ? bias.data + col
+                            : bk == BiasKind::kScalar ? bias.data
+                                                      : bias.data + e0 + s;
         loops::add_mul(dst + s, x.data + e0 + s, bseg, bk == BiasKind::kScalar, y.data + e0 + s, mult, seg);
         s += seg;
       }
@@ -245,7 +247,8 @@ bool backward_tiled(State& st, const View& g, const View& x, const View& y, cons
           const CachedPrimitive& prim = len == kTile || !p_tail ? *p_full : *p_tail;
           const memory::desc md({len}, memory::data_type::f32, memory::format_tag::a);
           execute(st, prim,
-                  {{DNNL_ARG_SRC, mem(st, md, pre)}, {DNNL_ARG_DIFF_DST, mem(st, md, gp)},
+                  {{DNNL_ARG_SRC, mem(st, md, pre)},
+                   {DNNL_ARG_DIFF_DST, mem(st, md, gp)},
                    {DNNL_ARG_DIFF_SRC, mem(st, md, dpre)}});
         } catch (...) {
 #pragma omp critical(dlfuse_onednn_error)
@@ -257,8 +260,10 @@ bool backward_tiled(State& st, const View& g, const View& x, const View& y, cons
         std::memcpy(dpre, gp, size_t(len) * sizeof(float));
       }
       if (gx) {
-        if (nt) loops::stream_copy(gx->data + e0, dpre, len);
-        else std::memcpy(gx->data + e0, dpre, size_t(len) * sizeof(float));
+        if (nt)
+          loops::stream_copy(gx->data + e0, dpre, len);
+        else
+          std::memcpy(gx->data + e0, dpre, size_t(len) * sizeof(float));
       }
       if (gy && nt) {
         loops::scale(pre, dpre, mult, len);  // pre is free again
@@ -311,7 +316,8 @@ struct RowBlock {
   void select(const DLTensor* src, int64_t r0, int64_t n) {
     if (!sliced) return;
     int64_t stride0 = 1;
-    if (src->strides) stride0 = src->strides[0];
+    if (src->strides)
+      stride0 = src->strides[0];
     else
       for (int i = 1; i < src->ndim; ++i) stride0 *= src->shape[i];
     shape[0] = n;
@@ -340,8 +346,8 @@ int64_t block_rows(const DLTensor* out) {
   return std::max<int64_t>(1, block_elems() / std::max<int64_t>(1, inner));
 }
 
-void forward_block(State& st, const DLTensor* x, const DLTensor* y, const DLTensor* b, DLTensor* o, Storage s,
-                   int act, float mult, Buffer& bx, Buffer& by, Buffer& bb, Buffer& bo) {
+void forward_block(State& st, const DLTensor* x, const DLTensor* y, const DLTensor* b, DLTensor* o, Storage s, int act,
+                   float mult, Buffer& bx, Buffer& by, Buffer& bb, Buffer& bo) {
   const View xv = input_f32(x, s, bx), yv = input_f32(y, s, by), bv = input_f32(b, s, bb);
   const View ov = output_f32(o, s, bo);
   if (ov.numel() > 0 && !forward_own(xv, yv, bv, ov, act, mult) && !forward_onednn(st, xv, yv, bv, ov, act, mult))
@@ -431,7 +437,9 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
     // The kernel declares DLFUSE_KERNEL_TAKES_V1_1_INPUTS: five inputs, x, y, bias and out
     // NULL where absent (four from a host that widens nothing).
     const bool v11 = args->num_inputs == 5;
-    check_call(args, v11 ? int(DLFUSE_NUM_INPUTS(add_mul_activation_backward)) : int(DLFUSE_BASE_INPUTS(add_mul_activation_backward)),
+    check_call(args,
+               v11 ? int(DLFUSE_NUM_INPUTS(add_mul_activation_backward))
+                   : int(DLFUSE_BASE_INPUTS(add_mul_activation_backward)),
                DLFUSE_NUM_OUTPUTS(add_mul_activation_backward), false,
                v11 ? unsigned(DLFUSE_OPTIONAL_INPUTS(add_mul_activation_backward)) : 0u);
     const int act = kit::activation(args);
@@ -440,14 +448,16 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
     const DLTensor* const* in = args->inputs;
     if (v11 && in[4]) {
       for (int k = 1; k < 4; ++k)
-        if (in[k]) kit::invalid(std::string(k == 1 ? "x" : k == 2 ? "y" : "bias") + " (out is given)", "NULL", "a tensor");
+        if (in[k])
+          kit::invalid(std::string(k == 1 ? "x" : k == 2 ? "y" : "bias") + " (out is given)", "NULL", "a tensor");
       check_act_from_out(act, "pass x, y and bias instead");
       if (!add_mul_backward_fast(in[0], nullptr, nullptr, nullptr, in[4], args->outputs, act, mult))
         backward_from_out(st, args, act, mult);
       return DLFUSE_STATUS_OK;
     }
     for (int k = 1; k < 4; ++k)
-      if (!in[k]) kit::invalid(std::string(k == 1 ? "x" : k == 2 ? "y" : "bias") + " (out is absent)", "a tensor", "NULL");
+      if (!in[k])
+        kit::invalid(std::string(k == 1 ? "x" : k == 2 ? "y" : "bias") + " (out is absent)", "a tensor", "NULL");
     DLTensor* const* out = args->outputs;
     if (add_mul_backward_fast(in[0], in[1], in[2], in[3], nullptr, out, act, mult)) return DLFUSE_STATUS_OK;
     const Storage s = storage_of(in[0]->dtype);

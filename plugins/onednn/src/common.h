@@ -91,8 +91,10 @@ inline View view_of(const DLTensor* t) {
   // In integers: an empty tensor may have NULL data, and NULL + offset is undefined.
   v.data = reinterpret_cast<float*>(reinterpret_cast<uintptr_t>(t->data) + t->byte_offset);
   v.shape.assign(t->shape, t->shape + t->ndim);
-  if (t->strides) v.strides.assign(t->strides, t->strides + t->ndim);
-  else v.strides = compact_strides(v.shape);
+  if (t->strides)
+    v.strides.assign(t->strides, t->strides + t->ndim);
+  else
+    v.strides = compact_strides(v.shape);
   return v;
 }
 
@@ -133,7 +135,7 @@ inline dnnl::memory::dims dnnl_strides(const std::vector<int64_t>& shape, const 
 }
 
 inline dnnl::memory::desc md_of(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides,
-                                 dnnl::memory::data_type dt = dnnl::memory::data_type::f32) {
+                                dnnl::memory::data_type dt = dnnl::memory::data_type::f32) {
   return dnnl::memory::desc(dnnl::memory::dims(shape.begin(), shape.end()), dt, dnnl_strides(shape, strides));
 }
 inline dnnl::memory::desc md_of(const View& v, dnnl::memory::data_type dt = dnnl::memory::data_type::f32) {

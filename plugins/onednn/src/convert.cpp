@@ -10,8 +10,16 @@
 namespace dlfuse_onednn {
 namespace {
 
-inline uint32_t bits_of(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
-inline float float_of(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float float_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 
 inline float bf16_load(uint16_t b) { return float_of(uint32_t(b) << 16); }
 inline uint16_t bf16_store(float f) {
@@ -35,7 +43,7 @@ inline uint16_t f16_store(float f) {
   const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
   if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
   if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // rounds to Inf
-  if (a >= 0x38800000u) {                                  // normal half
+  if (a >= 0x38800000u) {                                 // normal half
     uint32_t h = ((a >> 23) - 112u) << 10 | ((a >> 13) & 0x3ffu);
     const uint32_t rest = a & 0x1fffu;
     if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
@@ -64,7 +72,8 @@ __attribute__((target("avx,f16c"))) void f16_to_f32_f16c(const uint16_t* s, floa
 __attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* s, uint16_t* d, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
   for (; i < n; ++i) d[i] = f16_store(s[i]);
 }
 
@@ -105,8 +114,8 @@ Storage storage_of(DLDataType dt) {
   if (dt.lanes == 1 && dt.code == kDLBfloat && dt.bits == 16) return Storage::kBF16;
   if (dt.lanes == 1 && dt.code == kDLFloat && dt.bits == 16) return Storage::kF16;
   throw Error(DLFUSE_STATUS_UNSUPPORTED, "dtype: expected float32, bfloat16 or float16, got code " +
-                                               std::to_string(dt.code) + " bits " + std::to_string(dt.bits) +
-                                               " lanes " + std::to_string(dt.lanes));
+                                             std::to_string(dt.code) + " bits " + std::to_string(dt.bits) + " lanes " +
+                                             std::to_string(dt.lanes));
 }
 
 View input_f32(const DLTensor* t, Storage s, Buffer& buf) {

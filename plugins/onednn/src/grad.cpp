@@ -31,19 +31,23 @@ bool dz_eltwise(State& st, const View& g, const View* src, const DzRule& rule, c
     return dnnl::eltwise_backward::primitive_desc(dnnl::eltwise_backward::desc(alg, md, md, alpha, 0.f), base_attr(),
                                                   st.engine, hint);
   });
-  execute(st, *p, {{DNNL_ARG_SRC, mem(st, md, src->data)}, {DNNL_ARG_DIFF_DST, mem(st, md, g.data)},
-                   {DNNL_ARG_DIFF_SRC, mem(st, md, dz.data)}});
+  execute(st, *p,
+          {{DNNL_ARG_SRC, mem(st, md, src->data)},
+           {DNNL_ARG_DIFF_DST, mem(st, md, g.data)},
+           {DNNL_ARG_DIFF_SRC, mem(st, md, dz.data)}});
   return true;
 }
 
 // One row of dZ: zp[0, n) from grad_out (stride gs) and src (stride ss).
 void dz_row(const DzRule& rule, float* zp, const float* gp, int64_t gs, const float* sp, int64_t ss, int64_t n) {
   if (rule.act == DLFUSE_ACT_IDENTITY) {
-    if (gs == 1) std::memcpy(zp, gp, size_t(n) * sizeof(float));
+    if (gs == 1)
+      std::memcpy(zp, gp, size_t(n) * sizeof(float));
     else
       for (int64_t j = 0; j < n; ++j) zp[j] = gp[j * gs];
   } else if (rule.act == DLFUSE_ACT_RELU) {  // the same select from pre and from out
-    if (gs == 1 && ss == 1) loops::relu_select(zp, sp, gp, n);
+    if (gs == 1 && ss == 1)
+      loops::relu_select(zp, sp, gp, n);
     else
       for (int64_t j = 0; j < n; ++j) zp[j] = sp[j * ss] <= 0.f ? 0.f : gp[j * gs];
   } else if (rule.from_out && rule.act == DLFUSE_ACT_SIGMOID) {
@@ -116,8 +120,10 @@ void store_scaled(const View& src, const View& dst, double scale) {
 #pragma omp parallel for schedule(static) if (total > (int64_t(1) << 15))
     for (int64_t b = 0; b < total; b += chunk) {
       const int64_t len = std::min(chunk, total - b);
-      if (scale == 1.0) std::memcpy(dst.data + b, src.data + b, size_t(len) * sizeof(float));
-      else loops::scale(dst.data + b, src.data + b, float(scale), len);
+      if (scale == 1.0)
+        std::memcpy(dst.data + b, src.data + b, size_t(len) * sizeof(float));
+      else
+        loops::scale(dst.data + b, src.data + b, float(scale), len);
     }
     return;
   }

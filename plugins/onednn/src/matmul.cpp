@@ -119,8 +119,9 @@ bool post_op_bias(const View* bias) { return bias && !row_bias(*bias); }
 // broadcast (an [M, 1] bias, say), the bias is expanded to dst's shape once, which the
 // gemm path takes.
 void matmul_once(State& st, const View& src, const View& wei, const View& dst, const View* bias_in, int act, bool sum) {
-  if (!bias_in) return exec_matmul(st, matmul_primitive(st, src, wei, dst, nullptr, kNoBias, act, sum), src, wei,
-                                   dst, nullptr, kNoBias, sum);
+  if (!bias_in)
+    return exec_matmul(st, matmul_primitive(st, src, wei, dst, nullptr, kNoBias, act, sum), src, wei, dst, nullptr,
+                       kNoBias, sum);
   Buffer bias_buf;
   const View* bias = bias_in;
   View compact_bias;
@@ -141,8 +142,8 @@ void matmul_once(State& st, const View& src, const View& wei, const View& dst, c
     bias = &compact_bias;
   }
   if (row)
-    return exec_matmul(st, matmul_primitive(st, src, wei, dst, bias, kBiasArg, act, sum), src, wei, dst, bias,
-                       kBiasArg, sum);
+    return exec_matmul(st, matmul_primitive(st, src, wei, dst, bias, kBiasArg, act, sum), src, wei, dst, bias, kBiasArg,
+                       sum);
   if (!is_compact(dst)) throw Error(DLFUSE_STATUS_INTERNAL, "a post-op bias needs a compact dst");
   auto p = matmul_primitive(st, src, wei, dst, bias, kBiasPostOp, act, sum);
   if (p->impl.rfind("ref", 0) != 0 || bias->shape == dst.shape)
@@ -210,7 +211,8 @@ void run_matmul(State& st, Mm m) {
   }
   const int64_t K = m.src.shape[r - 1];
   if (K == 0 || combos == 0) {  // an empty sum
-    if (bias || m.act != DLFUSE_ACT_IDENTITY) throw Error(DLFUSE_STATUS_INTERNAL, "K = 0 reached run_matmul with a bias");
+    if (bias || m.act != DLFUSE_ACT_IDENTITY)
+      throw Error(DLFUSE_STATUS_INTERNAL, "K = 0 reached run_matmul with a bias");
     if (!m.sum) fill_view(out, 0.f);
   } else if (reduced.empty()) {
     matmul_once(st, m.src, m.wei, out, bias, m.act, m.sum);
@@ -232,7 +234,8 @@ void run_matmul(State& st, Mm m) {
       View sc = s, wc = w;
       sc.data = m.src.data + os;
       wc.data = m.wei.data + ow;
-      if (bias || m.act != DLFUSE_ACT_IDENTITY) throw Error(DLFUSE_STATUS_INTERNAL, "a summed matmul takes no bias or act");
+      if (bias || m.act != DLFUSE_ACT_IDENTITY)
+        throw Error(DLFUSE_STATUS_INTERNAL, "a summed matmul takes no bias or act");
       const bool sum = c > 0 || m.sum;
       exec_matmul(st, matmul_primitive(st, sc, wc, out, nullptr, kNoBias, DLFUSE_ACT_IDENTITY, sum), sc, wc, out,
                   nullptr, kNoBias, sum);
@@ -348,8 +351,7 @@ bool forward_bf16_native(State& st, const DLTensor* at, const DLTensor* bt, cons
     if (a.shape[i] != out.shape[i] || b.shape[i] != out.shape[i]) return false;
   if (!is_compact(out) || !matrix_ok(a) || !matrix_ok(b)) return false;
   const View bias = aligned(view_of(biast), r);
-  if (!row_bias(bias) || bias.shape[r - 1] != out.shape[r - 1] ||
-      (bias.shape[r - 1] > 1 && bias.strides[r - 1] != 1))
+  if (!row_bias(bias) || bias.shape[r - 1] != out.shape[r - 1] || (bias.shape[r - 1] > 1 && bias.strides[r - 1] != 1))
     return false;
   const auto bf16 = memory::data_type::bf16;
   Key key{kMatmulBf16, act};
@@ -450,12 +452,12 @@ dlfuse_status_t matmul_add_activation(void* state, void*, const dlfuse_kernel_ar
 
 dlfuse_status_t matmul_add_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) {
   return run_kernel(args, [&]() -> dlfuse_status_t {
-    check_call(args, DLFUSE_ARITY(matmul_add_activation_backward), false, DLFUSE_OPTIONAL_INPUTS(matmul_add_activation_backward));
+    check_call(args, DLFUSE_ARITY(matmul_add_activation_backward), false,
+               DLFUSE_OPTIONAL_INPUTS(matmul_add_activation_backward));
     const int act = kit::activation(args);
     const DLTensor* out = args->inputs[3];
     const DLTensor* pre = args->inputs[4];
-    if (!out == !pre)
-      kit::invalid("out, pre", "exactly one of them", out ? "both" : "neither");
+    if (!out == !pre) kit::invalid("out, pre", "exactly one of them", out ? "both" : "neither");
     if (out) check_act_from_out(act, "pass pre, which the forward writes");
     backward_call(*static_cast<State*>(state), args, out ? out : pre, DzRule{act, out != nullptr});
     return DLFUSE_STATUS_OK;

@@ -39,8 +39,10 @@ inline __mmask16 mask_of(int64_t count) {
 
 inline void store_half(void* p, int64_t i, __m256i h, __mmask16 k, bool nt) {
   uint16_t* q = static_cast<uint16_t*>(p) + i;
-  if (nt && k == 0xffff && aligned(q, 32)) _mm256_stream_si256(reinterpret_cast<__m256i*>(q), h);
-  else _mm256_mask_storeu_epi16(q, k, h);
+  if (nt && k == 0xffff && aligned(q, 32))
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(q), h);
+  else
+    _mm256_mask_storeu_epi16(q, k, h);
 }
 inline __m256i load_half(const void* p, int64_t i, __mmask16 k) {
   return _mm256_maskz_loadu_epi16(k, static_cast<const uint16_t*>(p) + i);
@@ -55,8 +57,10 @@ struct F32 {
   static __m512 load_bwd(const void* p, int64_t i, __mmask16 k) { return load(p, i, k); }
   static void store(void* p, int64_t i, __m512 v, __mmask16 k, bool nt) {
     float* q = static_cast<float*>(p) + i;
-    if (nt && k == 0xffff && aligned(q, 64)) _mm512_stream_ps(q, v);
-    else _mm512_mask_storeu_ps(q, k, v);
+    if (nt && k == 0xffff && aligned(q, 64))
+      _mm512_stream_ps(q, v);
+    else
+      _mm512_mask_storeu_ps(q, k, v);
   }
 };
 struct BF16Shift {
@@ -79,8 +83,8 @@ struct BF16Shift {
     const __m512i u = _mm512_castps_si512(v);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
     __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-    const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                                  _mm512_set1_epi32(0x7f800000));
+    const __mmask16 nan =
+        _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
     r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
     store_half(p, i, _mm512_cvtepi32_epi16(r), k, nt);
   }
@@ -187,13 +191,14 @@ void forward_t(const AddMul& a) {
   void* op = a.out;
   const bool nt = p.nt;
   split(p.rows, p.n, p.nthr, p.by_rows, 1, [=](int64_t e, int64_t len, int64_t col, int, int64_t) {
-    vectors<T>(op, e, len, [=](int64_t j, __mmask16 k) __attribute__((always_inline)) {
-      const __m512 x = T::load(xp, e + j, k), y = T::load(yp, e + j, k);
-      const __m512 b = BS == Span::kScalar ? bs : T::load(bp, BS == Span::kRow ? col + j : e + j, k);
-      __m512 pre = _mm512_add_ps(_mm512_add_ps(x, b), _mm512_mul_ps(m, y));
-      if (Relu) pre = relu_select(pre, pre);
-      T::store(op, e + j, pre, k, nt);
-    });
+    vectors<T>(
+        op, e, len, [=](int64_t j, __mmask16 k) __attribute__((always_inline)) {
+          const __m512 x = T::load(xp, e + j, k), y = T::load(yp, e + j, k);
+          const __m512 b = BS == Span::kScalar ? bs : T::load(bp, BS == Span::kRow ? col + j : e + j, k);
+          __m512 pre = _mm512_add_ps(_mm512_add_ps(x, b), _mm512_mul_ps(m, y));
+          if (Relu) pre = relu_select(pre, pre);
+          T::store(op, e + j, pre, k, nt);
+        });
   });
 }
 
@@ -233,48 +238,53 @@ void backward_t(const AddMul& a) {
     const void *gp = gp_, *op = op_, *xp = xp_, *yp = yp_, *bp = bp_;
     void *gxp = gxp_, *gyp = gyp_, *gbp = gbp_;
     const __m512 m = m_, one = one_, bs = bs_;
-    lines<T>(anchor, e0, len, [&](int64_t j0, int64_t cnt) __attribute__((always_inline)) {
-      constexpr int kHalves = 4 / T::kBytes;  // 16-element vectors per line
-      __m512 dsum[kHalves];
-      for (int h = 0; h < kHalves; ++h) dsum[h] = _mm512_setzero_ps();
-      for (int64_t rr = 0; rr < count; ++rr) {
-        const int64_t e = e0 + rr * n;
-        for (int h = 0; h < kHalves; ++h) {
-          const int64_t j = j0 + 16 * h;
-          const __mmask16 k = mask_of(cnt - 16 * h);
-          const __m512 g = T::load_bwd(gp, e + j, k);
-          __m512 d = g;
-          if (FromOut && Act != DLFUSE_ACT_IDENTITY) {
-            const __m512 o = T::load_bwd(op, e + j, k);
-            if (Act == DLFUSE_ACT_RELU) d = relu_select(o, g);
-            else if (Act == DLFUSE_ACT_SIGMOID) d = _mm512_mul_ps(g, _mm512_mul_ps(o, _mm512_sub_ps(one, o)));
-            else d = _mm512_mul_ps(g, _mm512_sub_ps(one, _mm512_mul_ps(o, o)));  // TANH
-          } else if (!FromOut && Act == DLFUSE_ACT_RELU) {
-            const __m512 x = T::load_bwd(xp, e + j, k), y = T::load_bwd(yp, e + j, k);
-            const __m512 b = bspan == Span::kScalar ? bs : T::load_bwd(bp, bspan == Span::kRow ? col + j : e + j, k);
-            d = relu_select(_mm512_add_ps(_mm512_add_ps(x, b), _mm512_mul_ps(m, y)), g);
+    lines<T>(
+        anchor, e0, len, [&](int64_t j0, int64_t cnt) __attribute__((always_inline)) {
+          constexpr int kHalves = 4 / T::kBytes;  // 16-element vectors per line
+          __m512 dsum[kHalves];
+          for (int h = 0; h < kHalves; ++h) dsum[h] = _mm512_setzero_ps();
+          for (int64_t rr = 0; rr < count; ++rr) {
+            const int64_t e = e0 + rr * n;
+            for (int h = 0; h < kHalves; ++h) {
+              const int64_t j = j0 + 16 * h;
+              const __mmask16 k = mask_of(cnt - 16 * h);
+              const __m512 g = T::load_bwd(gp, e + j, k);
+              __m512 d = g;
+              if (FromOut && Act != DLFUSE_ACT_IDENTITY) {
+                const __m512 o = T::load_bwd(op, e + j, k);
+                if (Act == DLFUSE_ACT_RELU)
+                  d = relu_select(o, g);
+                else if (Act == DLFUSE_ACT_SIGMOID)
+                  d = _mm512_mul_ps(g, _mm512_mul_ps(o, _mm512_sub_ps(one, o)));
+                else
+                  d = _mm512_mul_ps(g, _mm512_sub_ps(one, _mm512_mul_ps(o, o)));  // TANH
+              } else if (!FromOut && Act == DLFUSE_ACT_RELU) {
+                const __m512 x = T::load_bwd(xp, e + j, k), y = T::load_bwd(yp, e + j, k);
+                const __m512 b =
+                    bspan == Span::kScalar ? bs : T::load_bwd(bp, bspan == Span::kRow ? col + j : e + j, k);
+                d = relu_select(_mm512_add_ps(_mm512_add_ps(x, b), _mm512_mul_ps(m, y)), g);
+              }
+              if (gxp) T::store(gxp, e + j, d, k, nt);
+              if (gyp) T::store(gyp, e + j, _mm512_mul_ps(m, d), k, nt);
+              if (GS == Span::kFull && gbp) T::store(gbp, e + j, d, k, nt);
+              dsum[h] = _mm512_add_ps(dsum[h], d);
+            }
           }
-          if (gxp) T::store(gxp, e + j, d, k, nt);
-          if (gyp) T::store(gyp, e + j, _mm512_mul_ps(m, d), k, nt);
-          if (GS == Span::kFull && gbp) T::store(gbp, e + j, d, k, nt);
-          dsum[h] = _mm512_add_ps(dsum[h], d);
-        }
-      }
-      for (int h = 0; h < kHalves; ++h) {
-        const __mmask16 k = mask_of(cnt - 16 * h);
-        const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(dsum[h]));
-        const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(dsum[h]), 1)));
-        if (GS == Span::kRow && racc) {
-          double* q = racc + col + j0 + 16 * h;
-          const __mmask8 klo = __mmask8(k & 0xff), khi = __mmask8(k >> 8);
-          _mm512_mask_storeu_pd(q, klo, _mm512_add_pd(_mm512_maskz_loadu_pd(klo, q), lo));
-          _mm512_mask_storeu_pd(q + 8, khi, _mm512_add_pd(_mm512_maskz_loadu_pd(khi, q + 8), hi));
-        } else if (GS == Span::kScalar && want_scalar) {  // masked lanes hold 0
-          s_lo = _mm512_add_pd(s_lo, lo);
-          s_hi = _mm512_add_pd(s_hi, hi);
-        }
-      }
-    });
+          for (int h = 0; h < kHalves; ++h) {
+            const __mmask16 k = mask_of(cnt - 16 * h);
+            const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(dsum[h]));
+            const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(dsum[h]), 1)));
+            if (GS == Span::kRow && racc) {
+              double* q = racc + col + j0 + 16 * h;
+              const __mmask8 klo = __mmask8(k & 0xff), khi = __mmask8(k >> 8);
+              _mm512_mask_storeu_pd(q, klo, _mm512_add_pd(_mm512_maskz_loadu_pd(klo, q), lo));
+              _mm512_mask_storeu_pd(q + 8, khi, _mm512_add_pd(_mm512_maskz_loadu_pd(khi, q + 8), hi));
+            } else if (GS == Span::kScalar && want_scalar) {  // masked lanes hold 0
+              s_lo = _mm512_add_pd(s_lo, lo);
+              s_hi = _mm512_add_pd(s_hi, hi);
+            }
+          }
+        });
     if (want_scalar) {
       double* q = scalar_base + size_t(t) * 8;
       _mm512_storeu_pd(q, _mm512_add_pd(_mm512_loadu_pd(q), _mm512_add_pd(s_lo, s_hi)));
@@ -365,8 +375,8 @@ int level() {
   static const int lv = [] {
     __builtin_cpu_init();
     int l = 0;
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq"))
       l = __builtin_cpu_supports("avx512bf16") ? 2 : 1;
     const char* cap = std::getenv("DLFUSE_ONEDNN_MAX_ISA");
     if (cap && (!std::strcmp(cap, "avx2") || !std::strcmp(cap, "none"))) l = 0;

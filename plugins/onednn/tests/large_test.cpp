@@ -53,8 +53,9 @@ struct Tensor {
     t.data = store.data();
     t.device = {kDLCPU, 0};
     t.ndim = int32_t(shape.size());
-    t.dtype = dt == Dt::kF32 ? DLDataType{kDLFloat, 32, 1} : dt == Dt::kBF16 ? DLDataType{kDLBfloat, 16, 1}
-                                                                             : DLDataType{kDLFloat, 16, 1};
+    t.dtype = dt == Dt::kF32    ? DLDataType{kDLFloat, 32, 1}
+              : dt == Dt::kBF16 ? DLDataType{kDLBfloat, 16, 1}
+                                : DLDataType{kDLFloat, 16, 1};
     t.shape = shape.data();
   }
   int64_t numel() const {
@@ -120,7 +121,7 @@ void ok(dlfuse_status_t st, const std::string& what) {
 
 // Forward and both backwards of one shape; bias is a row over N, one value, or full.
 void check_shape(dlfuse_registry_t reg, Dt dt, int64_t M, int64_t N, int bias_kind) {
-  const std::vector<int64_t> bshape = bias_kind == 0 ? std::vector<int64_t>{N}
+  const std::vector<int64_t> bshape = bias_kind == 0   ? std::vector<int64_t>{N}
                                       : bias_kind == 1 ? std::vector<int64_t>{1}
                                                        : std::vector<int64_t>{M, N};
   const std::string tag = std::string(name_of(dt)) + " " + std::to_string(M) + "x" + std::to_string(N) + " bias" +

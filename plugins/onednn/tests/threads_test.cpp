@@ -231,7 +231,7 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "PHASE B\n");
   std::fflush(stderr);
   run_threads(reg, threads, 10, 1000);  // phase B: warm
-  large_check(reg);  // no primitive: relu runs the plugin's own loop
+  large_check(reg);                     // no primitive: relu runs the plugin's own loop
   dlfuse_registry_destroy(reg);
   std::fflush(stderr);
   dup2(saved, 2);
@@ -249,7 +249,8 @@ int main(int argc, char** argv) {
       summary = true;
       std::printf("%s\n", line.c_str());
     }
-    if (line.find("dlfuse_onednn") == std::string::npos && line != "PHASE B") std::fprintf(stderr, "%s\n", line.c_str());
+    if (line.find("dlfuse_onednn") == std::string::npos && line != "PHASE B")
+      std::fprintf(stderr, "%s\n", line.c_str());
   }
   std::remove(log_path);
   std::printf("primitives built in phase A: %d, in phase B: %d\n", built_a, built_b);

@@ -94,8 +94,10 @@ std::vector<int64_t> dims(const char* s) {
   std::vector<int64_t> d;
   for (const char* p = s; *p;) {
     d.push_back(std::strtoll(p, const_cast<char**>(&p), 10));
-    if (*p == 'x') ++p;
-    else if (*p) break;
+    if (*p == 'x')
+      ++p;
+    else if (*p)
+      break;
   }
   return d;
 }
@@ -104,7 +106,8 @@ std::vector<int64_t> dims(const char* s) {
 
 int main(int argc, char** argv) {
   if (argc < 2 || argv[1][0] != '/') {
-    std::fprintf(stderr, "usage: %s /abs/libdlfuse_onednn.so [--pointwise MxN] [--matmul MxKxN] [--rounds R] [--only TEXT]\n",
+    std::fprintf(stderr,
+                 "usage: %s /abs/libdlfuse_onednn.so [--pointwise MxN] [--matmul MxKxN] [--rounds R] [--only TEXT]\n",
                  argv[0]);
     return 2;
   }
@@ -112,10 +115,14 @@ int main(int argc, char** argv) {
   int rounds = 15;
   std::string only;  // run the items whose name contains this (the copy always runs)
   for (int i = 2; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--pointwise")) pw = dims(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--matmul")) mm = dims(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--rounds")) rounds = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];
+    if (!std::strcmp(argv[i], "--pointwise"))
+      pw = dims(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--matmul"))
+      mm = dims(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--rounds"))
+      rounds = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--only"))
+      only = argv[i + 1];
   }
   dlfuse_registry_options_t opt{sizeof(opt), DLFUSE_DISCOVER_NONE, argv[1]};
   dlfuse_registry_t reg = nullptr;
@@ -143,25 +150,26 @@ int main(int argc, char** argv) {
   for (bool bf : {false, true}) {
     const double es = bf ? 2 : 4;
     const char* dn = bf ? "bfloat16" : "float32";
-    DLTensor *x = tensor({M, N}, bf, 1), *y = tensor({M, N}, bf, 2), *b = tensor({N}, bf, 3), *o = tensor({M, N}, bf, 4);
-    DLTensor *g = tensor({M, N}, bf, 5), *gx = tensor({M, N}, bf, 6), *gy = tensor({M, N}, bf, 7), *gb = tensor({N}, bf, 8);
-    items.push_back({std::string("add_mul fwd ") + dn, 4 * es * elems, [=] {
-                       ok(dlfuse_add_mul_activation(reg, x, y, b, 0.5, DLFUSE_ACT_RELU, o, nullptr), "fwd");
-                     }});
-    items.push_back({std::string("add_mul bwd x,y,bias ") + dn, 5 * es * elems, [=] {
-                       ok(dlfuse_add_mul_activation_backward(reg, g, x, y, b, 0.5, DLFUSE_ACT_RELU, gx, gy, gb, nullptr),
-                          "bwd");
-                     }});
-    items.push_back({std::string("add_mul bwd from out ") + dn, 4 * es * elems, [=] {
-                       ok(dlfuse_add_mul_activation_backward_from_out(reg, g, o, 0.5, DLFUSE_ACT_RELU, gx, gy, gb,
-                                                                       nullptr),
-                          "bwd from out");
-                     }});
-    items.push_back({std::string("add_mul bwd from out, no grad_bias ") + dn, 4 * es * elems, [=] {
-                       ok(dlfuse_add_mul_activation_backward_from_out(reg, g, o, 0.5, DLFUSE_ACT_RELU, gx, gy, nullptr,
-                                                                       nullptr),
-                          "bwd from out");
-                     }});
+    DLTensor *x = tensor({M, N}, bf, 1), *y = tensor({M, N}, bf, 2), *b = tensor({N}, bf, 3),
+             *o = tensor({M, N}, bf, 4);
+    DLTensor *g = tensor({M, N}, bf, 5), *gx = tensor({M, N}, bf, 6), *gy = tensor({M, N}, bf, 7),
+             *gb = tensor({N}, bf, 8);
+    items.push_back({std::string("add_mul fwd ") + dn, 4 * es * elems,
+                     [=] { ok(dlfuse_add_mul_activation(reg, x, y, b, 0.5, DLFUSE_ACT_RELU, o, nullptr), "fwd"); }});
+    items.push_back(
+        {std::string("add_mul bwd x,y,bias ") + dn, 5 * es * elems, [=] {
+           ok(dlfuse_add_mul_activation_backward(reg, g, x, y, b, 0.5, DLFUSE_ACT_RELU, gx, gy, gb, nullptr), "bwd");
+         }});
+    items.push_back(
+        {std::string("add_mul bwd from out ") + dn, 4 * es * elems, [=] {
+           ok(dlfuse_add_mul_activation_backward_from_out(reg, g, o, 0.5, DLFUSE_ACT_RELU, gx, gy, gb, nullptr),
+              "bwd from out");
+         }});
+    items.push_back(
+        {std::string("add_mul bwd from out, no grad_bias ") + dn, 4 * es * elems, [=] {
+           ok(dlfuse_add_mul_activation_backward_from_out(reg, g, o, 0.5, DLFUSE_ACT_RELU, gx, gy, nullptr, nullptr),
+              "bwd from out");
+         }});
   }
 
   using namespace dnnl;
@@ -195,7 +203,8 @@ int main(int argc, char** argv) {
     binary::primitive_desc pd(binary::desc(algorithm::binary_add, md, md, md), attr, eng);
     std::printf("raw binary %s: %s\n", bf ? "bfloat16" : "float32", pd.impl_info_str());
     add_raw(std::string("raw oneDNN binary fwd ") + (bf ? "bfloat16" : "float32"), binary(pd),
-            {{DNNL_ARG_SRC_0, memory(md, eng, x->data)}, {DNNL_ARG_SRC_1, memory(md, eng, y->data)},
+            {{DNNL_ARG_SRC_0, memory(md, eng, x->data)},
+             {DNNL_ARG_SRC_1, memory(md, eng, y->data)},
              {DNNL_ARG_DST, memory(md, eng, o->data)},
              {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, memory(bmd, eng, b->data)}});
   }
@@ -217,8 +226,10 @@ int main(int argc, char** argv) {
     matmul::primitive_desc pd(matmul::desc(amd, wmd, bmd, omd), attr, eng);
     std::printf("raw matmul %s: %s\n", dn, pd.impl_info_str());
     add_raw(std::string("raw oneDNN matmul nankeep ") + dn, matmul(pd),
-            {{DNNL_ARG_SRC, memory(amd, eng, a->data)}, {DNNL_ARG_WEIGHTS, memory(wmd, eng, w->data)},
-             {DNNL_ARG_BIAS, memory(bmd, eng, b->data)}, {DNNL_ARG_DST, memory(omd, eng, ro->data)}});
+            {{DNNL_ARG_SRC, memory(amd, eng, a->data)},
+             {DNNL_ARG_WEIGHTS, memory(wmd, eng, w->data)},
+             {DNNL_ARG_BIAS, memory(bmd, eng, b->data)},
+             {DNNL_ARG_DST, memory(omd, eng, ro->data)}});
   }
 
   if (!only.empty())
@@ -235,12 +246,11 @@ int main(int argc, char** argv) {
       it.cpu_ms.push_back(cpu_now_ms() - c0);
     }
   const double copy_ms = median(items[0].ms), copy_cpu = median(items[0].cpu_ms);
-  const double bw = 2 * 4 * elems / (copy_ms * 1e-3);  // bytes read + written per second
+  const double bw = 2 * 4 * elems / (copy_ms * 1e-3);       // bytes read + written per second
   const double cpu_bw = 2 * 4 * elems / (copy_cpu * 1e-3);  // the same per CPU second
   std::printf("pointwise %lldx%lld, matmul %lldx%lldx%lld, %d rounds, copy bandwidth %.1f GB/s\n", (long long)M,
               (long long)N, (long long)MM, (long long)KK, (long long)NN, rounds, bw / 1e9);
-  std::printf("%-44s %10s %10s %8s %10s %8s\n", "item", "median ms", "floor ms", "x floor", "CPU ms",
-              "x floor");
+  std::printf("%-44s %10s %10s %8s %10s %8s\n", "item", "median ms", "floor ms", "x floor", "CPU ms", "x floor");
   for (const Item& it : items) {
     const double med = median(it.ms), cpu = median(it.cpu_ms);
     if (it.floor_bytes > 0) {

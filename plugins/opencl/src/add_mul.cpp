@@ -36,7 +36,8 @@ void check_form(const DLTensor* x, const DLTensor* y, const DLTensor* b, const D
   const char* names[3] = {"x", "y", "bias"};
   const DLTensor* t[3] = {x, y, b};
   for (int i = 0; i < 3; ++i)
-    if (!t[i]) bad(std::string("argument '") + names[i] + "' is NULL; expected the forward's input, or pass out instead");
+    if (!t[i])
+      bad(std::string("argument '") + names[i] + "' is NULL; expected the forward's input, or pass out instead");
 }
 
 }  // namespace
@@ -71,7 +72,9 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
     // The kernel declares DLFUSE_KERNEL_TAKES_V1_1_INPUTS, so the registry passes five
     // inputs; four (the 1.0 form, out absent) are taken too, for a caller of the table.
     const bool five = !args || args->num_inputs != 4;
-    Call c = prepare_call(static_cast<State*>(state), args, five ? int(DLFUSE_NUM_INPUTS(add_mul_activation_backward)) : int(DLFUSE_BASE_INPUTS(add_mul_activation_backward)),
+    Call c = prepare_call(static_cast<State*>(state), args,
+                          five ? int(DLFUSE_NUM_INPUTS(add_mul_activation_backward))
+                               : int(DLFUSE_BASE_INPUTS(add_mul_activation_backward)),
                           DLFUSE_NUM_OUTPUTS(add_mul_activation_backward), five ? kBwdNames : kBwdNames10,
                           DLFUSE_OPTIONAL_INPUTS(add_mul_activation_backward));
     const DLTensor *g = args->inputs[0], *x = args->inputs[1], *y = args->inputs[2], *b = args->inputs[3];

@@ -23,8 +23,8 @@ struct Call {
 // the view (byte_offset + extent within CL_MEM_SIZE), and the stream is a queue of it.
 // Input i may be NULL where bit i of `optional_inputs` is set (never input 0); outputs
 // may always be NULL (the caller checks the ones it needs).
-Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs,
-                  const char* const* names, uint32_t optional_inputs = 0);
+Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs, const char* const* names,
+                  uint32_t optional_inputs = 0);
 
 // The GEMM's operands and epilogue (plugins/common/src/matmul_plan.h; kernels/gemm.cl).
 using MatRef = dlfuse_plugin::MatRef<cl_mem>;

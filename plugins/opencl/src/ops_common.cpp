@@ -9,8 +9,8 @@ namespace {
 bool is_dtype(DLDataType d, uint8_t code, uint8_t bits) { return d.code == code && d.bits == bits && d.lanes == 1; }
 }  // namespace
 
-Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs,
-                  const char* const* names, uint32_t optional_inputs) {
+Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs, const char* const* names,
+                  uint32_t optional_inputs) {
   const auto bad = [&](const std::string& m) { throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, m); };
   if (!args || args->num_inputs != num_inputs || args->num_outputs != num_outputs || !args->inputs || !args->outputs)
     bad("expected " + std::to_string(num_inputs) + " inputs and " + std::to_string(num_outputs) + " outputs");
@@ -21,11 +21,15 @@ Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, in
         "; expected kDLOpenCL (" + std::to_string(int(kDLOpenCL)) + ")");
   Call c;
   c.dev = &s->device(first->device.device_id);
-  if (is_dtype(first->dtype, kDLFloat, 32)) c.prec = Prec::kF32;
-  else if (is_dtype(first->dtype, kDLFloat, 16)) c.prec = Prec::kF16;
-  else throw Error(DLFUSE_STATUS_UNSUPPORTED, "dtype is not float32 or float16");
+  if (is_dtype(first->dtype, kDLFloat, 32))
+    c.prec = Prec::kF32;
+  else if (is_dtype(first->dtype, kDLFloat, 16))
+    c.prec = Prec::kF16;
+  else
+    throw Error(DLFUSE_STATUS_UNSUPPORTED, "dtype is not float32 or float16");
   if (c.prec == Prec::kF16 && !c.dev->fp16)
-    throw Error(DLFUSE_STATUS_UNSUPPORTED, c.dev->label() + " does not report cl_khr_fp16: float16 is not supported there");
+    throw Error(DLFUSE_STATUS_UNSUPPORTED,
+                c.dev->label() + " does not report cl_khr_fp16: float16 is not supported there");
   c.esize = c.prec == Prec::kF16 ? 2 : 4;
 
   // Byte ranges in the root buffer, for the sub-buffer overlap check below.
@@ -60,7 +64,8 @@ Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, in
       bad(arg + ": its cl_mem belongs to another OpenCL context, not the one of " + c.dev->label() +
           " (allocate it with dlfuse_device_alloc)");
     size_t size = 0;
-    check_cl(clGetMemObjectInfo(mem_of(t), CL_MEM_SIZE, sizeof size, &size, nullptr), "clGetMemObjectInfo(CL_MEM_SIZE)");
+    check_cl(clGetMemObjectInfo(mem_of(t), CL_MEM_SIZE, sizeof size, &size, nullptr),
+             "clGetMemObjectInfo(CL_MEM_SIZE)");
     const uint64_t need = t->byte_offset + uint64_t(ext) * uint64_t(c.esize);
     if (need > size)
       bad(arg + ": the view ends at byte " + std::to_string(need) + " (byte_offset " + std::to_string(t->byte_offset) +
@@ -70,7 +75,8 @@ Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, in
     check_cl(clGetMemObjectInfo(mem_of(t), CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, nullptr),
              "clGetMemObjectInfo(CL_MEM_ASSOCIATED_MEMOBJECT)");
     if (parent)
-      check_cl(clGetMemObjectInfo(mem_of(t), CL_MEM_OFFSET, sizeof origin, &origin, nullptr), "clGetMemObjectInfo(CL_MEM_OFFSET)");
+      check_cl(clGetMemObjectInfo(mem_of(t), CL_MEM_OFFSET, sizeof origin, &origin, nullptr),
+               "clGetMemObjectInfo(CL_MEM_OFFSET)");
     Range& r = ranges[size_t(i)];
     r.mem = mem_of(t);
     r.root = parent ? parent : mem_of(t);

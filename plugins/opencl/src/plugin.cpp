@@ -42,7 +42,9 @@ void close_plugin(void* state) noexcept { delete static_cast<State*>(state); }
 
 dlfuse_status_t get_kernels(void* state, const dlfuse_kernel_t** kernels, int32_t* num, char* err,
                             size_t err_size) noexcept {
-  if (!state) return kit::write_error("opencl", err, err_size, DLFUSE_STATUS_INVALID_ARGUMENT, "state: expected the plugin's, got NULL");
+  if (!state)
+    return kit::write_error("opencl", err, err_size, DLFUSE_STATUS_INVALID_ARGUMENT,
+                            "state: expected the plugin's, got NULL");
   return static_cast<const State*>(state)->kernels->get(kernels, num, "opencl", err, err_size);
 }
 
@@ -83,10 +85,11 @@ cl_command_queue queue_for(Device& d, void* stream) {
   cl_context ctx = nullptr;
   const cl_int rc = clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof ctx, &ctx, nullptr);
   if (rc != CL_SUCCESS)
-    throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, std::string("stream is not a cl_command_queue (") + cl_error_name(rc) + ")");
+    throw Error(DLFUSE_STATUS_INVALID_ARGUMENT,
+                std::string("stream is not a cl_command_queue (") + cl_error_name(rc) + ")");
   if (ctx != d.ctx)
-    throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "stream is a cl_command_queue of another context; expected one of " +
-                                                    d.label() + "'s context");
+    throw Error(DLFUSE_STATUS_INVALID_ARGUMENT,
+                "stream is a cl_command_queue of another context; expected one of " + d.label() + "'s context");
   return q;
 }
 
@@ -97,7 +100,8 @@ dlfuse_status_t copy(void* state, int32_t device_id, dlfuse_copy_kind_t kind, vo
     Device& d = static_cast<State*>(state)->device(device_id);
     cl_command_queue q = queue_for(d, stream);
     if (nbytes == 0) return DLFUSE_STATUS_OK;
-    if (!dst || !src) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, std::string("argument '") + (dst ? "src" : "dst") + "' is NULL");
+    if (!dst || !src)
+      throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, std::string("argument '") + (dst ? "src" : "dst") + "' is NULL");
     switch (kind) {
       case DLFUSE_COPY_HOST_TO_DEVICE:  // blocking: the host buffer may go away on return
         check_cl(clEnqueueWriteBuffer(q, static_cast<cl_mem>(dst), CL_TRUE, dst_offset, nbytes,
@@ -115,7 +119,8 @@ dlfuse_status_t copy(void* state, int32_t device_id, dlfuse_copy_kind_t kind, vo
                  "clEnqueueCopyBuffer");
         break;
       default:
-        throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "argument 'kind' is " + std::to_string(int(kind)) + "; expected 1..3");
+        throw Error(DLFUSE_STATUS_INVALID_ARGUMENT,
+                    "argument 'kind' is " + std::to_string(int(kind)) + "; expected 1..3");
     }
     return DLFUSE_STATUS_OK;
   });
@@ -129,9 +134,20 @@ dlfuse_status_t synchronize(void* state, int32_t device_id, void* stream, char* 
   });
 }
 
-const dlfuse_plugin_t kPlugin = {sizeof(dlfuse_plugin_t), DLFUSE_ABI_MAJOR, DLFUSE_ABI_MINOR, "opencl", DLFUSE_OPENCL_VERSION,
-                                 kDLOpenCL, open_plugin, close_plugin, get_kernels, device_count, alloc, release,
-                                 copy, synchronize};
+const dlfuse_plugin_t kPlugin = {sizeof(dlfuse_plugin_t),
+                                 DLFUSE_ABI_MAJOR,
+                                 DLFUSE_ABI_MINOR,
+                                 "opencl",
+                                 DLFUSE_OPENCL_VERSION,
+                                 kDLOpenCL,
+                                 open_plugin,
+                                 close_plugin,
+                                 get_kernels,
+                                 device_count,
+                                 alloc,
+                                 release,
+                                 copy,
+                                 synchronize};
 
 }  // namespace
 }  // namespace dlfuse_opencl

@@ -11,6 +11,7 @@ namespace dlfuse_opencl {
 
 const char* cl_error_name(cl_int code) {
   switch (code) {
+    // clang-format off
 #define E(x) case x: return #x;
     E(CL_SUCCESS) E(CL_DEVICE_NOT_FOUND) E(CL_DEVICE_NOT_AVAILABLE) E(CL_COMPILER_NOT_AVAILABLE)
     E(CL_MEM_OBJECT_ALLOCATION_FAILURE) E(CL_OUT_OF_RESOURCES) E(CL_OUT_OF_HOST_MEMORY)
@@ -24,7 +25,8 @@ const char* cl_error_name(cl_int code) {
     E(CL_INVALID_WORK_ITEM_SIZE) E(CL_INVALID_GLOBAL_OFFSET) E(CL_INVALID_EVENT_WAIT_LIST) E(CL_INVALID_EVENT)
     E(CL_INVALID_OPERATION) E(CL_INVALID_BUFFER_SIZE) E(CL_INVALID_GLOBAL_WORK_SIZE) E(CL_INVALID_PROPERTY)
 #undef E
-    case -1001: return "CL_PLATFORM_NOT_FOUND_KHR";
+        // clang-format on
+        case -1001 : return "CL_PLATFORM_NOT_FOUND_KHR";
     default: return "unknown OpenCL error";
   }
 }
@@ -109,8 +111,8 @@ std::vector<Candidate> enumerate() {
         cl_bool avail = CL_FALSE;
         clGetDeviceInfo(d, CL_DEVICE_AVAILABLE, sizeof avail, &avail, nullptr);
         if (!avail) continue;
-        out.push_back({p, d, platform_str(p, CL_PLATFORM_NAME), device_str(d, CL_DEVICE_NAME),
-                       type == CL_DEVICE_TYPE_CPU});
+        out.push_back(
+            {p, d, platform_str(p, CL_PLATFORM_NAME), device_str(d, CL_DEVICE_NAME), type == CL_DEVICE_TYPE_CPU});
       }
     }
   }
@@ -150,7 +152,8 @@ void open_devices(State* s) {
       } else if (v == "cpu") {
         d->cpu_kernels = true;
       } else {
-        throw Error(DLFUSE_STATUS_UNAVAILABLE, "DLFUSE_OPENCL_GEMM='" + v + "'; expected cpu, tiled, tiled64 or tiled128");
+        throw Error(DLFUSE_STATUS_UNAVAILABLE,
+                    "DLFUSE_OPENCL_GEMM='" + v + "'; expected cpu, tiled, tiled64 or tiled128");
       }
     }
     cl_uint cu = 1;
@@ -177,8 +180,8 @@ void open_devices(State* s) {
 
 Device& State::device(int32_t id) {
   if (id < 0 || id >= int32_t(devices.size()))
-    throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "device_id is " + std::to_string(id) + "; expected 0.." +
-                                                    std::to_string(int(devices.size()) - 1));
+    throw Error(DLFUSE_STATUS_INVALID_ARGUMENT,
+                "device_id is " + std::to_string(id) + "; expected 0.." + std::to_string(int(devices.size()) - 1));
   return *devices[size_t(id)];
 }
 
@@ -217,8 +220,8 @@ cl_program Device::program(Prec p) {
           if (n) clGetProgramBuildInfo(prog, id, CL_PROGRAM_BUILD_LOG, n, &log[0], nullptr);
           log.resize(std::strlen(log.c_str()));
           if (log.size() > 1500) log = log.substr(0, 1500) + " ...";
-          build_error_[i] = std::string("clBuildProgram (") + opts + ") on " + label() + " failed: " +
-                            cl_error_name(rc) + "; build log: " + (log.empty() ? "(empty)" : log);
+          build_error_[i] = std::string("clBuildProgram (") + opts + ") on " + label() +
+                            " failed: " + cl_error_name(rc) + "; build log: " + (log.empty() ? "(empty)" : log);
           clReleaseProgram(prog);
         } else {
           prog_[i] = prog;

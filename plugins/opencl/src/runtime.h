@@ -81,7 +81,9 @@ void open_devices(State* s);
 struct KernelRef {
   cl_kernel k = nullptr;
   explicit KernelRef(cl_kernel kk) : k(kk) {}
-  ~KernelRef() { if (k) clReleaseKernel(k); }
+  ~KernelRef() {
+    if (k) clReleaseKernel(k);
+  }
   KernelRef(const KernelRef&) = delete;
   KernelRef& operator=(const KernelRef&) = delete;
 };
@@ -89,7 +91,9 @@ struct MemRef {
   cl_mem m = nullptr;
   MemRef() = default;
   explicit MemRef(cl_mem mm) : m(mm) {}
-  ~MemRef() { if (m) clReleaseMemObject(m); }
+  ~MemRef() {
+    if (m) clReleaseMemObject(m);
+  }
   MemRef(const MemRef&) = delete;
   MemRef& operator=(const MemRef&) = delete;
 };
@@ -98,16 +102,21 @@ struct MemRef {
 // work that uses it is enqueued (OpenCL keeps it alive until that work finishes).
 cl_mem scratch(Device& d, size_t nbytes, const void* init = nullptr);
 
-template <class T> void set_arg(cl_kernel k, cl_uint i, const T& v) {
+template <class T>
+void set_arg(cl_kernel k, cl_uint i, const T& v) {
   const cl_int rc = clSetKernelArg(k, i, sizeof(T), &v);
   if (rc != CL_SUCCESS) throw_cl(rc, "clSetKernelArg #" + std::to_string(i));
 }
 inline void set_args_from(cl_kernel, cl_uint) {}
-template <class T, class... Rest> void set_args_from(cl_kernel k, cl_uint i, const T& v, const Rest&... rest) {
+template <class T, class... Rest>
+void set_args_from(cl_kernel k, cl_uint i, const T& v, const Rest&... rest) {
   set_arg(k, i, v);
   set_args_from(k, i + 1, rest...);
 }
-template <class... A> void set_args(cl_kernel k, const A&... a) { set_args_from(k, 0, a...); }
+template <class... A>
+void set_args(cl_kernel k, const A&... a) {
+  set_args_from(k, 0, a...);
+}
 
 // Enqueues a 3-D range, rounding the global size up to `local`.
 void enqueue(cl_command_queue q, cl_kernel k, const size_t global[3], const size_t local[3], const char* name);

@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
   ro.discovery = DLFUSE_DISCOVER_NONE;
   dlfuse_registry_t reg = nullptr;
   int32_t idx = -1;
-  if (dlfuse_registry_create(&ro, &reg) != DLFUSE_STATUS_OK || dlfuse_registry_load(reg, argv[1], &idx) != DLFUSE_STATUS_OK) {
+  if (dlfuse_registry_create(&ro, &reg) != DLFUSE_STATUS_OK ||
+      dlfuse_registry_load(reg, argv[1], &idx) != DLFUSE_STATUS_OK) {
     std::fprintf(stderr, "cannot load %s: %s\n", argv[1], dlfuse_last_error());
     return 1;
   }
@@ -55,12 +56,17 @@ int main(int argc, char** argv) {
   const DLDataType f32{kDLFloat, 32, 1};
   std::vector<float> x(static_cast<size_t>(M * N)), y(static_cast<size_t>(M * N)), bias(static_cast<size_t>(N)),
       out(static_cast<size_t>(M * N));
-  for (size_t i = 0; i < x.size(); ++i) { x[i] = float(i % 9) - 4.0f; y[i] = float(i % 5) * 0.5f; }
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = float(i % 9) - 4.0f;
+    y[i] = float(i % 5) * 0.5f;
+  }
   for (size_t i = 0; i < bias.size(); ++i) bias[i] = float(i % 3) - 1.0f;
 
   // Disjoint sub-buffers x | y | bias | out, each at its own aligned origin: accepted.
-  cl_mem sx = sub(static_cast<cl_mem>(parent), 0 * step * 4, 512), sy = sub(static_cast<cl_mem>(parent), 1 * step * 4, 512);
-  cl_mem sb = sub(static_cast<cl_mem>(parent), 2 * step * 4, 64), so = sub(static_cast<cl_mem>(parent), 3 * step * 4, 512);
+  cl_mem sx = sub(static_cast<cl_mem>(parent), 0 * step * 4, 512),
+         sy = sub(static_cast<cl_mem>(parent), 1 * step * 4, 512);
+  cl_mem sb = sub(static_cast<cl_mem>(parent), 2 * step * 4, 64),
+         so = sub(static_cast<cl_mem>(parent), 3 * step * 4, 512);
   // An output sub-buffer whose range overlaps x's: [0, 512) vs [0 + step, ...) only when
   // step < 512, so build it over x's second half explicitly.
   cl_mem sover = sub(static_cast<cl_mem>(parent), 0, 1024);

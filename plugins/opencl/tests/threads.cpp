@@ -65,11 +65,16 @@ void worker(dlfuse_registry_t reg, int tid, int iters, std::atomic<int>* gate) {
       clGetContextInfo(ctx, CL_CONTEXT_DEVICES, sizeof did, &did, nullptr);
       cl_int rc = CL_SUCCESS;
       own = clCreateCommandQueue(ctx, did, 0, &rc);
-      if (rc != CL_SUCCESS) { report(tid, "clCreateCommandQueue failed"); return false; }
+      if (rc != CL_SUCCESS) {
+        report(tid, "clCreateCommandQueue failed");
+        return false;
+      }
     }
     stream = own;
-    ok(tid, dlfuse_device_copy(reg, dev, DLFUSE_COPY_HOST_TO_DEVICE, da, 0, a.data(), 0, a.size() * 4, stream), "copy a");
-    ok(tid, dlfuse_device_copy(reg, dev, DLFUSE_COPY_HOST_TO_DEVICE, db, 0, b.data(), 0, b.size() * 4, stream), "copy b");
+    ok(tid, dlfuse_device_copy(reg, dev, DLFUSE_COPY_HOST_TO_DEVICE, da, 0, a.data(), 0, a.size() * 4, stream),
+       "copy a");
+    ok(tid, dlfuse_device_copy(reg, dev, DLFUSE_COPY_HOST_TO_DEVICE, db, 0, b.data(), 0, b.size() * 4, stream),
+       "copy b");
     ok(tid, dlfuse_device_copy(reg, dev, DLFUSE_COPY_HOST_TO_DEVICE, dbias, 0, bias.data(), 0, bias.size() * 4, stream),
        "copy bias");
     const DLDataType f32{kDLFloat, 32, 1};
@@ -91,7 +96,8 @@ void worker(dlfuse_registry_t reg, int tid, int iters, std::atomic<int>* gate) {
       return;
     std::vector<float> amx(out.size());
     if (!ok(tid, dlfuse_device_synchronize(reg, dev, stream), "synchronize") ||
-        !ok(tid, dlfuse_device_copy(reg, dev, DLFUSE_COPY_DEVICE_TO_HOST, amx.data(), 0, damx, 0, amx.size() * 4, stream),
+        !ok(tid,
+            dlfuse_device_copy(reg, dev, DLFUSE_COPY_DEVICE_TO_HOST, amx.data(), 0, damx, 0, amx.size() * 4, stream),
             "copy back"))
       return;
     for (int64_t m = 0; m < M; ++m)
@@ -102,7 +108,8 @@ void worker(dlfuse_registry_t reg, int tid, int iters, std::atomic<int>* gate) {
         const double ref = 1.0 / (1.0 + std::exp(-(o + bias[size_t(n)] + 0.5 * o)));
         if (std::fabs(amx[size_t(m * N + n)] - ref) > 1e-5) {
           report(tid, "iteration " + std::to_string(it) + ": wrong value at (" + std::to_string(m) + ", " +
-                          std::to_string(n) + "): " + std::to_string(amx[size_t(m * N + n)]) + " vs " + std::to_string(ref));
+                          std::to_string(n) + "): " + std::to_string(amx[size_t(m * N + n)]) + " vs " +
+                          std::to_string(ref));
           return;
         }
       }
@@ -117,7 +124,8 @@ dlfuse_registry_t open_registry(const char* plugin) {
   ro.discovery = DLFUSE_DISCOVER_NONE;
   dlfuse_registry_t reg = nullptr;
   int32_t idx = -1;
-  if (dlfuse_registry_create(&ro, &reg) != DLFUSE_STATUS_OK || dlfuse_registry_load(reg, plugin, &idx) != DLFUSE_STATUS_OK) {
+  if (dlfuse_registry_create(&ro, &reg) != DLFUSE_STATUS_OK ||
+      dlfuse_registry_load(reg, plugin, &idx) != DLFUSE_STATUS_OK) {
     std::fprintf(stderr, "cannot load %s: %s\n", plugin, dlfuse_last_error());
     dlfuse_registry_destroy(reg);
     return nullptr;

@@ -56,8 +56,10 @@ bool forward4(Launch& l, const Call& c, const WGPUBuffer bufs[4], const std::vec
   if (n2 % 4 != 0 || !aligned(v[3])) return false;
   int modes = 0;
   for (int i = 0; i < 3; ++i) {
-    if (aligned(v[size_t(i)])) modes |= 1 << i;
-    else if (v[size_t(i)].s2 != 0) return false;
+    if (aligned(v[size_t(i)]))
+      modes |= 1 << i;
+    else if (v[size_t(i)].s2 != 0)
+      return false;
   }
   const int items = forward4_items();
   const int64_t per_group = 256 * int64_t(items);
@@ -71,14 +73,14 @@ bool forward4(Launch& l, const Call& c, const WGPUBuffer bufs[4], const std::vec
     push_view(prm, i == 3 || (modes >> i & 1) ? ClView{w.off / 4, w.s0 / 4, w.s1 / 4, 1} : w);
   }
   const std::string items_const = "const V4: i32 = " + std::to_string(items) + ";\n";
-  const Pipeline& p =
-      c.dev->pipeline("pw4:amx_fwd4:" + std::to_string(items), c.prec, items_const + kPointwise4, "amx_fwd4", 9,
-                      Params::kUniform);
+  const Pipeline& p = c.dev->pipeline("pw4:amx_fwd4:" + std::to_string(items), c.prec, items_const + kPointwise4,
+                                      "amx_fwd4", 9, Params::kUniform);
   // vec4 views at bindings 1..4, the same buffers as scalars at 5..7 (broadcast inputs).
-  l.dispatch(p, {(modes & 1) ? bufs[0] : nullptr, (modes & 2) ? bufs[1] : nullptr, (modes & 4) ? bufs[2] : nullptr,
-                 bufs[3], (modes & 1) ? nullptr : bufs[0], (modes & 2) ? nullptr : bufs[1],
-                 (modes & 4) ? nullptr : bufs[2], nullptr},
-             prm, uint32_t(gx), uint32_t(gy), 1);
+  l.dispatch(
+      p,
+      {(modes & 1) ? bufs[0] : nullptr, (modes & 2) ? bufs[1] : nullptr, (modes & 4) ? bufs[2] : nullptr, bufs[3],
+       (modes & 1) ? nullptr : bufs[0], (modes & 2) ? nullptr : bufs[1], (modes & 4) ? nullptr : bufs[2], nullptr},
+      prm, uint32_t(gx), uint32_t(gy), 1);
   return true;
 }
 
@@ -96,18 +98,18 @@ dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_
     Launch l(*c.dev);
     const Pipeline& p = pointwise(c, "amx_fwd");
     const WGPUBuffer bufs[4] = {buf_of(x), buf_of(y), buf_of(b), buf_of(out)};
-    for_each_block(shape_of(out),
-                   {aligned_strides(x, rank), aligned_strides(y, rank), aligned_strides(b, rank), strides_of(out)},
-                   {elem_offset(x), elem_offset(y), elem_offset(b), elem_offset(out)},
-                   [&](const std::vector<ClView>& v, int64_t n0, int64_t n1, int64_t n2) {
-                     if (!forward4(l, c, bufs, v, n0, n1, n2, act, mult)) {
-                       std::vector<int32_t> prm = {0, 0, 0, act, float_bits(mult)};
-                       for (const ClView& w : v) push_view(prm, w);
-                       pointwise_dispatch(l, p, {bufs[0], bufs[1], bufs[2], bufs[3], nullptr, nullptr, nullptr, nullptr},
-                                          prm, n0, n1, n2);
-                     }
-                     return true;
-                   });
+    for_each_block(
+        shape_of(out), {aligned_strides(x, rank), aligned_strides(y, rank), aligned_strides(b, rank), strides_of(out)},
+        {elem_offset(x), elem_offset(y), elem_offset(b), elem_offset(out)},
+        [&](const std::vector<ClView>& v, int64_t n0, int64_t n1, int64_t n2) {
+          if (!forward4(l, c, bufs, v, n0, n1, n2, act, mult)) {
+            std::vector<int32_t> prm = {0, 0, 0, act, float_bits(mult)};
+            for (const ClView& w : v) push_view(prm, w);
+            pointwise_dispatch(l, p, {bufs[0], bufs[1], bufs[2], bufs[3], nullptr, nullptr, nullptr, nullptr}, prm, n0,
+                               n1, n2);
+          }
+          return true;
+        });
     l.submit();
     return DLFUSE_STATUS_OK;
   });
@@ -163,12 +165,12 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
     const Pipeline& p = pointwise(c, "amx_bwd");
     // An empty output still reduces to zeros (for_each_block runs nothing then).
     for_each_block(oshape, strides, offs, [&](const std::vector<ClView>& v, int64_t n0, int64_t n1, int64_t n2) {
-      std::vector<int32_t> prm = {int32_t(n0), int32_t(n1), int32_t(n2), act, float_bits(mult), direct,
-                                  out ? 1 : 0, need_tmp ? 1 : 0};
+      std::vector<int32_t> prm = {int32_t(n0),      int32_t(n1), int32_t(n2), act,
+                                  float_bits(mult), direct,      out ? 1 : 0, need_tmp ? 1 : 0};
       for (const ClView& w : v) push_view(prm, w);
-      pointwise_dispatch(l, p,
-                         {buf_of(g), buf_of(x), y ? buf_of(y) : nullptr, b ? buf_of(b) : nullptr, gb[0], gb[1], gb[2], tmp},
-                         prm, n0, n1, n2);
+      pointwise_dispatch(
+          l, p, {buf_of(g), buf_of(x), y ? buf_of(y) : nullptr, b ? buf_of(b) : nullptr, gb[0], gb[1], gb[2], tmp}, prm,
+          n0, n1, n2);
       return true;
     });
     for (int i = 0; i < 3; ++i)

@@ -62,10 +62,11 @@ Api load() {
   }
   Api a;
   a.path = used;
-#define DLFUSE_WGPU_LOAD(name)                                                                          \
-  a.name = reinterpret_cast<decltype(&::name)>(dlsym(h, #name));                                        \
-  if (!a.name)                                                                                          \
-    throw Error(DLFUSE_STATUS_UNAVAILABLE, used + " lacks " #name " (expected the wgpu-native of the wgpu " \
+#define DLFUSE_WGPU_LOAD(name)                                                              \
+  a.name = reinterpret_cast<decltype(&::name)>(dlsym(h, #name));                            \
+  if (!a.name)                                                                              \
+    throw Error(DLFUSE_STATUS_UNAVAILABLE, used + " lacks " #name                           \
+                                                  " (expected the wgpu-native of the wgpu " \
                                                   "wheel, webgpu.h of 2025 or later)");
   DLFUSE_WGPU_FUNCTIONS(DLFUSE_WGPU_LOAD)
 #undef DLFUSE_WGPU_LOAD

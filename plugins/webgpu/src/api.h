@@ -11,24 +11,51 @@
 namespace dlfuse_webgpu {
 
 // Every entry point the plugin calls, named as in webgpu.h / wgpu.h.
-#define DLFUSE_WGPU_FUNCTIONS(X)                                                      \
-  X(wgpuCreateInstance) X(wgpuInstanceEnumerateAdapters)       \
-  X(wgpuAdapterGetInfo) X(wgpuAdapterInfoFreeMembers) X(wgpuAdapterGetLimits)         \
-  X(wgpuAdapterHasFeature) X(wgpuAdapterRequestDevice) X(wgpuAdapterRelease)          \
-  X(wgpuDeviceGetQueue) X(wgpuDeviceRelease) X(wgpuQueueRelease) X(wgpuDevicePoll)    \
-  X(wgpuDeviceCreateBuffer) X(wgpuBufferRelease) X(wgpuBufferAddRef) X(wgpuQueueWriteBuffer) \
-  X(wgpuBufferMapAsync) X(wgpuBufferGetConstMappedRange)  \
-  X(wgpuBufferUnmap) X(wgpuDeviceCreateCommandEncoder) X(wgpuCommandEncoderRelease)   \
-  X(wgpuCommandEncoderCopyBufferToBuffer) X(wgpuCommandEncoderBeginComputePass)       \
-  X(wgpuComputePassEncoderSetPipeline) X(wgpuComputePassEncoderSetBindGroup)          \
-  X(wgpuComputePassEncoderDispatchWorkgroups) X(wgpuComputePassEncoderEnd)            \
-  X(wgpuComputePassEncoderRelease) X(wgpuCommandEncoderFinish)                        \
-  X(wgpuCommandBufferRelease) X(wgpuQueueSubmitForIndex)                              \
-  X(wgpuDeviceCreateShaderModule) X(wgpuDeviceCreateShaderModuleTrusted) X(wgpuShaderModuleRelease)                          \
-  X(wgpuDeviceCreateBindGroupLayout) X(wgpuBindGroupLayoutRelease)                    \
-  X(wgpuDeviceCreatePipelineLayout) X(wgpuPipelineLayoutRelease)                      \
-  X(wgpuDeviceCreateComputePipeline) X(wgpuComputePipelineRelease)                    \
-  X(wgpuDeviceCreateBindGroup) X(wgpuBindGroupRelease)
+// clang-format off
+#define DLFUSE_WGPU_FUNCTIONS(X) \
+  X(wgpuCreateInstance) \
+  X(wgpuInstanceEnumerateAdapters) \
+  X(wgpuAdapterGetInfo) \
+  X(wgpuAdapterInfoFreeMembers) \
+  X(wgpuAdapterGetLimits) \
+  X(wgpuAdapterHasFeature) \
+  X(wgpuAdapterRequestDevice) \
+  X(wgpuAdapterRelease) \
+  X(wgpuDeviceGetQueue) \
+  X(wgpuDeviceRelease) \
+  X(wgpuQueueRelease) \
+  X(wgpuDevicePoll) \
+  X(wgpuDeviceCreateBuffer) \
+  X(wgpuBufferRelease) \
+  X(wgpuBufferAddRef) \
+  X(wgpuQueueWriteBuffer) \
+  X(wgpuBufferMapAsync) \
+  X(wgpuBufferGetConstMappedRange) \
+  X(wgpuBufferUnmap) \
+  X(wgpuDeviceCreateCommandEncoder) \
+  X(wgpuCommandEncoderRelease) \
+  X(wgpuCommandEncoderCopyBufferToBuffer) \
+  X(wgpuCommandEncoderBeginComputePass) \
+  X(wgpuComputePassEncoderSetPipeline) \
+  X(wgpuComputePassEncoderSetBindGroup) \
+  X(wgpuComputePassEncoderDispatchWorkgroups) \
+  X(wgpuComputePassEncoderEnd) \
+  X(wgpuComputePassEncoderRelease) \
+  X(wgpuCommandEncoderFinish) \
+  X(wgpuCommandBufferRelease) \
+  X(wgpuQueueSubmitForIndex) \
+  X(wgpuDeviceCreateShaderModule) \
+  X(wgpuDeviceCreateShaderModuleTrusted) \
+  X(wgpuShaderModuleRelease) \
+  X(wgpuDeviceCreateBindGroupLayout) \
+  X(wgpuBindGroupLayoutRelease) \
+  X(wgpuDeviceCreatePipelineLayout) \
+  X(wgpuPipelineLayoutRelease) \
+  X(wgpuDeviceCreateComputePipeline) \
+  X(wgpuComputePipelineRelease) \
+  X(wgpuDeviceCreateBindGroup) \
+  X(wgpuBindGroupRelease)
+// clang-format on
 
 struct Api {
 #define DLFUSE_WGPU_MEMBER(name) decltype(&::name) name = nullptr;

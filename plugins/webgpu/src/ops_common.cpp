@@ -13,8 +13,8 @@ bool is_dtype(DLDataType d, uint8_t code, uint8_t bits) { return d.code == code 
 constexpr int64_t kIndexLimit = int64_t(INT32_MAX);  // the kernels index elements in int32
 }  // namespace
 
-Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs,
-                  const char* const* names, uint32_t optional_inputs) {
+Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs, const char* const* names,
+                  uint32_t optional_inputs) {
   const auto bad = [&](const std::string& m) { throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, m); };
   if (!args || args->num_inputs != num_inputs || args->num_outputs != num_outputs || !args->inputs || !args->outputs)
     bad("expected " + std::to_string(num_inputs) + " inputs and " + std::to_string(num_outputs) + " outputs");
@@ -25,9 +25,12 @@ Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, in
         std::to_string(first->device.device_type));
   Call c;
   c.dev = &s->device(first->device.device_id);
-  if (is_dtype(first->dtype, kDLFloat, 32)) c.prec = Prec::kF32;
-  else if (is_dtype(first->dtype, kDLFloat, 16)) c.prec = Prec::kF16;
-  else throw Error(DLFUSE_STATUS_UNSUPPORTED, "dtype: expected float32 or float16, got another");
+  if (is_dtype(first->dtype, kDLFloat, 32))
+    c.prec = Prec::kF32;
+  else if (is_dtype(first->dtype, kDLFloat, 16))
+    c.prec = Prec::kF16;
+  else
+    throw Error(DLFUSE_STATUS_UNSUPPORTED, "dtype: expected float32 or float16, got another");
   if (c.prec == Prec::kF16 && !c.dev->fp16)
     throw Error(DLFUSE_STATUS_UNSUPPORTED, c.dev->label() + " lacks shader-f16: float16 is not supported there");
   c.esize = c.prec == Prec::kF16 ? 2 : 4;
@@ -59,7 +62,8 @@ Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, in
       bad(arg + ": the view ends at byte " + std::to_string(need) + " (byte_offset " + std::to_string(t->byte_offset) +
           "); expected at most the buffer's size " + std::to_string(size));
     if (elem_offset(t) + ext > kIndexLimit)
-      throw Error(DLFUSE_STATUS_UNSUPPORTED, arg + ": the view reaches element " + std::to_string(elem_offset(t) + ext) +
+      throw Error(DLFUSE_STATUS_UNSUPPORTED, arg + ": the view reaches element " +
+                                                 std::to_string(elem_offset(t) + ext) +
                                                  "; this plugin indexes below 2^31 elements");
     if (size > max_binding)
       throw Error(DLFUSE_STATUS_UNSUPPORTED, arg + ": its buffer of " + std::to_string(size) + " bytes exceeds " +
@@ -67,7 +71,8 @@ Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, in
                                                  std::to_string(max_binding));
   }
   if (args->stream && args->stream != static_cast<void*>(c.dev->queue))
-    bad("stream: expected NULL or the WGPUQueue of " + c.dev->label() + " (WebGPU has one queue per device), got another");
+    bad("stream: expected NULL or the WGPUQueue of " + c.dev->label() +
+        " (WebGPU has one queue per device), got another");
   return c;
 }
 
@@ -90,7 +95,8 @@ void pointwise_dispatch(Launch& l, const Pipeline& p, const std::vector<WGPUBuff
   const int64_t n = n0 * n1 * n2;
   if (n == 0) return;
   if (n >= kIndexLimit)
-    throw Error(DLFUSE_STATUS_UNSUPPORTED, "a grid of " + std::to_string(n) + " elements; this plugin takes below 2^31");
+    throw Error(DLFUSE_STATUS_UNSUPPORTED,
+                "a grid of " + std::to_string(n) + " elements; this plugin takes below 2^31");
   const int64_t cap = l.dev.limits.maxComputeWorkgroupsPerDimension;
   const int64_t gx = (n2 + 255) / 256;
   if (gx <= cap && n1 <= cap && n0 <= cap) {
@@ -127,7 +133,8 @@ std::string unrolled_gemm(const Tile& t) {
   for (int i = 0; i < t.tm; ++i)
     for (int j = 0; j < t.tn / 4; ++j)
       epi += "store4(m0 + (" + std::to_string(i / 4) + " * NTY + ty) * 4 + " + std::to_string(i % 4) + ", n0 + (" +
-             std::to_string(j) + " * NTX + tx) * 4, acc_" + std::to_string(i) + "_" + std::to_string(j) + ", offs);\n  ";
+             std::to_string(j) + " * NTX + tx) * 4, acc_" + std::to_string(i) + "_" + std::to_string(j) +
+             ", offs);\n  ";
   std::string src = kGemm;
   const auto put = [&](const char* mark, const std::string& text) {
     const size_t at = src.find(mark);
@@ -156,25 +163,50 @@ void gemm(Launch& l, const Call& c, const MatRef& A, const MatRef& B, const MatR
       vb = vb && table[i + j + 1] % 4 == 0;
     }
   if (const char* e = std::getenv("DLFUSE_WEBGPU_GEMM_VEC4"); e && std::string(e) == "off") va = vb = false;
-  const std::string consts = "const BM: i32 = " + std::to_string(t.bm) + ";\nconst BN: i32 = " + std::to_string(t.bn) +
-                             ";\nconst BK: i32 = " + std::to_string(t.bk) + ";\nconst TM: i32 = " + std::to_string(t.tm) +
-                             ";\nconst TN: i32 = " + std::to_string(t.tn) + ";\nconst GROUP: i32 = " + std::to_string(t.group) +
-                             ";\nconst VEC_A: bool = " +
-                             (va ? "true" : "false") + ";\nconst VEC_B: bool = " + (vb ? "true" : "false") + ";\n";
+  const std::string consts =
+      "const BM: i32 = " + std::to_string(t.bm) + ";\nconst BN: i32 = " + std::to_string(t.bn) +
+      ";\nconst BK: i32 = " + std::to_string(t.bk) + ";\nconst TM: i32 = " + std::to_string(t.tm) +
+      ";\nconst TN: i32 = " + std::to_string(t.tn) + ";\nconst GROUP: i32 = " + std::to_string(t.group) +
+      ";\nconst VEC_A: bool = " + (va ? "true" : "false") + ";\nconst VEC_B: bool = " + (vb ? "true" : "false") + ";\n";
   const Pipeline& p = c.dev->pipeline("gemm:" + t.str() + (va ? ":va" : "") + (vb ? ":vb" : ""), c.prec,
                                       consts + unrolled_gemm(t), "gemm", 9, Params::kStorage);
   std::vector<int32_t> prm(32, 0);
   const int flags = (ep.bias.buf ? 1 : 0) | (ep.residual.buf ? 2 : 0) | (ep.pre.buf ? 4 : 0);
-  const int64_t head[] = {M, N, K, R, flags, ep.act, A.off, A.rs, A.cs, 0, B.off, B.rs, B.cs, 0, C.off, C.rs, C.cs,
-                          ep.bias.off, ep.bias.rs, ep.bias.cs, ep.residual.off, ep.residual.rs, ep.residual.cs,
-                          ep.pre.off, ep.pre.rs, ep.pre.cs, table.empty() ? 0 : 1};
+  const int64_t head[] = {M,
+                          N,
+                          K,
+                          R,
+                          flags,
+                          ep.act,
+                          A.off,
+                          A.rs,
+                          A.cs,
+                          0,
+                          B.off,
+                          B.rs,
+                          B.cs,
+                          0,
+                          C.off,
+                          C.rs,
+                          C.cs,
+                          ep.bias.off,
+                          ep.bias.rs,
+                          ep.bias.cs,
+                          ep.residual.off,
+                          ep.residual.rs,
+                          ep.residual.cs,
+                          ep.pre.off,
+                          ep.pre.rs,
+                          ep.pre.cs,
+                          table.empty() ? 0 : 1};
   for (size_t i = 0; i < sizeof head / sizeof head[0]; ++i) prm[i] = int32_t(head[i]);
   if (table.size() + 32 > size_t(kIndexLimit / 4))
     throw Error(DLFUSE_STATUS_UNSUPPORTED, "a batch table of " + std::to_string(table.size()) + " offsets");
   for (int64_t v : table) prm.push_back(int32_t(v));
   const int64_t gx = (N + t.bn - 1) / t.bn, gy = (M + t.bm - 1) / t.bm;
-  l.dispatch(p, {A.buf, va ? A.buf : nullptr, B.buf, vb ? B.buf : nullptr, C.buf, ep.bias.buf, ep.residual.buf, ep.pre.buf},
-             prm, uint32_t(gx), uint32_t(gy), uint32_t(nbatch));
+  l.dispatch(
+      p, {A.buf, va ? A.buf : nullptr, B.buf, vb ? B.buf : nullptr, C.buf, ep.bias.buf, ep.residual.buf, ep.pre.buf},
+      prm, uint32_t(gx), uint32_t(gy), uint32_t(nbatch));
 }
 
 namespace {
@@ -211,16 +243,17 @@ std::vector<int32_t> reduce_params(int64_t n0, int64_t n1, int64_t n2, float sca
 
 // The first level of a two-level reduction: runs.count * kept partial sums (run-major)
 // into the float scratch `part`.
-void reduce_runs(Launch& l, const Call& c, WGPUBuffer src, bool src_is_float, std::vector<int32_t> prm,
-                 int64_t kept, const Runs& runs, WGPUBuffer part) {
+void reduce_runs(Launch& l, const Call& c, WGPUBuffer src, bool src_is_float, std::vector<int32_t> prm, int64_t kept,
+                 const Runs& runs, WGPUBuffer part) {
   const Pipeline& p = c.dev->pipeline("pw:reduce_part", c.prec, kPointwise, "reduce_part", 10, Params::kUniform);
   const int64_t groups = (kept * runs.count + 255) / 256;
   const int64_t cap = l.dev.limits.maxComputeWorkgroupsPerDimension;
   const int64_t gx = std::min(groups, cap), gy = (groups + gx - 1) / gx;
   if (gy > cap) throw Error(DLFUSE_STATUS_UNSUPPORTED, "a reduction of " + std::to_string(kept * runs.count) + " runs");
   // bindings: t1 = src (typed), tf = src (float), tp = the partial sums
-  l.dispatch(p, {src_is_float ? nullptr : src, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-                 src_is_float ? src : nullptr, part},
+  l.dispatch(p,
+             {src_is_float ? nullptr : src, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+              src_is_float ? src : nullptr, part},
              prm, uint32_t(gx), uint32_t(gy), 1);
 }
 }  // namespace
@@ -263,8 +296,8 @@ void reduce_into(Launch& l, const Call& c, const Dims& shape, WGPUBuffer src, in
         over_runs.n[0] = runs.count;
         over_runs.s[0] = kept;
         pointwise_dispatch(l, p, {nullptr, buf_of(dst), nullptr, nullptr, nullptr, nullptr, nullptr, part},
-                           reduce_params(n0, n1, n2, scale, true, over_runs, ClView{0, n1 * n2, n2, 1}, vd, Runs{}),
-                           n0, n1, n2);
+                           reduce_params(n0, n1, n2, scale, true, over_runs, ClView{0, n1 * n2, n2, 1}, vd, Runs{}), n0,
+                           n1, n2);
         return true;
       });
   if (!ok) throw Error(DLFUSE_STATUS_UNSUPPORTED, err);

@@ -48,7 +48,8 @@ void close_plugin(void* state) noexcept {
 dlfuse_status_t get_kernels(void* state, const dlfuse_kernel_t** kernels, int32_t* num, char* err,
                             size_t err_size) noexcept {
   if (!state)
-    return kit::write_error("webgpu", err, err_size, DLFUSE_STATUS_INVALID_ARGUMENT, "state: expected the plugin's, got NULL");
+    return kit::write_error("webgpu", err, err_size, DLFUSE_STATUS_INVALID_ARGUMENT,
+                            "state: expected the plugin's, got NULL");
   return static_cast<const State*>(state)->kernels->get(kernels, num, "webgpu", err, err_size);
 }
 
@@ -87,8 +88,8 @@ dlfuse_status_t release(void* state, int32_t device_id, void* ptr, char* err, si
 
 void check_stream(Device& d, void* stream) {
   if (stream && stream != static_cast<void*>(d.queue))
-    throw Error(DLFUSE_STATUS_INVALID_ARGUMENT,
-                "stream: expected NULL or the WGPUQueue of " + d.label() + " (WebGPU has one queue per device), got another");
+    throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "stream: expected NULL or the WGPUQueue of " + d.label() +
+                                                    " (WebGPU has one queue per device), got another");
 }
 
 // A device-side range of a copy: the buffer must be this device's and hold it.
@@ -122,7 +123,8 @@ dlfuse_status_t copy(void* state, int32_t device_id, dlfuse_copy_kind_t kind, vo
                 nbytes);
         break;
       case DLFUSE_COPY_DEVICE_TO_HOST:
-        d.read(device_range(d, src, src_offset, nbytes, "src"), src_offset, static_cast<char*>(dst) + dst_offset, nbytes);
+        d.read(device_range(d, src, src_offset, nbytes, "src"), src_offset, static_cast<char*>(dst) + dst_offset,
+               nbytes);
         break;
       default:  // ordered on the queue, not waited for (unless unaligned: through the host)
         d.copy_device(device_range(d, src, src_offset, nbytes, "src"), src_offset,
@@ -142,9 +144,20 @@ dlfuse_status_t synchronize(void* state, int32_t device_id, void* stream, char* 
   });
 }
 
-const dlfuse_plugin_t kPlugin = {sizeof(dlfuse_plugin_t), DLFUSE_ABI_MAJOR, DLFUSE_ABI_MINOR, "webgpu", DLFUSE_WEBGPU_VERSION,
-                                 kDLWebGPU, open_plugin, close_plugin, get_kernels, device_count, alloc, release,
-                                 copy, synchronize};
+const dlfuse_plugin_t kPlugin = {sizeof(dlfuse_plugin_t),
+                                 DLFUSE_ABI_MAJOR,
+                                 DLFUSE_ABI_MINOR,
+                                 "webgpu",
+                                 DLFUSE_WEBGPU_VERSION,
+                                 kDLWebGPU,
+                                 open_plugin,
+                                 close_plugin,
+                                 get_kernels,
+                                 device_count,
+                                 alloc,
+                                 release,
+                                 copy,
+                                 synchronize};
 
 }  // namespace
 }  // namespace dlfuse_webgpu

@@ -73,9 +73,10 @@ Tile tile_from_env() {
   const bool ok = t.bm > 0 && t.bn > 0 && t.bk > 0 && t.tm > 0 && t.tn > 0 && t.tm % 4 == 0 && t.tn % 4 == 0 &&
                   t.bk % 4 == 0 && t.bm % t.tm == 0 && t.bn % t.tn == 0 && t.threads() <= 1024 && t.group > 0;
   if (!ok)
-    throw Error(DLFUSE_STATUS_UNAVAILABLE, std::string("DLFUSE_WEBGPU_GEMM_TILE='") + e +
-                                               "'; expected TM, TN and BK multiples of 4, BM a multiple of TM, BN of TN, "
-                                               "(BM/TM)*(BN/TN) <= 1024, GROUP > 0");
+    throw Error(DLFUSE_STATUS_UNAVAILABLE,
+                std::string("DLFUSE_WEBGPU_GEMM_TILE='") + e +
+                    "'; expected TM, TN and BK multiples of 4, BM a multiple of TM, BN of TN, "
+                    "(BM/TM)*(BN/TN) <= 1024, GROUP > 0");
   return t;
 }
 
@@ -102,8 +103,10 @@ void open_device(Device& d, const Api& a) {
   cb.mode = WGPUCallbackMode_AllowSpontaneous;
   cb.callback = [](WGPURequestDeviceStatus status, WGPUDevice device, WGPUStringView message, void* u1, void*) {
     Result* res = static_cast<Result*>(u1);
-    if (status == WGPURequestDeviceStatus_Success) res->device = device;
-    else res->message = str(message);
+    if (status == WGPURequestDeviceStatus_Success)
+      res->device = device;
+    else
+      res->message = str(message);
     res->done = true;
   };
   cb.userdata1 = &r;
@@ -191,11 +194,17 @@ void open_devices(State* s) {
   for (WGPUAdapter ad : adapters) {
     WGPUAdapterInfo info = WGPU_ADAPTER_INFO_INIT;
     a.wgpuAdapterGetInfo(ad, &info);
-    Candidate c{ad, str(info.device), backend_name(info.backendType), type_name(info.adapterType),
-                info.adapterType == WGPUAdapterType_CPU, 2};
+    Candidate c{ad,
+                str(info.device),
+                backend_name(info.backendType),
+                type_name(info.adapterType),
+                info.adapterType == WGPUAdapterType_CPU,
+                2};
     if (c.name.empty()) c.name = str(info.description);
-    c.rank = info.adapterType == WGPUAdapterType_DiscreteGPU ? 0 : info.adapterType == WGPUAdapterType_IntegratedGPU ? 1
-             : c.is_cpu ? 3 : 2;
+    c.rank = info.adapterType == WGPUAdapterType_DiscreteGPU     ? 0
+             : info.adapterType == WGPUAdapterType_IntegratedGPU ? 1
+             : c.is_cpu                                          ? 3
+                                                                 : 2;
     a.wgpuAdapterInfoFreeMembers(info);
     all.push_back(c);
   }
@@ -243,14 +252,16 @@ void open_devices(State* s) {
 
 Device& State::device(int32_t id) {
   if (id < 0 || id >= int32_t(devices.size()))
-    throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "device_id: expected 0.." + std::to_string(int(devices.size()) - 1) +
-                                                    ", got " + std::to_string(id));
+    throw Error(DLFUSE_STATUS_INVALID_ARGUMENT,
+                "device_id: expected 0.." + std::to_string(int(devices.size()) - 1) + ", got " + std::to_string(id));
   return *devices[size_t(id)];
 }
 
 State::~State() { devices.clear(); }
 
-std::string Device::label() const { return "webgpu:" + std::to_string(index) + " (" + backend + " / " + name + ", " + type + ")"; }
+std::string Device::label() const {
+  return "webgpu:" + std::to_string(index) + " (" + backend + " / " + name + ", " + type + ")";
+}
 
 Device::~Device() {
   const Api& a = api();
@@ -271,8 +282,8 @@ Device::~Device() {
   if (adapter) a.wgpuAdapterRelease(adapter);
 }
 
-const Pipeline& Device::pipeline(const std::string& key, Prec p, const std::string& src, const char* entry,
-                                 int storage, Params params) {
+const Pipeline& Device::pipeline(const std::string& key, Prec p, const std::string& src, const char* entry, int storage,
+                                 Params params) {
   const std::string full_key = key + (p == Prec::kF16 ? "/f16" : "/f32");
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = pipelines_.find(full_key); it != pipelines_.end()) return *it->second;
@@ -281,8 +292,8 @@ const Pipeline& Device::pipeline(const std::string& key, Prec p, const std::stri
   if (p == Prec::kF16 && !fp16)
     throw Error(DLFUSE_STATUS_UNSUPPORTED, label() + " lacks shader-f16: float16 is not supported there");
   const Api& a = api();
-  const std::string code = std::string(p == Prec::kF16 ? "enable f16;\nalias T = f16;\n" : "alias T = f32;\n") +
-                           kCommon + "\n" + src;
+  const std::string code =
+      std::string(p == Prec::kF16 ? "enable f16;\nalias T = f16;\n" : "alias T = f32;\n") + kCommon + "\n" + src;
   ErrorScope scope;
   auto pl = std::make_unique<Pipeline>();
   pl->storage = storage;
@@ -298,7 +309,8 @@ const Pipeline& Device::pipeline(const std::string& key, Prec p, const std::stri
   WGPUShaderModule module = bc && std::string(bc) == "1"
                                 ? a.wgpuDeviceCreateShaderModule(device, &sdesc)
                                 : a.wgpuDeviceCreateShaderModuleTrusted(device, &sdesc, WGPUShaderRuntimeChecks_None);
-  std::vector<WGPUBindGroupLayoutEntry> entries(size_t(storage), WGPUBindGroupLayoutEntry(WGPU_BIND_GROUP_LAYOUT_ENTRY_INIT));
+  std::vector<WGPUBindGroupLayoutEntry> entries(size_t(storage),
+                                                WGPUBindGroupLayoutEntry(WGPU_BIND_GROUP_LAYOUT_ENTRY_INIT));
   for (int i = 0; i < storage; ++i) {
     entries[size_t(i)].binding = uint32_t(i);
     entries[size_t(i)].visibility = WGPUShaderStage_Compute;
@@ -369,7 +381,8 @@ void Device::forget_buffer(WGPUBuffer b) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!buffers_.erase(b))
-      throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "ptr: expected a buffer allocated on " + label() + ", got another pointer");
+      throw Error(DLFUSE_STATUS_INVALID_ARGUMENT,
+                  "ptr: expected a buffer allocated on " + label() + ", got another pointer");
   }
   api().wgpuBufferRelease(b);  // wgpu keeps it alive until queued work that uses it is done
 }
@@ -463,8 +476,10 @@ void Device::read(WGPUBuffer src, uint64_t offset, void* dst, uint64_t nbytes) {
   std::string failure;
   if (m.status.load() == 1) {
     const void* p = a.wgpuBufferGetConstMappedRange(staging, 0, size);
-    if (p) copy_from_driver(dst, static_cast<const char*>(p) + (offset - lo), nbytes);
-    else failure = "wgpuBufferGetConstMappedRange returned NULL";
+    if (p)
+      copy_from_driver(dst, static_cast<const char*>(p) + (offset - lo), nbytes);
+    else
+      failure = "wgpuBufferGetConstMappedRange returned NULL";
     a.wgpuBufferUnmap(staging);
   } else {
     failure = "mapping the staging buffer failed: " + (m.status.load() == 2 ? m.message : std::string("no answer"));

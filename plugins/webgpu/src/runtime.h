@@ -138,8 +138,8 @@ class Launch {
   ~Launch();
   // Dispatches `p` over gx x gy x gz workgroups with `bufs` at bindings 1.. (NULL: the
   // dummy) and `params` (int32 words) at binding 0.
-  void dispatch(const Pipeline& p, const std::vector<WGPUBuffer>& bufs, const std::vector<int32_t>& params,
-                uint32_t gx, uint32_t gy, uint32_t gz);
+  void dispatch(const Pipeline& p, const std::vector<WGPUBuffer>& bufs, const std::vector<int32_t>& params, uint32_t gx,
+                uint32_t gy, uint32_t gz);
   // The launch's next scratch buffer (Device::cached_scratch), held until the submission
   // has been made (wgpu keeps it alive for the GPU after its release).
   WGPUBuffer scratch(uint64_t nbytes);

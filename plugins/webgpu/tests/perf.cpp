@@ -46,7 +46,8 @@ struct Tensor {
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     for (float& f : host) f = u(rng);
-    if (dlfuse_status_t st = dlfuse_device_copy(reg, dev, DLFUSE_COPY_HOST_TO_DEVICE, data, 0, host.data(), 0, n * 4, nullptr))
+    if (dlfuse_status_t st =
+            dlfuse_device_copy(reg, dev, DLFUSE_COPY_HOST_TO_DEVICE, data, 0, host.data(), 0, n * 4, nullptr))
       die("upload", st);
     t.data = data;
     t.device = dev;
@@ -83,8 +84,8 @@ bool has_device(int32_t type) {
 
 double matmul_seconds(DLDevice dev, int64_t M, int64_t K, int64_t N) {
   Tensor a(dev, {M, K}, 1), b(dev, {K, N}, 2), bias(dev, {N}, 3), out(dev, {M, N}, 4);
-  return median_seconds(dev, [&] { return dlfuse_matmul_add_relu(reg, &a.t, &b.t, &bias.t, &out.t, 0, nullptr); },
-                        "matmul_add_relu");
+  return median_seconds(
+      dev, [&] { return dlfuse_matmul_add_relu(reg, &a.t, &b.t, &bias.t, &out.t, 0, nullptr); }, "matmul_add_relu");
 }
 
 }  // namespace
@@ -121,26 +122,36 @@ int main(int argc, char** argv) {
 
   {
     Tensor x(wg, {rows, cols}, 5), y(wg, {rows, cols}, 6), bias(wg, {cols}, 7), out(wg, {rows, cols}, 8);
-    const double t_am = median_seconds(wg, [&] {
-      return dlfuse_add_mul_activation(reg, &x.t, &y.t, &bias.t, 0.5, DLFUSE_ACT_RELU, &out.t, nullptr);
-    }, "add_mul_activation");
-    const double t_cp = median_seconds(wg, [&] {
-      return dlfuse_device_copy(reg, wg, DLFUSE_COPY_DEVICE_TO_DEVICE, out.data, 0, x.data, 0, x.bytes(), nullptr);
-    }, "device copy");
-    const double bw_am = 3.0 * double(x.bytes()) / t_am, bw_cp = 2.0 * double(x.bytes()) / t_cp;  // read x, y; write out
+    const double t_am = median_seconds(
+        wg, [&] { return dlfuse_add_mul_activation(reg, &x.t, &y.t, &bias.t, 0.5, DLFUSE_ACT_RELU, &out.t, nullptr); },
+        "add_mul_activation");
+    const double t_cp = median_seconds(
+        wg,
+        [&] {
+          return dlfuse_device_copy(reg, wg, DLFUSE_COPY_DEVICE_TO_DEVICE, out.data, 0, x.data, 0, x.bytes(), nullptr);
+        },
+        "device copy");
+    const double bw_am = 3.0 * double(x.bytes()) / t_am,
+                 bw_cp = 2.0 * double(x.bytes()) / t_cp;  // read x, y; write out
     std::printf("add_mul_activation float32 %lldx%lld  webgpu: %.3f ms  %.1f GB/s\n", (long long)rows, (long long)cols,
                 t_am * 1e3, bw_am * 1e-9);
-    std::printf("device copy %zu bytes  webgpu: %.3f ms  %.1f GB/s (read + write)\n", x.bytes(), t_cp * 1e3, bw_cp * 1e-9);
+    std::printf("device copy %zu bytes  webgpu: %.3f ms  %.1f GB/s (read + write)\n", x.bytes(), t_cp * 1e3,
+                bw_cp * 1e-9);
     double ceiling = bw_cp;
     const char* ceiling_name = "the WebGPU copy";
     if (has_device(kDLCUDA)) {
       Tensor cx(cu, {rows, cols}, 9), cout(cu, {rows, cols}, 10);
-      const double t_cc = median_seconds(cu, [&] {
-        return dlfuse_device_copy(reg, cu, DLFUSE_COPY_DEVICE_TO_DEVICE, cout.data, 0, cx.data, 0, cx.bytes(), nullptr);
-      }, "CUDA device copy");
+      const double t_cc = median_seconds(
+          cu,
+          [&] {
+            return dlfuse_device_copy(reg, cu, DLFUSE_COPY_DEVICE_TO_DEVICE, cout.data, 0, cx.data, 0, cx.bytes(),
+                                      nullptr);
+          },
+          "CUDA device copy");
       ceiling = 2.0 * double(cx.bytes()) / t_cc;
       ceiling_name = "the CUDA copy";
-      std::printf("device copy %zu bytes  cuda: %.3f ms  %.1f GB/s (read + write)\n", cx.bytes(), t_cc * 1e3, ceiling * 1e-9);
+      std::printf("device copy %zu bytes  cuda: %.3f ms  %.1f GB/s (read + write)\n", cx.bytes(), t_cc * 1e3,
+                  ceiling * 1e-9);
     }
     const double pct = 100.0 * bw_am / ceiling;
     std::printf("RATIO add_mul_activation/copy bandwidth (%s): %.1f%% (target >= 80%%)\n", ceiling_name, pct);
@@ -148,10 +159,13 @@ int main(int argc, char** argv) {
     // The backward with the bias gradient summed over the rows (no target: printed against
     // the same ceiling, its five full arrays as the bytes).
     Tensor g(wg, {rows, cols}, 11), gx(wg, {rows, cols}, 12), gy(wg, {rows, cols}, 13), gb(wg, {cols}, 14);
-    const double t_bw = median_seconds(wg, [&] {
-      return dlfuse_add_mul_activation_backward(reg, &g.t, &x.t, &y.t, &bias.t, 0.5, DLFUSE_ACT_RELU, &gx.t, &gy.t,
-                                                &gb.t, nullptr);
-    }, "add_mul_activation_backward");
+    const double t_bw = median_seconds(
+        wg,
+        [&] {
+          return dlfuse_add_mul_activation_backward(reg, &g.t, &x.t, &y.t, &bias.t, 0.5, DLFUSE_ACT_RELU, &gx.t, &gy.t,
+                                                    &gb.t, nullptr);
+        },
+        "add_mul_activation_backward");
     const double bw_bw = 5.0 * double(x.bytes()) / t_bw;  // read grad_out, x, y; write grad_x, grad_y
     std::printf("add_mul_activation_backward float32 %lldx%lld  webgpu: %.3f ms  %.1f GB/s, %.1f%% of %s\n",
                 (long long)rows, (long long)cols, t_bw * 1e3, bw_bw * 1e-9, 100.0 * bw_bw / ceiling, ceiling_name);

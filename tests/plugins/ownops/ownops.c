@@ -51,8 +51,10 @@ static double load(const DLTensor* t, int64_t i) {
   return wide(t) ? ((const double*)base(t))[i] : (double)((const float*)base(t))[i];
 }
 static void store(const DLTensor* t, int64_t i, double v) {
-  if (wide(t)) ((double*)base(t))[i] = v;
-  else ((float*)base(t))[i] = (float)v;
+  if (wide(t))
+    ((double*)base(t))[i] = v;
+  else
+    ((float*)base(t))[i] = (float)v;
 }
 
 static int64_t offset(const int64_t* idx, const int64_t* strides, int rank) {
@@ -108,7 +110,8 @@ static dlfuse_status_t forward(void* state, void* kernel_data, const dlfuse_kern
   /* Every value into the shared scratch first, then the scratch into out. */
   int64_t n = 0;
   do {
-    g_scratch[n++ % kScratch] = pow(softplus(load(x, offset(idx, xs, rank))), power) + scale * load(y, offset(idx, ys, rank));
+    g_scratch[n++ % kScratch] =
+        pow(softplus(load(x, offset(idx, xs, rank))), power) + scale * load(y, offset(idx, ys, rank));
   } while (next_index(idx, out->shape, rank));
   n = 0;
   do {
@@ -193,15 +196,14 @@ static const dlfuse_attr_schema_t kAttrs[] = {
 };
 static const dlfuse_arg_schema_t kFwdIn[] = {{"x", 0, 0, 0, 0, -1}, {"y", 0, 0, 0, 0, -1}};
 static const dlfuse_arg_schema_t kFwdOut[] = {{"out", 0, 0, DLFUSE_SHAPE_BROADCAST, 0x3u, 0}};
-static const dlfuse_arg_schema_t kBwdIn[] = {{"grad_out", 0, 0, 0, 0, -1},
-                                             {"x", DLFUSE_ARG_OPTIONAL, 0, 0, 0, -1}};
+static const dlfuse_arg_schema_t kBwdIn[] = {{"grad_out", 0, 0, 0, 0, -1}, {"x", DLFUSE_ARG_OPTIONAL, 0, 0, 0, -1}};
 static const dlfuse_arg_schema_t kBwdOut[] = {
     {"grad_x", DLFUSE_ARG_OPTIONAL | DLFUSE_ARG_REDUCIBLE, 0, DLFUSE_SHAPE_LIKE, 0x1u, -1},
     {"grad_y", DLFUSE_ARG_OPTIONAL | DLFUSE_ARG_REDUCIBLE, 0, DLFUSE_SHAPE_LIKE, 0x1u, -1}};
-static const dlfuse_op_schema_t kFwd = {sizeof(dlfuse_op_schema_t), "softplus_scale_add", 2, 2, kFwdIn, 1,
-                                        kFwdOut, 2, kAttrs, NULL, -1};
-static const dlfuse_op_schema_t kBwd = {sizeof(dlfuse_op_schema_t), "softplus_scale_add_backward", 2, 2, kBwdIn,
-                                        2, kBwdOut, 2, kAttrs, NULL, -1};
+static const dlfuse_op_schema_t kFwd = {
+    sizeof(dlfuse_op_schema_t), "softplus_scale_add", 2, 2, kFwdIn, 1, kFwdOut, 2, kAttrs, NULL, -1};
+static const dlfuse_op_schema_t kBwd = {
+    sizeof(dlfuse_op_schema_t), "softplus_scale_add_backward", 2, 2, kBwdIn, 2, kBwdOut, 2, kAttrs, NULL, -1};
 
 /* ---- Device services: host memory ----------------------------------------------------- */
 
@@ -259,10 +261,22 @@ static dlfuse_status_t synchronize(void* state, int32_t device_id, void* stream,
 
 static const DLDataType kDtypes[] = {{kDLFloat, 32, 1}, {kDLFloat, 64, 1}};
 static const dlfuse_kernel_t kKernels[] = {
-    {.struct_size = sizeof(dlfuse_kernel_t), .op = "softplus_scale_add", .device_type = kDLCPU, .num_dtypes = 2,
-     .dtypes = kDtypes, .priority = 100, .fn = forward, .schema = &kFwd},
-    {.struct_size = sizeof(dlfuse_kernel_t), .op = "softplus_scale_add_backward", .device_type = kDLCPU,
-     .num_dtypes = 2, .dtypes = kDtypes, .priority = 100, .fn = backward, .schema = &kBwd},
+    {.struct_size = sizeof(dlfuse_kernel_t),
+     .op = "softplus_scale_add",
+     .device_type = kDLCPU,
+     .num_dtypes = 2,
+     .dtypes = kDtypes,
+     .priority = 100,
+     .fn = forward,
+     .schema = &kFwd},
+    {.struct_size = sizeof(dlfuse_kernel_t),
+     .op = "softplus_scale_add_backward",
+     .device_type = kDLCPU,
+     .num_dtypes = 2,
+     .dtypes = kDtypes,
+     .priority = 100,
+     .fn = backward,
+     .schema = &kBwd},
 };
 
 static dlfuse_status_t get_kernels(void* state, const dlfuse_kernel_t** kernels, int32_t* num, char* err,

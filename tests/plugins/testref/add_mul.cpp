@@ -18,7 +18,8 @@ double g_shared[kSharedElems];
 #endif
 
 // multiplier * y, computed as written: 0 * Inf is NaN (docs/ops.md).
-template <class C, class Acc> Acc scaled_y(Acc mult, const char* y) {
+template <class C, class Acc>
+Acc scaled_y(Acc mult, const char* y) {
 #ifdef DLFUSE_TESTREF_MUTANT_MULT_ZERO_DROPPED
   if (mult == Acc(0)) return Acc(0);  // mutant: the term dropped
 #endif
@@ -30,7 +31,8 @@ template <class C, class Acc> Acc scaled_y(Acc mult, const char* y) {
 // malloc'ed scratch, each chunk zeroing its own partials when it starts. The chunk count is
 // the one wanted, but the chunk size is rounded up, so the last chunks may get no element:
 // their partials are never written, and the final sum reads whatever the scratch held.
-template <class Acc> struct Chunked {
+template <class Acc>
+struct Chunked {
   int64_t n = 0, want = 1, per = 1;
   Acc* part = nullptr;
   void init(int64_t elems, int64_t total) {
@@ -56,7 +58,8 @@ template <class Acc> struct Chunked {
 #endif
 
 // One reduction target: a float accumulator per element of the gradient's own shape.
-template <class Storage, class Acc> struct Reduced {
+template <class Storage, class Acc>
+struct Reduced {
   DLTensor* t;
   std::vector<Acc> sum;
   std::vector<int64_t> index;  // compact strides of t's shape aligned to the output's rank
@@ -97,7 +100,8 @@ template <class Storage, class Acc> struct Reduced {
   }
   void finish() {}
 #endif
-  template <class T> void store() {
+  template <class T>
+  void store() {
     if (!t || sum.empty()) return;
     finish();
     const std::vector<int64_t> shape = shape_of(t);
@@ -111,8 +115,7 @@ template <class Storage, class Acc> struct Reduced {
 };
 
 template <class T, class Acc>
-dlfuse_status_t forward(const DLTensor* x, const DLTensor* y, const DLTensor* bias, DLTensor* out,
-                        int act, Acc mult) {
+dlfuse_status_t forward(const DLTensor* x, const DLTensor* y, const DLTensor* bias, DLTensor* out, int act, Acc mult) {
   using C = Convert<T, Acc>;
   const int64_t es = sizeof(T);
   const int rank = out->ndim;
@@ -184,28 +187,28 @@ dlfuse_status_t backward(const DLTensor* grad_out, const Saved& sv, DLTensor* gr
   std::vector<int64_t> idx(rank, 0);
   int64_t lin = 0;
   if (total > 0) do {
-    const Acc g = C::load(base_of(grad_out) + dot(idx, gs) * es);
-    Acc d_pre;
-    if (sv.out) {
-      d_pre = activate_grad_from_out(act, C::load(base_of(sv.out) + dot(idx, os) * es), g);
-    } else {
-      const Acc pre = C::load(base_of(sv.x) + dot(idx, xs) * es) + C::load(base_of(sv.bias) + dot(idx, bs) * es) +
-                      scaled_y<C>(mult, base_of(sv.y) + dot(idx, ys) * es);
-      d_pre = activate_grad(act, pre, g);
-    }
+      const Acc g = C::load(base_of(grad_out) + dot(idx, gs) * es);
+      Acc d_pre;
+      if (sv.out) {
+        d_pre = activate_grad_from_out(act, C::load(base_of(sv.out) + dot(idx, os) * es), g);
+      } else {
+        const Acc pre = C::load(base_of(sv.x) + dot(idx, xs) * es) + C::load(base_of(sv.bias) + dot(idx, bs) * es) +
+                        scaled_y<C>(mult, base_of(sv.y) + dot(idx, ys) * es);
+        d_pre = activate_grad(act, pre, g);
+      }
 #ifdef DLFUSE_TESTREF_MUTANT_NULL_OUTPUT_WRITES_GRAD_OUT
-    // mutant: an absent grad_x still written, into grad_out's memory (same shape)
-    if (!grad_x) C::store(base_of(grad_out) + dot(idx, gs) * es, d_pre);
+      // mutant: an absent grad_x still written, into grad_out's memory (same shape)
+      if (!grad_x) C::store(base_of(grad_out) + dot(idx, gs) * es, d_pre);
 #endif
-    gx.add(idx, d_pre, lin);
+      gx.add(idx, d_pre, lin);
 #if DLFUSE_TESTREF_INJECT_BUG == 1
-    gy.add(idx, d_pre, lin);  // the injected bug: the multiplier is forgotten
+      gy.add(idx, d_pre, lin);  // the injected bug: the multiplier is forgotten
 #else
-    gy.add(idx, mult * d_pre, lin);
+      gy.add(idx, mult * d_pre, lin);
 #endif
-    gb.add(idx, d_pre, lin);
-    ++lin;
-  } while (next_index(idx, shape));
+      gb.add(idx, d_pre, lin);
+      ++lin;
+    } while (next_index(idx, shape));
   gx.template store<T>();
   gy.template store<T>();
   gb.template store<T>();

@@ -60,20 +60,22 @@ int64_t offset_of(const kit::Dims& strides, const kit::Dims& shape, int64_t flat
   return off;
 }
 
-template <class T> void forward(const dlfuse_kernel_args_t* args, double scale) {
+template <class T>
+void forward(const dlfuse_kernel_args_t* args, double scale) {
   const kit::View x(args->inputs[0]), y(args->inputs[1]), out(args->outputs[0]);
   const int r = out.rank();
   const kit::Dims xs = x.aligned_strides(r), ys = y.aligned_strides(r);
   const int64_t n = out.numel();
   for (int64_t i = 0; i < n; ++i) {  // element i reads only element i of x when out is x
-    const double v = double(x.base<T>()[offset_of(xs, out.shape, i)]) +
-                     scale * double(y.base<T>()[offset_of(ys, out.shape, i)]);
+    const double v =
+        double(x.base<T>()[offset_of(xs, out.shape, i)]) + scale * double(y.base<T>()[offset_of(ys, out.shape, i)]);
     out.base<T>()[offset_of(out.strides, out.shape, i)] = T(v);
   }
 }
 
 // grad (of grad_out's shape) summed into `g` (any shape broadcasting to it), times scale.
-template <class T> void reduce_into(const kit::View& grad, const kit::View& g, double scale) {
+template <class T>
+void reduce_into(const kit::View& grad, const kit::View& g, double scale) {
   const int r = grad.rank();
   const kit::Dims gs = g.aligned_strides(r);
   const int64_t n = g.numel();
@@ -84,7 +86,8 @@ template <class T> void reduce_into(const kit::View& grad, const kit::View& g, d
   }
 }
 
-template <class T> void backward(const dlfuse_kernel_args_t* args, double scale) {
+template <class T>
+void backward(const dlfuse_kernel_args_t* args, double scale) {
   const kit::View grad(args->inputs[0]);
   if (args->outputs[0]) reduce_into<T>(grad, kit::View(args->outputs[0]), 1.0);
   if (args->outputs[1]) reduce_into<T>(grad, kit::View(args->outputs[1]), scale);
@@ -95,15 +98,19 @@ dlfuse_status_t run(const dlfuse_kernel_args_t* args, int32_t num_inputs, int32_
   return kit::guarded(kName, args, [&] {
     kit::check_call(args, num_inputs, num_outputs, first_out, kDLCPU);
     const double scale = kit::attr_float(args, kAttrScale, 1.0);
-    if (args->inputs[0]->dtype.bits == 64) Run<double>{}(args, scale);
-    else Run<float>{}(args, scale);
+    if (args->inputs[0]->dtype.bits == 64)
+      Run<double>{}(args, scale);
+    else
+      Run<float>{}(args, scale);
   });
 }
 
-template <class T> struct Fwd {
+template <class T>
+struct Fwd {
   void operator()(const dlfuse_kernel_args_t* a, double s) { forward<T>(a, s); }
 };
-template <class T> struct Bwd {
+template <class T>
+struct Bwd {
   void operator()(const dlfuse_kernel_args_t* a, double s) { backward<T>(a, s); }
 };
 
@@ -133,10 +140,9 @@ dlfuse_attr_schema_t int_attr(const char* name, int32_t key, int64_t def, int64_
 }
 
 // The forward takes all four; the backward ALPHA, REPEAT and MODE (BETA has no gradient).
-const dlfuse_attr_schema_t kAxpbyAttrs[] = {float_attr("ALPHA", kKeyAlpha, kAlpha),
-                                            int_attr("REPEAT", kKeyRepeat, kRepeat, -1000, 1000),
-                                            float_attr("BETA", kKeyBeta, kBeta),
-                                            int_attr("MODE", kKeyMode, kMode, 0, 2)};
+const dlfuse_attr_schema_t kAxpbyAttrs[] = {
+    float_attr("ALPHA", kKeyAlpha, kAlpha), int_attr("REPEAT", kKeyRepeat, kRepeat, -1000, 1000),
+    float_attr("BETA", kKeyBeta, kBeta), int_attr("MODE", kKeyMode, kMode, 0, 2)};
 const dlfuse_attr_schema_t kAxpbyBackwardAttrs[] = {kAxpbyAttrs[0], kAxpbyAttrs[1], kAxpbyAttrs[3]};
 
 // An attribute of `args` by its schema entry: absent, its default; of another type, or an
@@ -165,7 +171,8 @@ Coeffs coeffs(const dlfuse_kernel_args_t* args) {
   return {mode == 1 ? -alpha : alpha, mode == 0 ? -repeat : repeat};
 }
 
-template <class T> void axpby_forward(const dlfuse_kernel_args_t* args) {
+template <class T>
+void axpby_forward(const dlfuse_kernel_args_t* args) {
   const Coeffs c = coeffs(args);
   const double beta = attr_of(args, kAxpbyAttrs[2]).value.f64;
   const kit::View x(args->inputs[0]), y(args->inputs[1]), out(args->outputs[0]);
@@ -178,7 +185,8 @@ template <class T> void axpby_forward(const dlfuse_kernel_args_t* args) {
   }
 }
 
-template <class T> void axpby_backward(const dlfuse_kernel_args_t* args) {
+template <class T>
+void axpby_backward(const dlfuse_kernel_args_t* args) {
   const Coeffs c = coeffs(args);
   const kit::View grad(args->inputs[0]);
   if (args->outputs[0]) reduce_into<T>(grad, kit::View(args->outputs[0]), c.x);
@@ -187,8 +195,8 @@ template <class T> void axpby_backward(const dlfuse_kernel_args_t* args) {
 
 }  // namespace
 
-const dlfuse_op_schema_t kScaleAddSchema = {sizeof(dlfuse_op_schema_t), "testref_scale_add", 2, 2, kFwdIn, 1, kFwdOut,
-                                            1, kAttrs, nullptr, -1};
+const dlfuse_op_schema_t kScaleAddSchema = {
+    sizeof(dlfuse_op_schema_t), "testref_scale_add", 2, 2, kFwdIn, 1, kFwdOut, 1, kAttrs, nullptr, -1};
 const dlfuse_op_schema_t kScaleAddBackwardSchema = {
     sizeof(dlfuse_op_schema_t), "testref_scale_add_backward", 2, 1, kBwdIn, 2, kBwdOut, 1, kAttrs, nullptr, -1};
 
@@ -197,24 +205,37 @@ dlfuse_status_t scale_add_backward(void*, void*, const dlfuse_kernel_args_t* arg
   return run<Bwd>(args, 1, 2, false);
 }
 
-const dlfuse_op_schema_t kAxpbySchema = {sizeof(dlfuse_op_schema_t), "testref_axpby", 2, 2, kFwdIn, 1, kFwdOut,
-                                         4, kAxpbyAttrs, nullptr, -1};
-const dlfuse_op_schema_t kAxpbyBackwardSchema = {sizeof(dlfuse_op_schema_t), "testref_axpby_backward", 2, 1, kBwdIn, 2,
-                                                 kBwdOut, 3, kAxpbyBackwardAttrs, nullptr, -1};
+const dlfuse_op_schema_t kAxpbySchema = {
+    sizeof(dlfuse_op_schema_t), "testref_axpby", 2, 2, kFwdIn, 1, kFwdOut, 4, kAxpbyAttrs, nullptr, -1};
+const dlfuse_op_schema_t kAxpbyBackwardSchema = {sizeof(dlfuse_op_schema_t),
+                                                 "testref_axpby_backward",
+                                                 2,
+                                                 1,
+                                                 kBwdIn,
+                                                 2,
+                                                 kBwdOut,
+                                                 3,
+                                                 kAxpbyBackwardAttrs,
+                                                 nullptr,
+                                                 -1};
 
 dlfuse_status_t axpby(void*, void*, const dlfuse_kernel_args_t* args) {
   return kit::guarded(kName, args, [&] {
     kit::check_call(args, 2, 1, true, kDLCPU);
-    if (args->inputs[0]->dtype.bits == 64) axpby_forward<double>(args);
-    else axpby_forward<float>(args);
+    if (args->inputs[0]->dtype.bits == 64)
+      axpby_forward<double>(args);
+    else
+      axpby_forward<float>(args);
   });
 }
 
 dlfuse_status_t axpby_backward(void*, void*, const dlfuse_kernel_args_t* args) {
   return kit::guarded(kName, args, [&] {
     kit::check_call(args, 1, 2, false, kDLCPU);
-    if (args->inputs[0]->dtype.bits == 64) axpby_backward<double>(args);
-    else axpby_backward<float>(args);
+    if (args->inputs[0]->dtype.bits == 64)
+      axpby_backward<double>(args);
+    else
+      axpby_backward<float>(args);
   });
 }
 

@@ -34,7 +34,8 @@ Operand operand(const DLTensor* t, int batch_rank) {
 
 // A float accumulator per element of a gradient, indexed like its tensor, stored back
 // through the tensor's own strides at the end.
-template <class Acc> struct GradBuffer {
+template <class Acc>
+struct GradBuffer {
   const DLTensor* t = nullptr;
   std::vector<Acc> sum;
   std::vector<int64_t> batch;  // compact strides aligned to the output's batch dims
@@ -51,7 +52,8 @@ template <class Acc> struct GradBuffer {
   }
   Acc& at(int64_t batch_off, int64_t r, int64_t c) { return sum[size_t(batch_off + r * row + c * col)]; }
 
-  template <class T> void store() const {
+  template <class T>
+  void store() const {
     if (!t) return;
     const std::vector<int64_t> shape = shape_of(t);
     const std::vector<int64_t> strided = aligned_strides(t, t->ndim);
@@ -66,7 +68,8 @@ template <class Acc> struct GradBuffer {
 
 // A gradient of any shape that broadcasts to out (grad_bias, grad_residual): one
 // accumulator per element, indexed over out's full rank, summed where it was broadcast.
-template <class Acc> struct BroadcastGrad {
+template <class Acc>
+struct BroadcastGrad {
   const DLTensor* t = nullptr;
   std::vector<Acc> sum;
   std::vector<int64_t> s, batch;  // compact strides aligned to out's rank; their batch part
@@ -80,7 +83,8 @@ template <class Acc> struct BroadcastGrad {
   void add(int64_t batch_off, int64_t m, int64_t n, Acc v) {
     if (t) sum[size_t(batch_off + m * s[s.size() - 2] + n * s[s.size() - 1])] += v;
   }
-  template <class T> void store() const {
+  template <class T>
+  void store() const {
     if (!t || sum.empty()) return;
     const std::vector<int64_t> shape = shape_of(t);
     const std::vector<int64_t> strided = aligned_strides(t, t->ndim);
@@ -96,14 +100,13 @@ template <class Acc> struct BroadcastGrad {
 // ABI 1.1's ops (pre written out, a residual added).
 struct Epilogue {
   int act = DLFUSE_ACT_RELU;
-  DLTensor* pre = nullptr;               // matmul_add_activation: receives a @ b + bias
-  const DLTensor* residual = nullptr;    // matmul_add_residual: added after the bias, no activation
-  bool relu_op = false;                  // matmul_add_relu itself: the injected bug 2 is its alone
+  DLTensor* pre = nullptr;             // matmul_add_activation: receives a @ b + bias
+  const DLTensor* residual = nullptr;  // matmul_add_residual: added after the bias, no activation
+  bool relu_op = false;                // matmul_add_relu itself: the injected bug 2 is its alone
 };
 
 template <class T, class Acc>
-dlfuse_status_t forward(const DLTensor* a, const DLTensor* b, const DLTensor* bias, DLTensor* out,
-                        const Epilogue& ep) {
+dlfuse_status_t forward(const DLTensor* a, const DLTensor* b, const DLTensor* bias, DLTensor* out, const Epilogue& ep) {
   using C = Convert<T, Acc>;
   const int64_t es = sizeof(T);
   const int rank = out->ndim, batch_rank = rank - 2;
@@ -125,10 +128,10 @@ dlfuse_status_t forward(const DLTensor* a, const DLTensor* b, const DLTensor* bi
 #ifdef DLFUSE_TESTREF_MUTANT_RESIDUAL_IN_PLACE_ZERO_FIRST
   // mutant: out cleared before the pass (harmless unless out is the residual)
   if (ep.residual) do {
-    char* po = O.base + dot(bi, O.batch) * es;
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = 0; n < N; ++n) C::store(po + (m * O.row + n * O.col) * es, Acc(0));
-  } while (next_index(bi, batch_shape));
+      char* po = O.base + dot(bi, O.batch) * es;
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) C::store(po + (m * O.row + n * O.col) * es, Acc(0));
+    } while (next_index(bi, batch_shape));
 #endif
   do {
     const char* pa = A.base + dot(bi, A.batch) * es;
@@ -162,7 +165,7 @@ dlfuse_status_t forward(const DLTensor* a, const DLTensor* b, const DLTensor* bi
         const bool padded_path = (K * es) % 16 != 0 && M * N * K >= 64 * (M * K + K * N + M * N);
         if (!(padded_path && bias_s[rank - 2] != 0))
 #endif
-        acc += C::load(pbias + (m * bias_s[rank - 2] + n * bias_s[rank - 1]) * es);
+          acc += C::load(pbias + (m * bias_s[rank - 2] + n * bias_s[rank - 1]) * es);
 #ifdef DLFUSE_TESTREF_MUTANT_K_ZERO_NOT_RELU_BIAS
         if (K == 0) acc = Acc(0);  // mutant: an empty product taken as "no output"
 #endif
@@ -172,7 +175,8 @@ dlfuse_status_t forward(const DLTensor* a, const DLTensor* b, const DLTensor* bi
         if (pp) C::store(pp + (m * P.row + n * P.col) * es, acc);
 #endif
         if (pr) {
-          C::store(po + (m * O.row + n * O.col) * es, acc + C::load(pr + (m * res_s[rank - 2] + n * res_s[rank - 1]) * es));
+          C::store(po + (m * O.row + n * O.col) * es,
+                   acc + C::load(pr + (m * res_s[rank - 2] + n * res_s[rank - 1]) * es));
           continue;
         }
         C::store(po + (m * O.row + n * O.col) * es, activate(ep.act, acc));
@@ -190,7 +194,8 @@ struct Saved {
   bool from_out = false;  // t is the forward's out; else its pre
 };
 
-template <class Acc> Acc dz_of(const Saved& s, Acc saved, Acc grad) {
+template <class Acc>
+Acc dz_of(const Saved& s, Acc saved, Acc grad) {
   if (!s.t) return grad;
   return s.from_out ? activate_grad_from_out(s.act, saved, grad) : activate_grad(s.act, saved, grad);
 }
@@ -223,32 +228,32 @@ dlfuse_status_t backward(const DLTensor* grad_out, const DLTensor* a, const DLTe
   std::set<int64_t> seen_b;
 #endif
   if (numel(batch_shape) > 0) do {
-    const char* pa = A.base + dot(bi, A.batch) * es;
-    const char* pb = B.base + dot(bi, B.batch) * es;
-    const char* pg = G.base + dot(bi, G.batch) * es;
-    const char* ps = saved.t ? S.base + dot(bi, S.batch) * es : nullptr;
-    const int64_t ga_off = outs.grad_a ? dot(bi, ga.batch) : 0, gb_off = outs.grad_b ? dot(bi, gb.batch) : 0;
-    const int64_t gbias_off = outs.grad_bias ? dot(bi, gbias.batch) : 0;
-    const int64_t gres_off = outs.grad_residual ? dot(bi, gres.batch) : 0;
+      const char* pa = A.base + dot(bi, A.batch) * es;
+      const char* pb = B.base + dot(bi, B.batch) * es;
+      const char* pg = G.base + dot(bi, G.batch) * es;
+      const char* ps = saved.t ? S.base + dot(bi, S.batch) * es : nullptr;
+      const int64_t ga_off = outs.grad_a ? dot(bi, ga.batch) : 0, gb_off = outs.grad_b ? dot(bi, gb.batch) : 0;
+      const int64_t gbias_off = outs.grad_bias ? dot(bi, gbias.batch) : 0;
+      const int64_t gres_off = outs.grad_residual ? dot(bi, gres.batch) : 0;
 #ifdef DLFUSE_TESTREF_MUTANT_MATMUL_BATCH_GRAD_NOT_SUMMED
-    // mutant: a gradient block met again (its operand broadcast over this batch dim) is
-    // overwritten instead of summed
-    if (outs.grad_b && !seen_b.insert(gb_off).second)
-      for (int64_t i = 0; i < K * N; ++i) gb.sum[size_t(gb_off + i)] = Acc(0);
+      // mutant: a gradient block met again (its operand broadcast over this batch dim) is
+      // overwritten instead of summed
+      if (outs.grad_b && !seen_b.insert(gb_off).second)
+        for (int64_t i = 0; i < K * N; ++i) gb.sum[size_t(gb_off + i)] = Acc(0);
 #endif
-    for (int64_t m = 0; m < M; ++m) {
-      for (int64_t n = 0; n < N; ++n) {
-        const Acc g = C::load(pg + (m * G.row + n * G.col) * es);
-        const Acc dz = dz_of(saved, ps ? C::load(ps + (m * S.row + n * S.col) * es) : Acc(0), g);
-        gbias.add(gbias_off, m, n, dz);
-        gres.add(gres_off, m, n, dz);
-        for (int64_t k = 0; k < K; ++k) {
-          if (outs.grad_a) ga.at(ga_off, m, k) += dz * C::load(pb + (k * B.row + n * B.col) * es);
-          if (outs.grad_b) gb.at(gb_off, k, n) += C::load(pa + (m * A.row + k * A.col) * es) * dz;
+      for (int64_t m = 0; m < M; ++m) {
+        for (int64_t n = 0; n < N; ++n) {
+          const Acc g = C::load(pg + (m * G.row + n * G.col) * es);
+          const Acc dz = dz_of(saved, ps ? C::load(ps + (m * S.row + n * S.col) * es) : Acc(0), g);
+          gbias.add(gbias_off, m, n, dz);
+          gres.add(gres_off, m, n, dz);
+          for (int64_t k = 0; k < K; ++k) {
+            if (outs.grad_a) ga.at(ga_off, m, k) += dz * C::load(pb + (k * B.row + n * B.col) * es);
+            if (outs.grad_b) gb.at(gb_off, k, n) += C::load(pa + (m * A.row + k * A.col) * es) * dz;
+          }
         }
       }
-    }
-  } while (next_index(bi, batch_shape));
+    } while (next_index(bi, batch_shape));
 
   ga.template store<T>();
   gb.template store<T>();
@@ -263,7 +268,8 @@ dlfuse_status_t bad_activation(const dlfuse_kernel_args_t* args) {
 }
 
 // Runs body(Tag<storage>, Tag<accumulator>) on the dtype of the call's first input.
-template <class F> dlfuse_status_t dispatch(const dlfuse_kernel_args_t* args, F&& body) {
+template <class F>
+dlfuse_status_t dispatch(const dlfuse_kernel_args_t* args, F&& body) {
   return with_dtype(args->inputs[0]->dtype, args->err, args->err_size, std::forward<F>(body));
 }
 
@@ -324,9 +330,9 @@ dlfuse_status_t matmul_add_activation_backward(void*, void*, const dlfuse_kernel
     Saved saved;
     if (!read_activation(args, &saved.act)) return bad_activation(args);
     if (!in[3] == !in[4])
-      return fail(args->err, args->err_size, DLFUSE_STATUS_INVALID_ARGUMENT,
-                  std::string(args->op) + ": expected exactly one of 'out' and 'pre', got " +
-                      (in[3] ? "both" : "neither"));
+      return fail(
+          args->err, args->err_size, DLFUSE_STATUS_INVALID_ARGUMENT,
+          std::string(args->op) + ": expected exactly one of 'out' and 'pre', got " + (in[3] ? "both" : "neither"));
     saved.from_out = in[3] != nullptr;
     saved.t = saved.from_out ? in[3] : in[4];
     if (saved.from_out && !derivative_from_out(saved.act))

@@ -20,12 +20,10 @@ dlfuse_status_t check_device(int32_t device_id, char* err, size_t err_size) {
 
 }  // namespace
 
-dlfuse_status_t open_plugin(const dlfuse_host_info_t* host, void** state, char* err,
-                            size_t err_size) noexcept {
+dlfuse_status_t open_plugin(const dlfuse_host_info_t* host, void** state, char* err, size_t err_size) noexcept {
   return guarded(err, err_size, [&]() -> dlfuse_status_t {
     if (!state) return fail(err, err_size, DLFUSE_STATUS_INVALID_ARGUMENT, "NULL state pointer");
-    if (host && DLFUSE_HAS_FIELD(host, dlfuse_host_info_t, abi_major) &&
-        host->abi_major != DLFUSE_ABI_MAJOR)
+    if (host && DLFUSE_HAS_FIELD(host, dlfuse_host_info_t, abi_major) && host->abi_major != DLFUSE_ABI_MAJOR)
       return fail(err, err_size, DLFUSE_STATUS_ABI_MISMATCH, "host has another ABI major");
     *state = &g_state;
     return DLFUSE_STATUS_OK;
@@ -40,8 +38,7 @@ dlfuse_status_t device_count(void*, int32_t* count, char* err, size_t err_size) 
   return DLFUSE_STATUS_OK;
 }
 
-dlfuse_status_t alloc(void*, int32_t device_id, size_t nbytes, void** ptr, char* err,
-                      size_t err_size) noexcept {
+dlfuse_status_t alloc(void*, int32_t device_id, size_t nbytes, void** ptr, char* err, size_t err_size) noexcept {
   return guarded(err, err_size, [&]() -> dlfuse_status_t {
     if (!ptr) return fail(err, err_size, DLFUSE_STATUS_INVALID_ARGUMENT, "NULL ptr");
     const dlfuse_status_t st = check_device(device_id, err, err_size);
@@ -52,8 +49,7 @@ dlfuse_status_t alloc(void*, int32_t device_id, size_t nbytes, void** ptr, char*
     const size_t rounded = (nbytes + kAlign - 1) / kAlign * kAlign;
     void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
     if (!p)
-      return fail(err, err_size, DLFUSE_STATUS_OUT_OF_MEMORY,
-                  "cannot allocate " + std::to_string(nbytes) + " bytes");
+      return fail(err, err_size, DLFUSE_STATUS_OUT_OF_MEMORY, "cannot allocate " + std::to_string(nbytes) + " bytes");
     *ptr = p;
     return DLFUSE_STATUS_OK;
   });
@@ -66,9 +62,8 @@ dlfuse_status_t release(void*, int32_t device_id, void* ptr, char* err, size_t e
   return DLFUSE_STATUS_OK;
 }
 
-dlfuse_status_t copy(void*, int32_t device_id, dlfuse_copy_kind_t kind, void* dst, size_t dst_offset,
-                     const void* src, size_t src_offset, size_t nbytes, void*, char* err,
-                     size_t err_size) noexcept {
+dlfuse_status_t copy(void*, int32_t device_id, dlfuse_copy_kind_t kind, void* dst, size_t dst_offset, const void* src,
+                     size_t src_offset, size_t nbytes, void*, char* err, size_t err_size) noexcept {
   return guarded(err, err_size, [&]() -> dlfuse_status_t {
     const dlfuse_status_t st = check_device(device_id, err, err_size);
     if (st != DLFUSE_STATUS_OK) return st;

@@ -23,15 +23,12 @@ inline int64_t elem_stride(const DLTensor* t, int dim) {
   return s;
 }
 
-inline std::vector<int64_t> shape_of(const DLTensor* t) {
-  return std::vector<int64_t>(t->shape, t->shape + t->ndim);
-}
+inline std::vector<int64_t> shape_of(const DLTensor* t) { return std::vector<int64_t>(t->shape, t->shape + t->ndim); }
 
 // Strides of `shape` (rank r) aligned to the last r of `rank` dims: a dim the tensor
 // lacks or has size 1 in gets stride 0, so the same element is read (or accumulated)
 // for every index of the wider space. `strides` NULL: row-major over `shape`.
-inline std::vector<int64_t> aligned_strides(const std::vector<int64_t>& shape,
-                                            const int64_t* strides, int rank) {
+inline std::vector<int64_t> aligned_strides(const std::vector<int64_t>& shape, const int64_t* strides, int rank) {
   const int r = int(shape.size());
   std::vector<int64_t> out(rank, 0);
   int64_t compact = 1;

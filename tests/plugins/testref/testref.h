@@ -19,8 +19,7 @@ namespace testref {
 // build's switch does not touch a file.
 extern const char* const kName;
 
-inline dlfuse_status_t fail(char* err, size_t err_size, dlfuse_status_t status,
-                            const std::string& msg) {
+inline dlfuse_status_t fail(char* err, size_t err_size, dlfuse_status_t status, const std::string& msg) {
   return dlfuse::kit::write_error(kName, err, err_size, status, msg);
 }
 
@@ -30,7 +29,10 @@ dlfuse_status_t guarded(char* err, size_t err_size, F&& body) noexcept {
   return dlfuse::kit::guarded(kName, err, err_size, std::forward<F>(body));
 }
 
-template <class T> struct Tag { using type = T; };
+template <class T>
+struct Tag {
+  using type = T;
+};
 
 // Runs body(Tag<storage>, Tag<accumulator>) for a dtype the plugin declares.
 template <class F>

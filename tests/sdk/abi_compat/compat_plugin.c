@@ -88,7 +88,8 @@ static dlfuse_status_t count(void* st, int32_t* c, char* e, size_t n) {
 }
 static dlfuse_status_t alloc(void* st, int32_t d, size_t bytes, void** p, char* e, size_t n) {
   (void)st;
-  if (d != 0) return snprintf(e, n, COMPAT_NAME ": device_id: expected 0, got %d", (int)d), DLFUSE_STATUS_INVALID_ARGUMENT;
+  if (d != 0)
+    return snprintf(e, n, COMPAT_NAME ": device_id: expected 0, got %d", (int)d), DLFUSE_STATUS_INVALID_ARGUMENT;
   *p = malloc(bytes ? bytes : 1);
   return *p ? DLFUSE_STATUS_OK : DLFUSE_STATUS_OUT_OF_MEMORY;
 }
@@ -153,9 +154,8 @@ typedef struct {
 static const kernel_v1_1_t kKernels[] = {
     {sizeof(kernel_v1_1_t), DLFUSE_OP_ADD_MUL_ACTIVATION, kDLCPU, 1, kF64, 5, add_mul_identity_relu, NULL, 0}};
 #else
-static const dlfuse_kernel_t kKernels[] = {
-    {sizeof(dlfuse_kernel_t), DLFUSE_OP_ADD_MUL_ACTIVATION, kDLCPU, 1, kF64, 5, add_mul_identity_relu, NULL, 0, NULL,
-     NULL}};
+static const dlfuse_kernel_t kKernels[] = {{sizeof(dlfuse_kernel_t), DLFUSE_OP_ADD_MUL_ACTIVATION, kDLCPU, 1, kF64, 5,
+                                            add_mul_identity_relu, NULL, 0, NULL, NULL}};
 #endif
 static dlfuse_status_t get_kernels(void* st, const dlfuse_kernel_t** k, int32_t* num, char* e, size_t n) {
   (void)st;
@@ -173,17 +173,16 @@ typedef struct {
 } future_plugin_t;
 static void appended(void) {}
 
-static const future_plugin_t kPlugin = {
-    {
+static const future_plugin_t kPlugin = {{
 #if defined(COMPAT_V1_0_SIZE)
-        offsetof(dlfuse_plugin_t, synchronize) + sizeof(void*),
+                                            offsetof(dlfuse_plugin_t, synchronize) + sizeof(void*),
 #elif COMPAT_MINOR_DELTA > 0
-        sizeof(future_plugin_t),
+                                            sizeof(future_plugin_t),
 #else
-        sizeof(dlfuse_plugin_t),
+                                            sizeof(dlfuse_plugin_t),
 #endif
-        COMPAT_MAJOR, COMPAT_ABI_MINOR, COMPAT_NAME, "1.0.0", kDLCPU, open_plugin,
-        close_plugin, get_kernels, count, alloc, release, copy, sync},
-    appended};
+                                            COMPAT_MAJOR, COMPAT_ABI_MINOR, COMPAT_NAME, "1.0.0", kDLCPU, open_plugin,
+                                            close_plugin, get_kernels, count, alloc, release, copy, sync},
+                                        appended};
 
 DLFUSE_EXPORT const dlfuse_plugin_t* dlfuse_plugin_v1(void) { return &kPlugin.v1; }

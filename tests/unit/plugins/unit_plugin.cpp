@@ -68,9 +68,7 @@ int64_t bcast_offset(const DLTensor* t, const int64_t* idx, int out_ndim) {
   return off;
 }
 
-float* base_f32(const DLTensor* t) {
-  return reinterpret_cast<float*>(static_cast<char*>(t->data) + t->byte_offset);
-}
+float* base_f32(const DLTensor* t) { return reinterpret_cast<float*>(static_cast<char*>(t->data) + t->byte_offset); }
 
 void unravel(int64_t linear, const DLTensor* t, int64_t* idx) {
   for (int i = t->ndim - 1; i >= 0; --i) {
@@ -188,8 +186,7 @@ dlfuse_status_t k_matmul_add_relu(void*, void*, const dlfuse_kernel_args_t* a) {
       acc += static_cast<double>(base_f32(A)[bcast_offset(A, ia.data(), nd)]) *
              static_cast<double>(base_f32(B)[bcast_offset(B, ib.data(), nd)]);
     }
-    base_f32(out)[bcast_offset(out, idx.data(), nd)] =
-        static_cast<float>((acc > 0.0 || std::isnan(acc)) ? acc : 0.0);
+    base_f32(out)[bcast_offset(out, idx.data(), nd)] = static_cast<float>((acc > 0.0 || std::isnan(acc)) ? acc : 0.0);
   }
   return DLFUSE_STATUS_OK;
 }
@@ -307,8 +304,17 @@ dlfuse_status_t backward_shape(const DLTensor* const* in, int32_t, const dlfuse_
   for (int d = 0; d < t->ndim; ++d) shape[d] = t->shape[d];
   return DLFUSE_STATUS_OK;
 }
-const dlfuse_op_schema_t kDeclaredSchema = {sizeof(dlfuse_op_schema_t), "unit_product_backward", 2, 3,
-                                            kDeclaredInputs, 2, kDeclaredOutputs, 0, nullptr, backward_shape, -1};
+const dlfuse_op_schema_t kDeclaredSchema = {sizeof(dlfuse_op_schema_t),
+                                            "unit_product_backward",
+                                            2,
+                                            3,
+                                            kDeclaredInputs,
+                                            2,
+                                            kDeclaredOutputs,
+                                            0,
+                                            nullptr,
+                                            backward_shape,
+                                            -1};
 #else
 const dlfuse_arg_schema_t kDeclaredInputs[] = {{"x", 0, 0, 0, 0, -1}, {"y", DLFUSE_ARG_OPTIONAL, 0, 0, 0, -1}};
 // out: NumPy broadcast of x and y, may be x itself; sum: like x, or any shape broadcasting to it.
@@ -331,8 +337,17 @@ const char* const kDeclaredName = UNIT_DECLARES == 4   ? DLFUSE_OP_MATMUL_ADD_AC
                                   : UNIT_DECLARES == 6 ? "unit_Declared_9"
                                   : UNIT_DECLARES == 7 ? "unit-declared"
                                                        : "unit_declared";
-const dlfuse_op_schema_t kDeclaredSchema = {
-    sizeof(dlfuse_op_schema_t), kDeclaredName, 2, 2, kDeclaredInputs, 2, kDeclaredOutputs, 1, kDeclaredAttrs, nullptr, -1};
+const dlfuse_op_schema_t kDeclaredSchema = {sizeof(dlfuse_op_schema_t),
+                                            kDeclaredName,
+                                            2,
+                                            2,
+                                            kDeclaredInputs,
+                                            2,
+                                            kDeclaredOutputs,
+                                            1,
+                                            kDeclaredAttrs,
+                                            nullptr,
+                                            -1};
 #endif
 dlfuse_kernel_t declared_kernel() {
   dlfuse_kernel_t k = make_kernel(kDeclaredSchema.name, k_backward);
@@ -379,11 +394,10 @@ int g_state_token = 0;  // open() hands out its address as the state
 
 // ---- plugin functions --------------------------------------------------------------
 
-dlfuse_status_t p_open(const dlfuse_host_info_t* host, void** state, char* err,
-                       size_t err_size) {
-#if UNIT_MODE == UNIT_MODE_ABI_MAJOR2 || UNIT_MODE == UNIT_MODE_SHORT_STRUCT || \
-    UNIT_MODE == UNIT_MODE_NULL_REQUIRED || UNIT_MODE == UNIT_MODE_NULL_NAME || \
-    UNIT_MODE == UNIT_MODE_V2_ENTRY || UNIT_MODE == UNIT_MODE_BAD_NAME || UNIT_MODE == UNIT_MODE_NULL_FREE
+dlfuse_status_t p_open(const dlfuse_host_info_t* host, void** state, char* err, size_t err_size) {
+#if UNIT_MODE == UNIT_MODE_ABI_MAJOR2 || UNIT_MODE == UNIT_MODE_SHORT_STRUCT ||                                    \
+    UNIT_MODE == UNIT_MODE_NULL_REQUIRED || UNIT_MODE == UNIT_MODE_NULL_NAME || UNIT_MODE == UNIT_MODE_V2_ENTRY || \
+    UNIT_MODE == UNIT_MODE_BAD_NAME || UNIT_MODE == UNIT_MODE_NULL_FREE
   setenv(UNIT_OPENED_ENV_PREFIX UNIT_PLUGIN_NAME, "1", 1);  // must never happen
 #endif
   {
@@ -394,8 +408,7 @@ dlfuse_status_t p_open(const dlfuse_host_info_t* host, void** state, char* err,
       g_rec.host_abi_major = host->abi_major;
       g_rec.host_abi_minor = host->abi_minor;
       if (DLFUSE_HAS_FIELD(host, dlfuse_host_info_t, plugin_path) && host->plugin_path)
-        std::snprintf(g_rec.host_plugin_path, sizeof g_rec.host_plugin_path, "%s",
-                      host->plugin_path);
+        std::snprintf(g_rec.host_plugin_path, sizeof g_rec.host_plugin_path, "%s", host->plugin_path);
     }
   }
 #if UNIT_MODE == UNIT_MODE_OPEN_THROWS
@@ -421,8 +434,8 @@ void p_close(void* state) {
   g_rec.close_calls += 1;
 }
 
-dlfuse_status_t p_get_kernels(void* state, const dlfuse_kernel_t** kernels,
-                              int32_t* num_kernels, char* err, size_t err_size) {
+dlfuse_status_t p_get_kernels(void* state, const dlfuse_kernel_t** kernels, int32_t* num_kernels, char* err,
+                              size_t err_size) {
   (void)state;
   {
     std::lock_guard<std::mutex> lock(g_mu);
@@ -508,8 +521,7 @@ dlfuse_status_t p_device_count(void*, int32_t* count, char* err, size_t err_size
 #endif
 }
 
-dlfuse_status_t p_alloc(void*, int32_t device_id, size_t nbytes, void** ptr, char* err,
-                        size_t err_size) {
+dlfuse_status_t p_alloc(void*, int32_t device_id, size_t nbytes, void** ptr, char* err, size_t err_size) {
   if (device_id != 0) {
     put_err(err, err_size, "unit plugin: only device 0");
     return DLFUSE_STATUS_NOT_FOUND;
@@ -528,11 +540,9 @@ dlfuse_status_t p_free(void*, int32_t, void* ptr, char*, size_t) {
   return DLFUSE_STATUS_OK;
 }
 
-dlfuse_status_t p_copy(void*, int32_t, dlfuse_copy_kind_t, void* dst, size_t dst_offset,
-                       const void* src, size_t src_offset, size_t nbytes, void*, char*,
-                       size_t) {
-  std::memcpy(static_cast<char*>(dst) + dst_offset, static_cast<const char*>(src) + src_offset,
-              nbytes);
+dlfuse_status_t p_copy(void*, int32_t, dlfuse_copy_kind_t, void* dst, size_t dst_offset, const void* src,
+                       size_t src_offset, size_t nbytes, void*, char*, size_t) {
+  std::memcpy(static_cast<char*>(dst) + dst_offset, static_cast<const char*>(src) + src_offset, nbytes);
   return DLFUSE_STATUS_OK;
 }
 

@@ -39,10 +39,10 @@ typedef struct unit_record_t {
   int32_t num_attrs;
   dlfuse_attr_t attrs[UNIT_MAX_ATTRS];
   void* stream;
-  void* input_data[UNIT_MAX_TENSORS];     /* inputs[i]->data (NULL if inputs[i] is NULL) */
+  void* input_data[UNIT_MAX_TENSORS];       /* inputs[i]->data (NULL if inputs[i] is NULL) */
   int32_t output_present[UNIT_MAX_TENSORS]; /* outputs[i] != NULL */
   void* output_data[UNIT_MAX_TENSORS];
-  int32_t err_buffer_ok;                  /* args->err != NULL && args->err_size > 0 */
+  int32_t err_buffer_ok; /* args->err != NULL && args->err_size > 0 */
 } unit_record_t;
 
 /* Copies the record out (under the plugin's lock). */
@@ -72,24 +72,24 @@ typedef void (*unit_plugin_reset_fn_t)(void);
 #define UNIT_MODE_NULL_NAME 15     /* the descriptor's name is NULL */
 #define UNIT_MODE_DUP_OP 16        /* the kernel table has add_mul_activation on CPU twice */
 /* Broken kernel tables: entry 1 of the table has one bad field. */
-#define UNIT_MODE_KERNEL_NULL_OP 17     /* op is NULL */
-#define UNIT_MODE_KERNEL_NULL_FN 18     /* fn is NULL */
-#define UNIT_MODE_KERNEL_NO_DTYPES 19   /* num_dtypes is 0 */
-#define UNIT_MODE_KERNEL_CUDA 20        /* device_type is kDLCUDA in a CPU plugin */
-#define UNIT_MODE_KERNEL_MIXED_SIZE 21  /* struct_size differs from entry 0's */
-#define UNIT_MODE_NEGATIVE_KERNELS 22   /* get_kernels says OK with a count of -1 */
+#define UNIT_MODE_KERNEL_NULL_OP 17        /* op is NULL */
+#define UNIT_MODE_KERNEL_NULL_FN 18        /* fn is NULL */
+#define UNIT_MODE_KERNEL_NO_DTYPES 19      /* num_dtypes is 0 */
+#define UNIT_MODE_KERNEL_CUDA 20           /* device_type is kDLCUDA in a CPU plugin */
+#define UNIT_MODE_KERNEL_MIXED_SIZE 21     /* struct_size differs from entry 0's */
+#define UNIT_MODE_NEGATIVE_KERNELS 22      /* get_kernels says OK with a count of -1 */
 #define UNIT_MODE_KERNEL_UNKNOWN_DEVICE 23 /* plugin and kernels on device type 4242 */
 /* Broken descriptors and lifecycles. */
 #define UNIT_MODE_DEVICE_COUNT_NEGATIVE 24 /* device_count() says OK with -1 */
-#define UNIT_MODE_DEVICE_COUNT_FAILS 25 /* device_count() fails with a message */
-#define UNIT_MODE_ENTRY_THROWS 26       /* dlfuse_plugin_v1() throws (breaks the rule on purpose) */
-#define UNIT_MODE_BAD_NAME 27           /* the descriptor's name has characters outside [a-z0-9_] */
-#define UNIT_MODE_KERNELS_THROW 28      /* get_kernels() throws */
-#define UNIT_MODE_NULL_FREE 29          /* a device service (free) is NULL */
+#define UNIT_MODE_DEVICE_COUNT_FAILS 25    /* device_count() fails with a message */
+#define UNIT_MODE_ENTRY_THROWS 26          /* dlfuse_plugin_v1() throws (breaks the rule on purpose) */
+#define UNIT_MODE_BAD_NAME 27              /* the descriptor's name has characters outside [a-z0-9_] */
+#define UNIT_MODE_KERNELS_THROW 28         /* get_kernels() throws */
+#define UNIT_MODE_NULL_FREE 29             /* a device service (free) is NULL */
 /* Kernels that answer badly. */
-#define UNIT_MODE_BAD_STATUS 30         /* every kernel returns 4242, not a dlfuse_status_t */
-#define UNIT_MODE_SILENT_ERROR 31       /* every kernel fails with DEVICE_ERROR and no message */
-#define UNIT_MODE_UNTERMINATED 32       /* every kernel fills err completely, no NUL, and fails */
+#define UNIT_MODE_BAD_STATUS 30   /* every kernel returns 4242, not a dlfuse_status_t */
+#define UNIT_MODE_SILENT_ERROR 31 /* every kernel fails with DEVICE_ERROR and no message */
+#define UNIT_MODE_UNTERMINATED 32 /* every kernel fills err completely, no NUL, and fails */
 
 /* The third-party op every good unit plugin also serves: out = 2 * in, float32, same
  * shape. The registry knows nothing of it, so it gets only the generic checks. */

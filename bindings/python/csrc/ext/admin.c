@@ -37,10 +37,8 @@ static PyObject* py_registry_create(PyObject* self, PyObject* args) {
   o.plugin_paths = paths;
   dlfuse_registry_t h = NULL;
   int st;
-  Py_BEGIN_ALLOW_THREADS
-  st = L.registry_create(&o, &h);
-  Py_END_ALLOW_THREADS
-  if (check(st) < 0) return NULL;
+  Py_BEGIN_ALLOW_THREADS st = L.registry_create(&o, &h);
+  Py_END_ALLOW_THREADS if (check(st) < 0) return NULL;
   return PyLong_FromVoidPtr(h);
 }
 
@@ -48,10 +46,8 @@ static PyObject* py_registry_destroy(PyObject* self, PyObject* h) {
   (void)self;
   void* p = as_ptr(h);
   if (PyErr_Occurred() || need_loaded() < 0) return NULL;
-  Py_BEGIN_ALLOW_THREADS
-  L.registry_destroy((dlfuse_registry_t)p);
-  Py_END_ALLOW_THREADS
-  Py_RETURN_NONE;
+  Py_BEGIN_ALLOW_THREADS L.registry_destroy((dlfuse_registry_t)p);
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
 /* registry_load(h, path) -> index; raises (the file stays listed) on failure */
@@ -64,10 +60,8 @@ static PyObject* py_registry_load(PyObject* self, PyObject* args) {
   if (PyErr_Occurred()) return NULL;
   int32_t idx = -1;
   int st;
-  Py_BEGIN_ALLOW_THREADS
-  st = L.registry_load((dlfuse_registry_t)p, path, &idx);
-  Py_END_ALLOW_THREADS
-  if (check(st) < 0) return NULL;
+  Py_BEGIN_ALLOW_THREADS st = L.registry_load((dlfuse_registry_t)p, path, &idx);
+  Py_END_ALLOW_THREADS if (check(st) < 0) return NULL;
   return PyLong_FromLong(idx);
 }
 
@@ -176,10 +170,8 @@ static PyObject* py_device_alloc(PyObject* self, PyObject* args) {
   DLDevice d = {(DLDeviceType)dt, di};
   void* ptr = NULL;
   int st;
-  Py_BEGIN_ALLOW_THREADS
-  st = L.device_alloc((dlfuse_registry_t)p, d, (size_t)n, &ptr);
-  Py_END_ALLOW_THREADS
-  if (check(st) < 0) return NULL;
+  Py_BEGIN_ALLOW_THREADS st = L.device_alloc((dlfuse_registry_t)p, d, (size_t)n, &ptr);
+  Py_END_ALLOW_THREADS if (check(st) < 0) return NULL;
   return PyLong_FromVoidPtr(ptr);
 }
 
@@ -212,10 +204,9 @@ static PyObject* py_device_copy(PyObject* self, PyObject* args) {
   if (PyErr_Occurred()) return NULL;
   DLDevice d = {(DLDeviceType)dt, di};
   int st;
-  Py_BEGIN_ALLOW_THREADS
-  st = L.device_copy((dlfuse_registry_t)p, d, (dlfuse_copy_kind_t)kind, dp, (size_t)doff, sp, (size_t)soff, (size_t)n, s);
-  Py_END_ALLOW_THREADS
-  if (check(st) < 0) return NULL;
+  Py_BEGIN_ALLOW_THREADS st = L.device_copy((dlfuse_registry_t)p, d, (dlfuse_copy_kind_t)kind, dp, (size_t)doff, sp,
+                                            (size_t)soff, (size_t)n, s);
+  Py_END_ALLOW_THREADS if (check(st) < 0) return NULL;
   Py_RETURN_NONE;
 }
 
@@ -229,10 +220,8 @@ static PyObject* py_device_synchronize(PyObject* self, PyObject* args) {
   if (PyErr_Occurred()) return NULL;
   DLDevice d = {(DLDeviceType)dt, di};
   int st;
-  Py_BEGIN_ALLOW_THREADS
-  st = L.device_synchronize((dlfuse_registry_t)p, d, s);
-  Py_END_ALLOW_THREADS
-  if (check(st) < 0) return NULL;
+  Py_BEGIN_ALLOW_THREADS st = L.device_synchronize((dlfuse_registry_t)p, d, s);
+  Py_END_ALLOW_THREADS if (check(st) < 0) return NULL;
   Py_RETURN_NONE;
 }
 
@@ -269,6 +258,7 @@ PyMethodDef ext_admin_methods[] = {
     {"device_free", py_device_free, METH_VARARGS, "device_free(handle, device_type, device_id, address)"},
     {"device_copy", py_device_copy, METH_VARARGS,
      "device_copy(handle, device_type, device_id, kind, dst, dst_offset, src, src_offset, nbytes, stream)"},
-    {"device_synchronize", py_device_synchronize, METH_VARARGS, "device_synchronize(handle, device_type, device_id, stream)"},
+    {"device_synchronize", py_device_synchronize, METH_VARARGS,
+     "device_synchronize(handle, device_type, device_id, stream)"},
     {"symbol", py_symbol, METH_O, "the address of a libdlfuse function"},
     {NULL, NULL, 0, NULL}};

@@ -103,9 +103,12 @@ int parse_shape(PyObject* o, const char* what, Shape* sh) {
 static void alloc_set_error(void* ctx, const char* kind, const char* message) {
   (void)ctx;
   PyObject* exc = PyExc_RuntimeError;
-  if (kind && strcmp(kind, "MemoryError") == 0) exc = PyExc_MemoryError;
-  else if (kind && strcmp(kind, "ValueError") == 0) exc = PyExc_ValueError;
-  else if (kind && strcmp(kind, "TypeError") == 0) exc = PyExc_TypeError;
+  if (kind && strcmp(kind, "MemoryError") == 0)
+    exc = PyExc_MemoryError;
+  else if (kind && strcmp(kind, "ValueError") == 0)
+    exc = PyExc_ValueError;
+  else if (kind && strcmp(kind, "TypeError") == 0)
+    exc = PyExc_TypeError;
   PyErr_SetString(exc, message ? message : "DLPack allocator failed");
 }
 #endif
@@ -158,9 +161,8 @@ static PyObject* alloc_like(PyObject* like, const View* lv, const Shape* shape, 
     r = PyObject_Vectorcall(S.numpy_empty, a, 1, S.kw_dtype);
     Py_DECREF(dt);
   } else {
-    r = PyObject_CallFunction(S.alloc_fallback, "OOiiiiO", like, st, (int)lt->dtype.code,
-                              (int)lt->dtype.bits, (int)lt->device.device_type, (int)lt->device.device_id,
-                              registry ? registry : Py_None);
+    r = PyObject_CallFunction(S.alloc_fallback, "OOiiiiO", like, st, (int)lt->dtype.code, (int)lt->dtype.bits,
+                              (int)lt->device.device_type, (int)lt->device.device_id, registry ? registry : Py_None);
   }
   Py_DECREF(st);
   return r;
@@ -214,7 +216,8 @@ static int rule_shape(const dlfuse_arg_schema_t* o, const DLTensor* const* in, i
     if (n > 3) return 0;
   }
   int32_t ndim, at;
-  if (dlfuse_shape_by_rule(o->shape_rule, o->shape_inputs, in, nin, sh->d, &ndim, &at) != DLFUSE_SHAPE_RULE_OK) return 0;
+  if (dlfuse_shape_by_rule(o->shape_rule, o->shape_inputs, in, nin, sh->d, &ndim, &at) != DLFUSE_SHAPE_RULE_OK)
+    return 0;
   sh->ndim = ndim;
   return 1;
 }
@@ -245,7 +248,8 @@ PyObject* run(const char* fn, const Sig* g, dlfuse_op_t op, Args* A) {
     in[i] = NULL;
     PyObject* o = A->in[i];
     if (is_none(o) && ((g->in[i].flags & DLFUSE_ARG_OPTIONAL) || !o)) {
-      if (!(g->in[i].flags & DLFUSE_ARG_OPTIONAL) || (first_form_required && (int)g->in[i].since_minor <= g->since_minor)) {
+      if (!(g->in[i].flags & DLFUSE_ARG_OPTIONAL) ||
+          (first_form_required && (int)g->in[i].since_minor <= g->since_minor)) {
         PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'", fn, g->in[i].name);
         goto fail;
       }
@@ -265,9 +269,12 @@ PyObject* run(const char* fn, const Sig* g, dlfuse_op_t op, Args* A) {
       want[i] = 2; /* given */
       continue;
     }
-    if (A->all_outputs || !optional) want[i] = o != Py_False || !optional;
-    else if (!g->has_required_out) want[i] = A->needs[i] && o != Py_False;
-    else want[i] = o == Py_True;
+    if (A->all_outputs || !optional)
+      want[i] = o != Py_False || !optional;
+    else if (!g->has_required_out)
+      want[i] = A->needs[i] && o != Py_False;
+    else
+      want[i] = o == Py_True;
     need_alloc |= want[i] == 1;
   }
   if (need_alloc) {
@@ -326,10 +333,8 @@ PyObject* run(const char* fn, const Sig* g, dlfuse_op_t op, Args* A) {
     if (view_import_out(res[i], g->out[i].name, s, &v[nin + i]) < 0) goto fail;
     outs[i] = v[nin + i].t;
   }
-  Py_BEGIN_ALLOW_THREADS
-  st = L.op_call(op, in, nin, outs, nout, A->attrs, A->nattrs, s);
-  Py_END_ALLOW_THREADS
-  if (st) {
+  Py_BEGIN_ALLOW_THREADS st = L.op_call(op, in, nin, outs, nout, A->attrs, A->nattrs, s);
+  Py_END_ALLOW_THREADS if (st) {
     raise_status(st, NULL);
     goto fail;
   }

@@ -78,8 +78,7 @@ static int take_capsule(PyObject* cap, const char* name, View* v) {
   if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
     DLManagedTensorVersioned* m = (DLManagedTensorVersioned*)PyCapsule_GetPointer(cap, "dltensor_versioned");
     if (m->version.major != 1) {
-      PyErr_Format(PyExc_BufferError,
-                   "dlfuse: argument '%s': DLPack major version %u is not supported (expected 1)",
+      PyErr_Format(PyExc_BufferError, "dlfuse: argument '%s': DLPack major version %u is not supported (expected 1)",
                    name, (unsigned)m->version.major);
       return -1; /* not consumed: the capsule's destructor frees it */
     }
@@ -115,8 +114,7 @@ int view_import(PyObject* obj, const char* name, void* stream, View* v) {
     v->t = (DLTensor*)PyLong_AsVoidPtr(a);
     Py_DECREF(a);
     if (!v->t) {
-      if (!PyErr_Occurred())
-        PyErr_Format(PyExc_ValueError, "dlfuse: argument '%s': the dlfuse.Tensor is freed", name);
+      if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "dlfuse: argument '%s': the dlfuse.Tensor is freed", name);
       return -1;
     }
     return 0;
@@ -143,8 +141,7 @@ int view_import(PyObject* obj, const char* name, void* stream, View* v) {
       if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
       PyErr_Clear();
       if (!PyObject_HasAttr(obj, S.s_dlpack)) {
-        PyErr_Format(PyExc_TypeError,
-                     "dlfuse: argument '%s' must support the DLPack protocol (__dlpack__), got %s",
+        PyErr_Format(PyExc_TypeError, "dlfuse: argument '%s' must support the DLPack protocol (__dlpack__), got %s",
                      name, tp->tp_name);
         return -1;
       }
@@ -154,8 +151,7 @@ int view_import(PyObject* obj, const char* name, void* stream, View* v) {
       Py_DECREF(d);
       if (!t0 || (dt == -1 && PyErr_Occurred())) {
         PyErr_Clear();
-        PyErr_Format(PyExc_TypeError,
-                     "dlfuse: argument '%s': __dlpack_device__() must return (device_type, device_id)",
+        PyErr_Format(PyExc_TypeError, "dlfuse: argument '%s': __dlpack_device__() must return (device_type, device_id)",
                      name);
         return -1;
       }
@@ -203,9 +199,8 @@ int view_import(PyObject* obj, const char* name, void* stream, View* v) {
     Py_DECREF(src);
     if (PyErr_ExceptionMatches(PyExc_AttributeError) && !PyObject_HasAttr(obj, S.s_dlpack)) {
       PyErr_Clear();
-      PyErr_Format(PyExc_TypeError,
-                   "dlfuse: argument '%s' must support the DLPack protocol (__dlpack__), got %s",
-                   name, tp->tp_name);
+      PyErr_Format(PyExc_TypeError, "dlfuse: argument '%s' must support the DLPack protocol (__dlpack__), got %s", name,
+                   tp->tp_name);
     }
     return -1;
   }
@@ -217,7 +212,6 @@ int view_import(PyObject* obj, const char* name, void* stream, View* v) {
     Py_DECREF(src);
   return rc;
 }
-
 
 int raise_read_only(const char* name) {
   char msg[256];

@@ -50,28 +50,28 @@ typedef struct DLPackExchangeAPI DLPackExchangeAPI;
  * X(field, symbol, required): load() resolves each by dlsym into L.field. A required one
  * missing means the file is not libdlfuse; the ABI 1.2 ones (op schemas) are optional, so
  * that an older libdlfuse still loads and its ops say what they need (NULL here). */
-#define EXT_LIBDLFUSE_SYMBOLS(X)                       \
-  X(last_error, dlfuse_last_error, 1)                  \
-  X(op_get, dlfuse_op_get, 1)                          \
-  X(op_call, dlfuse_op_call, 1)                        \
-  X(abi_version, dlfuse_abi_version, 1)                \
-  X(registry_create, dlfuse_registry_create, 1)        \
-  X(registry_destroy, dlfuse_registry_destroy, 1)      \
-  X(registry_load, dlfuse_registry_load, 1)            \
-  X(plugin_count, dlfuse_registry_plugin_count, 1)     \
-  X(plugin_info, dlfuse_registry_plugin_info, 1)       \
-  X(kernel_info, dlfuse_registry_kernel_info, 1)       \
-  X(prefer, dlfuse_registry_prefer, 1)                 \
-  X(op_resolve, dlfuse_op_resolve, 1)                  \
-  X(device_count, dlfuse_device_count, 1)              \
-  X(device_alloc, dlfuse_device_alloc, 1)              \
-  X(device_free, dlfuse_device_free, 1)                \
-  X(device_copy, dlfuse_device_copy, 1)                \
-  X(device_synchronize, dlfuse_device_synchronize, 1)  \
-  X(op_schema, dlfuse_op_schema, 0)                    \
-  X(op_infer, dlfuse_op_infer_outputs, 0)              \
-  X(op_count, dlfuse_registry_op_count, 0)             \
-  X(reg_op_schema, dlfuse_registry_op_schema, 0)       \
+#define EXT_LIBDLFUSE_SYMBOLS(X)                      \
+  X(last_error, dlfuse_last_error, 1)                 \
+  X(op_get, dlfuse_op_get, 1)                         \
+  X(op_call, dlfuse_op_call, 1)                       \
+  X(abi_version, dlfuse_abi_version, 1)               \
+  X(registry_create, dlfuse_registry_create, 1)       \
+  X(registry_destroy, dlfuse_registry_destroy, 1)     \
+  X(registry_load, dlfuse_registry_load, 1)           \
+  X(plugin_count, dlfuse_registry_plugin_count, 1)    \
+  X(plugin_info, dlfuse_registry_plugin_info, 1)      \
+  X(kernel_info, dlfuse_registry_kernel_info, 1)      \
+  X(prefer, dlfuse_registry_prefer, 1)                \
+  X(op_resolve, dlfuse_op_resolve, 1)                 \
+  X(device_count, dlfuse_device_count, 1)             \
+  X(device_alloc, dlfuse_device_alloc, 1)             \
+  X(device_free, dlfuse_device_free, 1)               \
+  X(device_copy, dlfuse_device_copy, 1)               \
+  X(device_synchronize, dlfuse_device_synchronize, 1) \
+  X(op_schema, dlfuse_op_schema, 0)                   \
+  X(op_infer, dlfuse_op_infer_outputs, 0)             \
+  X(op_count, dlfuse_registry_op_count, 0)            \
+  X(reg_op_schema, dlfuse_registry_op_schema, 0)      \
   X(op_backward_plan, dlfuse_op_backward_plan, 0)
 
 typedef struct {
@@ -85,24 +85,23 @@ extern LibFns L; /* all NULL until load() succeeds */
 
 typedef struct {
   void* lib;
-  PyObject* errors[16];     /* status -> exception class; [0] is dlfuse.Error */
-  PyObject* tensor_type;    /* dlfuse.Tensor */
-  PyObject* alloc_fallback; /* _core._alloc_fallback(like, shape, code, bits, dev_type, dev_id, registry) */
+  PyObject* errors[16];       /* status -> exception class; [0] is dlfuse.Error */
+  PyObject* tensor_type;      /* dlfuse.Tensor */
+  PyObject* alloc_fallback;   /* _core._alloc_fallback(like, shape, code, bits, dev_type, dev_id, registry) */
   PyObject* default_registry; /* _core.registry */
-  PyObject* loader;         /* _core._load_ext */
-  PyObject* activations;    /* name -> int */
+  PyObject* loader;           /* _core._load_ext */
+  PyObject* activations;      /* name -> int */
   PyObject* activation_names; /* sorted list, for the message */
   PyObject* numpy_empty;
   PyTypeObject* ndarray;
   PyObject* default_registry_obj;
-  PyObject* s_dlpack, *s_dlpack_device, *s_dlpack_c_api, *s_tensor_addr, *s_h, *s_dtype,
-      *s_stream, *s_written, *s_max_version, *s_requires_grad, *s_detach, *s_cuda_stream,
-      *s_ptr, *s_handle, *s_module, *s_ops, *s_registry;
-  PyObject* kw_max_version;   /* ("max_version",) */
-  PyObject* kw_stream_max;    /* ("stream", "max_version") */
-  PyObject* kw_stream;        /* ("stream",) */
-  PyObject* kw_dtype;         /* ("dtype",) */
-  PyObject* version_1_0;      /* (1, 0) */
+  PyObject *s_dlpack, *s_dlpack_device, *s_dlpack_c_api, *s_tensor_addr, *s_h, *s_dtype, *s_stream, *s_written,
+      *s_max_version, *s_requires_grad, *s_detach, *s_cuda_stream, *s_ptr, *s_handle, *s_module, *s_ops, *s_registry;
+  PyObject* kw_max_version; /* ("max_version",) */
+  PyObject* kw_stream_max;  /* ("stream", "max_version") */
+  PyObject* kw_stream;      /* ("stream",) */
+  PyObject* kw_dtype;       /* ("dtype",) */
+  PyObject* version_1_0;    /* (1, 0) */
 } ExtState;
 extern ExtState S;
 
@@ -121,7 +120,7 @@ static inline int need_loaded(void) { return L.op_call ? 0 : load_on_first_use()
 /* ---- borrowed tensors (dlpack_import.c) -------------------------------------------------- */
 
 typedef struct {
-  DLTensor local;               /* filled by dltensor_from_py_object_no_sync */
+  DLTensor local; /* filled by dltensor_from_py_object_no_sync */
   DLTensor* t;
   DLManagedTensorVersioned* mv; /* owned: its deleter runs at release */
   DLManagedTensor* ml;
@@ -186,9 +185,9 @@ typedef struct {
   int is_bias[DLFUSE_MAX_ARGS];       /* that input is named bias */
   Param p[MAX_PARAMS];
   int np, npos, nreq;
-  int needs_param; /* index of P_NEEDS in p, or -1 */
+  int needs_param;                           /* index of P_NEEDS in p, or -1 */
   unsigned char attr_kind[DLFUSE_MAX_ATTRS]; /* attr_kind() of each attribute */
-  int relu_index;  /* the attribute that defaults to relu here (relu_default()), or -1 */
+  int relu_index;                            /* the attribute that defaults to relu here (relu_default()), or -1 */
 } Sig;
 
 /* How the binding takes an attribute's value (attr_kind), and its names in schema(). */

@@ -78,8 +78,7 @@ static PyObject* py_load(PyObject* self, PyObject* args) {
   (void)self;
   const char* path;
   PyObject *errors, *tensor_type, *fallback, *defreg;
-  if (!PyArg_ParseTuple(args, "sO!OOO", &path, &PyTuple_Type, &errors, &tensor_type, &fallback, &defreg))
-    return NULL;
+  if (!PyArg_ParseTuple(args, "sO!OOO", &path, &PyTuple_Type, &errors, &tensor_type, &fallback, &defreg)) return NULL;
   /* RTLD_NOLOAD first: a library of this path already in the process is shared. */
   void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
   if (!lib) lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -116,9 +115,15 @@ static PyMethodDef methods[] = {
     {"set_loader", py_set_loader, METH_O, "The callable the first op call runs to load libdlfuse."},
     {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "dlfuse._ext",
-                                    "dlfuse's compiled hot path over libdlfuse's C ABI", -1, methods,
-                                    NULL, NULL, NULL, NULL};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT,
+                                    "dlfuse._ext",
+                                    "dlfuse's compiled hot path over libdlfuse's C ABI",
+                                    -1,
+                                    methods,
+                                    NULL,
+                                    NULL,
+                                    NULL,
+                                    NULL};
 
 static PyObject* intern(const char* s) { return PyUnicode_InternFromString(s); }
 
@@ -163,8 +168,8 @@ PyMODINIT_FUNC PyInit__ext(void) {
   static const struct {
     const char* n;
     int v;
-  } acts[] = {{"identity", DLFUSE_ACT_IDENTITY}, {"relu", DLFUSE_ACT_RELU},     {"sigmoid", DLFUSE_ACT_SIGMOID},
-              {"tanh", DLFUSE_ACT_TANH},         {"gelu", DLFUSE_ACT_GELU_ERF}, {"gelu_erf", DLFUSE_ACT_GELU_ERF},
+  } acts[] = {{"identity", DLFUSE_ACT_IDENTITY},   {"relu", DLFUSE_ACT_RELU},     {"sigmoid", DLFUSE_ACT_SIGMOID},
+              {"tanh", DLFUSE_ACT_TANH},           {"gelu", DLFUSE_ACT_GELU_ERF}, {"gelu_erf", DLFUSE_ACT_GELU_ERF},
               {"gelu_tanh", DLFUSE_ACT_GELU_TANH}, {"silu", DLFUSE_ACT_SILU}};
   S.activations = PyDict_New();
   if (!S.activations) goto fail;

@@ -4,8 +4,7 @@
 #include "ext.h"
 
 typedef struct {
-  PyObject_HEAD
-  vectorcallfunc vectorcall;
+  PyObject_HEAD vectorcallfunc vectorcall;
   PyObject* name;       /* the op's name */
   PyObject* positional; /* a tuple of parameter names, or None */
   Py_ssize_t nreq;      /* how many of them are required; -1: derived */
@@ -35,8 +34,7 @@ static int opfunc_prepare(OpFunc* f, PyObject* regobj, void** h, dlfuse_op_t* op
     *op = f->op;
     return 0;
   }
-  if (!is_default && *h && f->last_reg_ref && PyWeakref_GetObject(f->last_reg_ref) == regobj &&
-      f->last_reg_h == *h) {
+  if (!is_default && *h && f->last_reg_ref && PyWeakref_GetObject(f->last_reg_ref) == regobj && f->last_reg_h == *h) {
     *op = f->last_reg_op;
     return 0;
   }
@@ -45,8 +43,10 @@ static int opfunc_prepare(OpFunc* f, PyObject* regobj, void** h, dlfuse_op_t* op
   PyObject* cache = NULL;
   if (!is_default && *h) {
     cache = PyObject_GetAttr(regobj, S.s_ops);
-    if (!cache) PyErr_Clear();
-    else if (!PyDict_Check(cache)) Py_CLEAR(cache);
+    if (!cache)
+      PyErr_Clear();
+    else if (!PyDict_Check(cache))
+      Py_CLEAR(cache);
     PyObject* hit = cache ? PyDict_GetItemWithError(cache, f->name) : NULL;
     if (hit) {
       *op = (dlfuse_op_t)PyLong_AsVoidPtr(hit);
@@ -259,8 +259,9 @@ PyTypeObject OpFuncType = {
     .tp_vectorcall_offset = offsetof(OpFunc, vectorcall),
     .tp_call = PyVectorcall_Call,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "OpFunction(name, positional=None, nreq=-1, doc=None): an op of libdlfuse as a Python function, "
-              "its parameters derived from the op's schema",
+    .tp_doc =
+        "OpFunction(name, positional=None, nreq=-1, doc=None): an op of libdlfuse as a Python function, "
+        "its parameters derived from the op's schema",
     .tp_methods = opfunc_methods,
     .tp_getset = opfunc_getset,
     .tp_descr_get = opfunc_descr_get,
@@ -319,7 +320,8 @@ static PyObject* py_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs
         if (!n || PyList_Append(names, n) < 0) Py_CLEAR(names);
         Py_XDECREF(n);
       }
-      if (names) PyErr_Format(PyExc_TypeError, "%s() got an unexpected attribute '%s'; expected one of %R", name, k, names);
+      if (names)
+        PyErr_Format(PyExc_TypeError, "%s() got an unexpected attribute '%s'; expected one of %R", name, k, names);
       Py_XDECREF(names);
       goto done;
     }
@@ -338,9 +340,7 @@ done:
   return r;
 }
 
-
-PyMethodDef ext_op_function_methods[] = {
-    {"call", (PyCFunction)(void (*)(void))py_call, METH_FASTCALL,
-     "call(op, inputs, attrs, out, stream, registry)\n--\n\n"
-     "Any op by name (ABI 1.2), by its schema: dlfuse.call's native half."},
-    {NULL, NULL, 0, NULL}};
+PyMethodDef ext_op_function_methods[] = {{"call", (PyCFunction)(void (*)(void))py_call, METH_FASTCALL,
+                                          "call(op, inputs, attrs, out, stream, registry)\n--\n\n"
+                                          "Any op by name (ABI 1.2), by its schema: dlfuse.call's native half."},
+                                         {NULL, NULL, 0, NULL}};

@@ -38,7 +38,8 @@ static PyObject* py_schema(PyObject* self, PyObject* const* args, Py_ssize_t nar
     const dlfuse_attr_schema_t* a = &sc.attrs[i];
     const int is_float = a->default_value.type == DLFUSE_ATTR_FLOAT64;
     PyObject* n = lower_name(a->name);
-    PyObject* d = is_float ? PyFloat_FromDouble(a->default_value.value.f64) : PyLong_FromLongLong(a->default_value.value.i64);
+    PyObject* d =
+        is_float ? PyFloat_FromDouble(a->default_value.value.f64) : PyLong_FromLongLong(a->default_value.value.i64);
     PyObject* t = n && d ? Py_BuildValue("(OiiOis)", n, is_float, (a->flags & DLFUSE_ATTR_REQUIRED) != 0, d,
                                          (int)a->default_value.key, kind_names[attr_kind(a)])
                          : NULL;
@@ -181,6 +182,8 @@ static PyObject* py_core_ops(PyObject* self, PyObject* unused) {
   (void)self;
   (void)unused;
   static const char* const names[] = {
+/* X-lists over ops.def, kept as written: */
+/* clang-format off */
 #define DLFUSE_OP(op, since) #op,
 #define DLFUSE_IN(op, name, flags, since)
 #define DLFUSE_OUT(op, name, flags, rule, s0, s1, s2, alias)
@@ -193,6 +196,7 @@ static PyObject* py_core_ops(PyObject* self, PyObject* unused) {
 #undef DLFUSE_ATTR
 #undef DLFUSE_END
   };
+  /* clang-format on */
   const Py_ssize_t n = (Py_ssize_t)(sizeof names / sizeof names[0]);
   PyObject* t = PyTuple_New(n);
   for (Py_ssize_t i = 0; t && i < n; ++i) {

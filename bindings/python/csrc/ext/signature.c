@@ -91,8 +91,8 @@ int sig_build(Sig* g, const dlfuse_op_schema_t* sc, PyObject* positional, Py_ssi
   sig_clear(g);
   if (sc->num_inputs < 0 || sc->num_inputs > DLFUSE_MAX_ARGS || sc->num_outputs < 1 ||
       sc->num_outputs > DLFUSE_MAX_ARGS || sc->num_attrs < 0 || sc->num_attrs > DLFUSE_MAX_ATTRS) {
-    PyErr_Format(PyExc_RuntimeError, "dlfuse: op %s: a schema with %d inputs, %d outputs, %d attributes",
-                 sc->name, sc->num_inputs, sc->num_outputs, sc->num_attrs);
+    PyErr_Format(PyExc_RuntimeError, "dlfuse: op %s: a schema with %d inputs, %d outputs, %d attributes", sc->name,
+                 sc->num_inputs, sc->num_outputs, sc->num_attrs);
     return -1;
   }
   g->num_inputs = sc->num_inputs;
@@ -193,7 +193,8 @@ int sig_build(Sig* g, const dlfuse_op_schema_t* sc, PyObject* positional, Py_ssi
         break;
       }
       Param t = g->p[found];
-      memmove(&g->p[sc->num_inputs + k + 1], &g->p[sc->num_inputs + k], sizeof(Param) * (size_t)(found - sc->num_inputs - k));
+      memmove(&g->p[sc->num_inputs + k + 1], &g->p[sc->num_inputs + k],
+              sizeof(Param) * (size_t)(found - sc->num_inputs - k));
       g->p[sc->num_inputs + k] = t;
     }
   }
@@ -240,7 +241,7 @@ int find_schema(void* h, const char* name, dlfuse_op_schema_t* sc) {
 int op_with_schema(void* h, const char* name, dlfuse_op_t* op, dlfuse_op_schema_t* sc) {
   if (!L.op_schema) return older_abi(name);
   int st = L.op_get((dlfuse_registry_t)h, name, op);
-  if (st == DLFUSE_STATUS_NOT_FOUND) {  /* the registry's list tells the two apart */
+  if (st == DLFUSE_STATUS_NOT_FOUND) { /* the registry's list tells the two apart */
     char msg[512];
     const char* why = L.last_error ? L.last_error() : NULL;
     snprintf(msg, sizeof msg, "%s", why ? why : "");
@@ -335,8 +336,7 @@ int attr_value(const char* fn, const dlfuse_attr_schema_t* as, int kind, PyObjec
         return bad_attr(PyErr_ExceptionMatches(PyExc_OverflowError) ? PyExc_ValueError : PyExc_TypeError, fn, as->name,
                         EXPECT_FLOAT, value);
       return 0;
-    case K_ACT:
-      return parse_activation(fn, as->name, value, &a->value.i64);
+    case K_ACT: return parse_activation(fn, as->name, value, &a->value.i64);
     case K_FLAG: { /* any truth value */
       const int t = PyObject_IsTrue(value);
       if (t < 0) return bad_attr(PyExc_TypeError, fn, as->name, EXPECT_FLAG, value);
@@ -376,4 +376,3 @@ int attrs_by_name(const char* name, const dlfuse_op_schema_t* sc, PyObject* dict
   }
   return 0;
 }
-
