@@ -115,7 +115,7 @@ CaseOutcome run_case(dlfuse_registry_t reg, DLDevice dev, DLDataType dt, const C
     }
     if (!diff.empty()) {
       o.detail = when +
-                 ": not bit-identical to run 1 (within tolerance, but a deterministic kernel must "
+                 ": not bit-identical to the first run (within tolerance, but a deterministic kernel must "
                  "repeat itself; a kernel that cannot declares it with --nondeterministic): " +
                  diff;
       return o;

@@ -200,7 +200,8 @@ bool Checker::check_runs(const std::string& name, const SchemaArgs& args, Schema
       if (r.out[o] && std::memcmp(r.out[o]->data(), first->out[o]->data(), r.out[o]->nbytes()) != 0) {
         add(false, name,
             when + (opts_.stale ? " on stale memory" : "") + ": output " + op_.schema.outputs[o].name +
-                " not bit-identical to run 1 (a kernel that cannot repeat itself says so with --nondeterministic)");
+                " not bit-identical to the first run (a kernel that cannot repeat itself says so with "
+                "--nondeterministic)");
         return false;
       }
   }
