@@ -33,6 +33,10 @@ fi
 python3 -m pip install -q --disable-pip-version-check "apache-tvm-ffi>=0.1" "numpy>=2.1" "pytest>=8" "hypothesis>=6" \
   "setuptools>=61" wheel "scikit-build-core>=1.0" build auditwheel "jax[cpu]>=0.10" "wgpu>=0.32" 2>&1 |
   grep -v "Running pip as the 'root' user" || true
+# torch (the CPU-and-CUDA wheel from PyPI): dlfuse.torch's tests, and its C++ operators built
+# against it; the line CI tests is pinned so that a new torch release cannot fail a commit.
+python3 -m pip install -q --disable-pip-version-check "torch==2.15.*" 2>&1 |
+  grep -v "Running pip as the 'root' user" || true
 # nvidia-cutlass: CUTLASS 3.x's headers for the CUDA plugin's fused mlp_backward epilogue
 # (plugins/cuda/CMakeLists.txt); its Python side and dependencies are not used.
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then

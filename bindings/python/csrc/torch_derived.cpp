@@ -12,6 +12,7 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/saved_variable.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
 #include <array>
 #include <atomic>
@@ -34,6 +35,24 @@ using torch::autograd::variable_list;
 using torch::jit::Stack;
 
 constexpr int kAbsent = -1;
+
+// torch 2.13 made autograd nodes intrusively counted (c10::intrusive_ptr_target); before, they
+// were std::shared_ptr-owned, deleted through deleteNode. Nothing else here depends on which.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 13)
+template <class N>
+c10::intrusive_ptr<N> new_node() {
+  return c10::make_intrusive<N>();
+}
+c10::intrusive_ptr<torch::autograd::Node> self_of(torch::autograd::Node* n) {
+  return c10::intrusive_ptr<torch::autograd::Node>::unsafe_reclaim_from_nonowning(n);
+}
+#else
+template <class N>
+std::shared_ptr<N> new_node() {
+  return std::shared_ptr<N>(new N(), torch::autograd::deleteNode);
+}
+std::shared_ptr<torch::autograd::Node> self_of(torch::autograd::Node* n) { return n->shared_from_this(); }
+#endif
 
 std::string lower(const char* s) {
   std::string r(s);
@@ -359,7 +378,7 @@ variable_list DerivedNode::apply(variable_list&& grads) {
   Stack s(pre.begin(), pre.end());
   s[size_t(b.in_arg[0])] = grads[0];
   for (size_t i = 1; i < size_t(b.sc.num_inputs); ++i)
-    s[size_t(b.in_arg[i])] = tensor_or_none(saved[i - 1].unpack(shared_from_this()));
+    s[size_t(b.in_arg[i])] = tensor_or_none(saved[i - 1].unpack(self_of(this)));
   const c10::List<bool> need = wanted(*this);
   if (b.needs_arg != kAbsent) s[size_t(b.needs_arg)] = need;
   const bool is_traced = traced(grads[0]);
@@ -398,7 +417,7 @@ void forward_with_node(const Derived& d, Stack* stack, const std::vector<Tensor>
     d.handle->callBoxed(stack);
   }
   const auto outs = torch::jit::last(*stack, size_t(d.sc.num_outputs));
-  auto node = std::shared_ptr<DerivedNode>(new DerivedNode(), torch::autograd::deleteNode);
+  auto node = new_node<DerivedNode>();
   node->d = &d;
   node->set_next_edges(torch::autograd::collect_next_edges(given));
   torch::autograd::set_history(outs[0].toTensor(), node);  // before saving outputs: no cycle
