@@ -223,6 +223,10 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(dlfuse_jax_cuda, call_cuda,
                               ffi::Ffi::Bind().Ctx<ffi::PlatformStream<void*>>().Ctx<ffi::DeviceOrdinal>()
                                   DLFUSE_JAX_ATTRS);
 
+// The jaxlib release whose FFI headers this library was compiled against: dlfuse.jax refuses
+// an older running jaxlib (its call frames may lack what these handlers read).
+DLFUSE_JAX_EXPORT const char* dlfuse_jax_built_against() { return DLFUSE_JAXLIB_VERSION; }
+
 // Hands the package's libdlfuse to the handlers. Returns 0, or -1 if a pointer is NULL.
 DLFUSE_JAX_EXPORT int dlfuse_jax_bind(void* registry, void* op_get, void* op_call, void* last_error,
                                       void* status_string) {

@@ -504,3 +504,26 @@ def test_mlp_jit_and_grad(rng, device):
     want = jax.grad(loss(plain), argnums=(0, 1, 2))(x, ws, bs)
     for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
         np.testing.assert_allclose(f64(g), f64(w), rtol=1e-4, atol=1e-5)
+
+
+def test_handlers_refuse_an_older_jaxlib(monkeypatch):
+    """The handlers name the jaxlib they were built against; an older running one is refused
+    by name (ImportError), a later one or the same one is accepted."""
+    import ctypes
+    import importlib.metadata
+    from dlfuse import _jax_ffi
+    lib = ctypes.CDLL(_jax_ffi._library_file())
+    lib.dlfuse_jax_built_against.restype = ctypes.c_char_p
+    built = lib.dlfuse_jax_built_against().decode()
+    assert built == importlib.metadata.version("jaxlib")  # this build's own jaxlib
+    major, minor, _ = _jax_ffi._release(built)
+    for running, ok in ((f"{major}.{minor + 1}.0", True), (f"{major}.{minor + 1}.0rc1", True), (built, True),
+                        (f"{major}.{minor - 1}.9" if minor else f"{major - 1}.99.0", False)):
+        monkeypatch.setattr(importlib.metadata, "version", lambda name, v=running: v)
+        if ok:
+            _jax_ffi._check_jaxlib(lib)
+        else:
+            with pytest.raises(ImportError, match=rf"built against jaxlib {re.escape(built)}; this Python runs "
+                               rf"jaxlib {re.escape(running)}: expected jaxlib >= {re.escape(built)}"):
+                _jax_ffi._check_jaxlib(lib)
+    assert _jax_ffi._release("0.11.0.dev20261101") == (0, 11, 0) and _jax_ffi._release("1.2") == (1, 2, 0)

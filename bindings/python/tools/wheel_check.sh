@@ -5,10 +5,12 @@
 #     so every plugin this machine can build (CUDA wherever nvcc is: its device code for the
 #     project's default architectures).
 #  2. from outside the source tree, no DLFUSE_* variable: every op forward and backward on CPU
-#     against float64 (wheel_ops.py); the CUDA plugin, where built, is listed, and without a
-#     GPU listed unavailable with a reason; it needs cuBLASLt by soname, not libcudart, and
-#     finds cuBLASLt first in site-packages' nvidia/cu13/lib or nvidia/cublas/lib (PyTorch's
-#     nvidia-* wheels), else in the toolkit it was built with.
+#     against float64 (wheel_ops.py), first with neither torch nor jax installed, then with
+#     jax (dlfuse.jax's handlers are in the wheel: jaxlib is a build requirement); the CUDA
+#     plugin, where built, is listed, carries CUTLASS (its version says `+cutlass`), and
+#     without a GPU is listed unavailable with a reason; it needs cuBLASLt by soname, not
+#     libcudart, and finds cuBLASLt first in site-packages' nvidia/cu13/lib or
+#     nvidia/cublas/lib (PyTorch's nvidia-* wheels), else in the toolkit it was built with.
 #  3. the sdist (`python -m build --sdist`), unpacked in a fresh folder, builds the same wheel
 #     (same files, name and version); `auditwheel show` on it names a manylinux tag. That
 #     build leaves the CUDA plugin out (DLFUSE_WITH_CUDA=OFF: its device code is minutes of
@@ -53,6 +55,11 @@ cd "$WORK"
 SITE=$("$V" -c "import sysconfig; print(sysconfig.get_path('platlib'))")
 PKG=$SITE/dlfuse
 "$V" "$SRC/tools/wheel_ops.py" cpu
+[ -f "$PKG/libdlfuse_jax.so" ] || { echo "the wheel has no dlfuse.jax handlers (libdlfuse_jax.so)"; exit 1; }
+lap "ops from the installed package, neither torch nor jax installed"
+"$WORK/venv/bin/pip" install -q "jax>=0.10" 2>&1 | no_root_note
+"$V" "$SRC/tools/wheel_ops.py" cpu --jax
+lap "with jax installed"
 CUDA_PLUGIN=$PKG/lib/dlfuse/plugins/libdlfuse_cuda.so
 if ((have_nvcc)); then
   [ -f "$CUDA_PLUGIN" ] || { echo "CMake finds a CUDA compiler here, yet the wheel has no CUDA plugin"; exit 1; }
@@ -64,6 +71,7 @@ gpu = sys.argv[1] == "1"
 p = {p.name: p for p in dlfuse.plugins()}["cuda"]
 print("cuda plugin:", p.available, p.reason)
 assert p.available == gpu and (gpu or p.reason), p
+assert "+cutlass" in p.version, f"the CUDA plugin was built without CUTLASS: version {p.version}"
 PYEOF
   dyn=$(readelf -d "$CUDA_PLUGIN")
   echo "$dyn" | grep -E "NEEDED|RUNPATH"
@@ -87,7 +95,7 @@ PYEOF
 else
   [ ! -e "$CUDA_PLUGIN" ] || { echo "CMake finds no CUDA compiler here, yet the wheel has a CUDA plugin"; exit 1; }
 fi
-lap "ops from the installed package"
+lap "the CUDA plugin"
 
 # 3. The sdist, unpacked in a fresh folder, builds the same wheel.
 "$PY" -m build --sdist --outdir "$WORK/sdist" "$SRC" >"$WORK/sdist.log" 2>&1 || { tail -30 "$WORK/sdist.log"; exit 1; }

@@ -1,11 +1,12 @@
 """Every op forward and backward from an installed dlfuse, checked against float64.
 
-    python wheel_ops.py cpu [--torch] [--cpp-ops]
-    python wheel_ops.py cuda [--cpp-ops]
+    python wheel_ops.py cpu [--torch] [--cpp-ops] [--jax]
+    python wheel_ops.py cuda [--cpp-ops] [--jax]
 
 The package calls (dlfuse.*) on NumPy arrays (cpu) or torch CUDA tensors (cuda), then with
 torch (always on cuda) dlfuse.torch's autograd ops on that device; --cpp-ops requires
-dlfuse.torch to use the wheel's C++ operators.
+dlfuse.torch to use the wheel's C++ operators. --jax: dlfuse.jax's functions under jit and
+grad on JAX's default device, against float64 NumPy.
 
 Run from outside the source tree with no DLFUSE_* variable set: the package must find its
 own libdlfuse and plugins. Fresh random inputs each run (seed printed); outputs poisoned
@@ -194,6 +195,52 @@ def torch_ops(c, require_cpp):
             lambda x, y, bias: ref_act[act](x + bias + 0.5 * y), [(M, N), (M, N), (N,)])
 
 
+def jax_ops(c):
+    """dlfuse.jax under jit, forward and grad against float64; needs the wheel's FFI handlers."""
+    import jax
+    import jax.numpy as jnp
+    import dlfuse.jax as djx
+    print("dlfuse.jax on", jax.devices()[0], "jax", jax.__version__)
+    M, K, N = 40, 24, 20
+
+    def run(name, fn, ref_and_grads, shapes):
+        ins64 = [c.rand(*s) for s in shapes]
+        g64 = c.rand(*ref_and_grads(*ins64, None)[0].shape)
+        ins = [jnp.asarray(x, jnp.float32) for x in ins64]
+        out = jax.jit(fn)(*ins)
+        _, vjp = jax.vjp(jax.jit(fn), *ins)
+        grads = vjp(jnp.asarray(g64, jnp.float32))
+        ref, ref_grads = ref_and_grads(*ins64, g64)
+        c.close(f"jax {name} forward", np.asarray(out), ref)
+        for i, (gr, rg) in enumerate(zip(grads, ref_grads)):
+            c.close(f"jax {name} grad {i}", np.asarray(gr), rg)
+
+    for act in ACTS:
+        def mm_ref(a, b, bias, g, act=act):
+            z = a @ b + bias
+            out, d = act_and_grad(act, z)
+            if g is None:
+                return out, None
+            gz = g * d
+            return out, (gz @ b.T, a.T @ gz, gz.sum(0))
+        run(f"matmul_add_activation {act}", lambda a, b, bias, act=act: djx.matmul_add_activation(a, b, bias, act),
+            mm_ref, [(M, K), (K, N), (N,)])
+
+        def am_ref(x, y, bias, g, act=act):
+            out, d = act_and_grad(act, x + bias + 0.5 * y)
+            if g is None:
+                return out, None
+            gz = g * d
+            return out, (gz, 0.5 * gz, gz.sum(0))
+        run(f"add_mul_activation {act}", lambda x, y, bias, act=act: djx.add_mul_activation(x, y, bias, 0.5, act),
+            am_ref, [(M, N), (M, N), (N,)])
+
+    def res_ref(a, b, bias, r, g):
+        out = a @ b + bias + r
+        return out, None if g is None else (g @ b.T, a.T @ g, g.sum(0), g)
+    run("matmul_add_residual", djx.matmul_add_residual, res_ref, [(M, K), (K, N), (N,), (M, N)])
+
+
 def main():
     device = sys.argv[1]
     venv = os.path.realpath(sys.prefix)
@@ -210,6 +257,8 @@ def main():
     package_ops(c)
     if device == "cuda" or "--torch" in sys.argv:
         torch_ops(c, "--cpp-ops" in sys.argv)
+    if "--jax" in sys.argv:
+        jax_ops(c)
     print(f"wheel ops OK on {device}: {c.n} checks, every op forward and backward")
 
 

@@ -5,6 +5,8 @@ names from libdlfuse's op table, output shapes (and the op's shape rules, checke
 time) from dlfuse_op_infer_outputs."""
 import ctypes
 import functools
+import importlib.metadata
+import itertools
 import os
 
 import jax
@@ -28,9 +30,32 @@ def _library_file():
     path = os.path.join(os.path.dirname(os.path.abspath(_ext.__file__)), LIBRARY)
     if not os.path.exists(path):
         raise ImportError(
-            f"dlfuse.jax: {path} is missing: dlfuse was built where jax was not importable "
-            "(rebuild, or reinstall the package, with jax installed; docs/jax.md)")
+            f"dlfuse.jax: {path} is missing: dlfuse was built without jaxlib (Python < 3.11, "
+            "DLFUSE_JAX_FFI=OFF, or a build without build isolation and without jaxlib); "
+            "reinstall with `pip install ./bindings/python` (docs/jax.md)")
     return path
+
+
+def _release(version):
+    """(major, minor, patch) of a release string such as "0.10.2" or "0.11.0.dev20261101"."""
+    parts = []
+    for p in version.split(".")[:3]:
+        digits = "".join(itertools.takewhile(str.isdigit, p))
+        parts.append(int(digits or 0))
+    return tuple(parts + [0] * (3 - len(parts)))
+
+
+def _check_jaxlib(lib):
+    """The handlers read call frames as the jaxlib they were compiled against lays them out;
+    an older jaxlib may pass less than that, so it is refused by name."""
+    lib.dlfuse_jax_built_against.restype = ctypes.c_char_p
+    built = lib.dlfuse_jax_built_against().decode()
+    running = importlib.metadata.version("jaxlib")
+    if _release(running) < _release(built):
+        raise ImportError(
+            f"dlfuse.jax: the XLA FFI handlers were built against jaxlib {built}; this Python runs "
+            f"jaxlib {running}: expected jaxlib >= {built} (upgrade jax, or rebuild dlfuse against "
+            "this jaxlib: docs/jax.md)")
 
 
 def load():
@@ -39,6 +64,7 @@ def load():
     if _lib is not None:
         return
     lib = ctypes.CDLL(_library_file())
+    _check_jaxlib(lib)
     _core.library_path()  # libdlfuse loaded (raises LibraryNotFound with what it tried)
     fns = [ctypes.c_void_p(_ext.symbol(n))
            for n in ("dlfuse_op_get", "dlfuse_op_call", "dlfuse_last_error", "dlfuse_status_string")]
