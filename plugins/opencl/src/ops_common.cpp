@@ -57,6 +57,7 @@ Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, in
     const int64_t ext = extent(t);
     if (ext == 0) continue;
     if (!t->data) bad(arg + ": data is NULL; expected a cl_mem");
+    if (!same_icd(t->data, c.dev->ctx)) bad(arg + ": data is not a cl_mem (a pointer that is no OpenCL object)");
     cl_context ctx = nullptr;
     cl_int rc = clGetMemObjectInfo(mem_of(t), CL_MEM_CONTEXT, sizeof ctx, &ctx, nullptr);
     if (rc != CL_SUCCESS) bad(arg + ": data is not a cl_mem (" + cl_error_name(rc) + ")");
@@ -99,19 +100,7 @@ Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, in
     }
   }
 
-  c.queue = c.dev->queue;
-  if (args->stream) {
-    cl_command_queue q = static_cast<cl_command_queue>(args->stream);
-    cl_context qctx = nullptr;
-    cl_device_id qdev = nullptr;
-    cl_int rc = clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof qctx, &qctx, nullptr);
-    if (rc == CL_SUCCESS) rc = clGetCommandQueueInfo(q, CL_QUEUE_DEVICE, sizeof qdev, &qdev, nullptr);
-    if (rc != CL_SUCCESS) bad(std::string("stream is not a cl_command_queue (") + cl_error_name(rc) + ")");
-    if (qctx != c.dev->ctx || qdev != c.dev->id)
-      bad("stream is a cl_command_queue of another context or device; expected one of " + c.dev->label() +
-          "'s context (see docs/opencl.md)");
-    c.queue = q;
-  }
+  c.queue = queue_of(*c.dev, args->stream);
   return c;
 }
 

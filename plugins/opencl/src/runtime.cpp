@@ -1,6 +1,10 @@
 #include "runtime.h"
 
+#include <sys/uio.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
@@ -178,10 +182,37 @@ void open_devices(State* s) {
                    d->fp16 ? " [cl_khr_fp16]" : "");
 }
 
+bool same_icd(const void* p, const void* peer) {
+  if (!p) return false;
+  // Read with process_vm_readv, which fails (EFAULT) on unmapped memory instead of faulting.
+  // Where the call itself is refused (a seccomp policy), the handle is trusted as before.
+  void* word = nullptr;
+  iovec local{&word, sizeof word}, remote{const_cast<void*>(p), sizeof word};
+  if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != ssize_t(sizeof word)) return errno != EFAULT;
+  return word == *static_cast<void* const*>(peer);
+}
+
+cl_command_queue queue_of(const Device& d, void* stream) {
+  if (!stream) return d.queue;
+  cl_command_queue q = static_cast<cl_command_queue>(stream);
+  const auto refuse = [&](const std::string& got) {
+    throw Error(DLFUSE_STATUS_INVALID_ARGUMENT,
+                "stream: expected NULL or a cl_command_queue of " + d.label() + " (docs/opencl.md), got " + got);
+  };
+  if (!same_icd(q, d.queue)) refuse("a pointer that is no OpenCL object");
+  cl_context ctx = nullptr;
+  cl_device_id dev = nullptr;
+  cl_int rc = clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof ctx, &ctx, nullptr);
+  if (rc == CL_SUCCESS) rc = clGetCommandQueueInfo(q, CL_QUEUE_DEVICE, sizeof dev, &dev, nullptr);
+  if (rc != CL_SUCCESS) refuse(std::string("an object that is no cl_command_queue (") + cl_error_name(rc) + ")");
+  if (ctx != d.ctx || dev != d.id) refuse("a queue of another context or device");
+  return q;
+}
+
 Device& State::device(int32_t id) {
   if (id < 0 || id >= int32_t(devices.size()))
     throw Error(DLFUSE_STATUS_INVALID_ARGUMENT,
-                "device_id is " + std::to_string(id) + "; expected 0.." + std::to_string(int(devices.size()) - 1));
+                "device_id: expected 0.." + std::to_string(int(devices.size()) - 1) + ", got " + std::to_string(id));
   return *devices[size_t(id)];
 }
 

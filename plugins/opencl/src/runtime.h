@@ -24,6 +24,17 @@ const char* cl_error_name(cl_int code);
 namespace kit = dlfuse::kit;
 using kit::Error;
 [[noreturn]] void throw_cl(cl_int code, const std::string& what);
+
+// Whether `p` is an OpenCL object of the same ICD as `peer` (an object of this plugin: its
+// context or queue). A caller's handle goes to OpenCL only after this: the ICD loader reads
+// an object's first word as its vendor's dispatch table, so a pointer that is no OpenCL
+// object would crash inside the loader instead of failing.
+bool same_icd(const void* p, const void* peer);
+
+struct Device;
+// The queue a call runs on: the device's default for NULL, else `stream` once it is checked
+// to be a cl_command_queue of the device's context and device (INVALID_ARGUMENT naming it).
+cl_command_queue queue_of(const Device& d, void* stream);
 inline void check_cl(cl_int code, const char* what) {
   if (code != CL_SUCCESS) throw_cl(code, what);
 }
