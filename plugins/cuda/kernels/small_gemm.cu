@@ -2,7 +2,7 @@
 // 7.5-13.5 us of host time even with a kept descriptor and algorithm (H100 host,
 // docs/cuda.md), a small launch (a memset there) 0.9-1.5 us; for a 32x32x32 problem the
 // GPU work is far below either. The kernel computes what the cuBLASLt path computes
-// (gemm.cpp: describe / epilogue_of), epilogue included: per batch index and element (i, j)
+// (gemm_lt.cpp: describe / epilogue_of), epilogue included: per batch index and element (i, j)
 // pre = sum_k X[i,k] Y[k,j] (float, increasing k) + beta C[i,j] + bias, D = act(pre),
 // aux = pre. One thread per element of D, any strides (0 included), deterministic.
 

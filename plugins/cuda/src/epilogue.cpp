@@ -2,7 +2,7 @@
 // their backwards, on cuBLASLt (gemm.h) and the plugin's own passes (kernels.h).
 //
 // Forward: relu and GELU (tanh form) run in cuBLASLt's epilogue (GELU_AUX_BIAS writes the
-// pre-activation too) when a NaN-keeping kernel exists (gemm.cpp probes); every other
+// pre-activation too) when a NaN-keeping kernel exists (gemm_lt.cpp probes); every other
 // activation runs as one pass over the GEMM's output. The residual is cuBLASLt's C
 // (beta = 1), read in place or from its own tensor without a copy where its layout allows.
 // Backward: one pass writes dZ and, for a row-vector bias, its column sums; then the two

@@ -2,7 +2,7 @@
 //
 // Forward: bias [N] (or [M, 1] for a transposed output) goes through the BIAS epilogue; any
 // other bias is broadcast into the output first and added with beta = 1. relu runs in the
-// epilogue when the chosen kernel keeps NaN (gemm.cpp checks), else in our own pass.
+// epilogue when the chosen kernel keeps NaN (gemm_lt.cpp checks), else in our own pass.
 // Backward: dZ = where(out > 0 or NaN, grad_out, 0) by our kernel; grad_a = dZ b^T and
 // grad_b = a^T dZ by cuBLASLt straight into the gradients when nothing is reduced, else in
 // float into a temporary that our reduce_to kernel sums over the broadcast batch dims.
