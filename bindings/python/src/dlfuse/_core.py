@@ -1,4 +1,4 @@
-"""The binding proper: finding libdlfuse, errors, the registry, dlfuse.Tensor (DLPack
+"""The binding proper: finding libdlfuse, the registry, dlfuse.Tensor (DLPack
 export) and the ops.
 
 Everything goes through the one compiled module, dlfuse._ext (csrc/ext/): each op is an
@@ -15,6 +15,9 @@ import weakref
 from collections import namedtuple
 
 from . import _ext
+from ._errors import (STATUS_NAMES, ERROR_BY_STATUS, AbiMismatchError, DeviceError, Error,  # noqa: F401
+                      InternalError, InvalidArgumentError, LoadFailedError, NotFoundError,
+                      OutOfMemoryError, UnavailableError, UnsupportedError)
 
 # DLPack's device types and dtype codes (dlpack.h)
 kDLCPU, kDLCUDA, kDLCUDAHost, kDLOpenCL, kDLVulkan, kDLMetal = 1, 2, 3, 4, 7, 8
@@ -24,9 +27,6 @@ DEVICE_NAMES = {kDLCPU: "cpu", kDLCUDA: "cuda", kDLCUDAHost: "cuda_host", kDLOpe
                 kDLVulkan: "vulkan", kDLMetal: "metal", kDLROCM: "rocm",
                 kDLCUDAManaged: "cuda_managed", kDLOneAPI: "oneapi", kDLWebGPU: "webgpu"}
 DEVICE_TYPES = {v: k for k, v in DEVICE_NAMES.items()}
-STATUS_NAMES = {0: "OK", 1: "INVALID_ARGUMENT", 2: "UNSUPPORTED", 3: "NOT_FOUND",
-                4: "ABI_MISMATCH", 5: "LOAD_FAILED", 6: "UNAVAILABLE", 7: "OUT_OF_MEMORY",
-                8: "DEVICE_ERROR", 9: "INTERNAL"}
 ACTIVATIONS = _ext.ACTIVATIONS
 
 
@@ -68,7 +68,7 @@ def _load_library():
                 tried.append(f"{path} ({how}): no such file")
                 continue
             try:
-                _lib_path = _ext.load(path, _ERROR_BY_STATUS, Tensor, _alloc_fallback, registry)
+                _lib_path = _ext.load(path, ERROR_BY_STATUS, Tensor, _alloc_fallback, registry)
                 return _lib_path
             except OSError as e:
                 tried.append(f"{path} ({how}): {e}")
@@ -81,66 +81,6 @@ def _load_library():
 def library_path():
     """The libdlfuse file in use (loading it on first use)."""
     return _load_library()
-
-# ---- errors ------------------------------------------------------------------------------
-
-
-class Error(RuntimeError):
-    """A dlfuse call failed. ``status`` is the dlfuse_status_t value, ``status_name`` its
-    name, ``message`` the C side's message (dlfuse_last_error) when it came from C."""
-
-    def __init__(self, status, message):
-        self.status = int(status)
-        self.status_name = STATUS_NAMES.get(self.status, str(self.status))
-        self.message = message
-        super().__init__(f"[{self.status_name}] {message}")
-
-
-class InvalidArgumentError(Error, ValueError):
-    pass
-
-
-class UnsupportedError(Error):
-    pass
-
-
-class NotFoundError(Error, LookupError):
-    pass
-
-
-class AbiMismatchError(Error):
-    pass
-
-
-class LoadFailedError(Error):
-    pass
-
-
-class UnavailableError(Error):
-    pass
-
-
-class OutOfMemoryError(Error, MemoryError):
-    pass
-
-
-class DeviceError(Error):
-    pass
-
-
-class InternalError(Error):
-    pass
-
-
-_ERRORS = {1: InvalidArgumentError, 2: UnsupportedError, 3: NotFoundError, 4: AbiMismatchError,
-           5: LoadFailedError, 6: UnavailableError, 7: OutOfMemoryError, 8: DeviceError,
-           9: InternalError}
-
-
-_ERROR_BY_STATUS = (Error, InvalidArgumentError, UnsupportedError, NotFoundError,
-                    AbiMismatchError, LoadFailedError, UnavailableError, OutOfMemoryError,
-                    DeviceError, InternalError)
-
 
 def last_error():
     """The calling thread's last C error message ('' if none)."""

@@ -11,7 +11,7 @@ import re
 
 import torch
 
-from . import _core, _ext
+from . import _core, _errors, _ext
 
 LIBRARY = "libdlfuse_torch.so"
 _STATUS = re.compile(r"dlfuse status (\d+): (.*)", re.S)
@@ -80,4 +80,4 @@ def reraise(e):
     if m is None:
         raise e
     status, message = int(m.group(1)), m.group(2).split("\nException raised from")[0].rstrip()
-    raise _core._ERRORS.get(status, _core.Error)(status, message) from None
+    raise _errors.error_of(status, message) from None
