@@ -68,6 +68,16 @@ TEST(PluginKit, AttributesAreTypedAndRangeChecked) {
   }
 }
 
+// Messages name an attribute by ops.def's KEY; a key no core op has is "attribute".
+TEST(PluginKit, AttributeNamesComeFromOpsDef) {
+  EXPECT_STREQ(kit::attr_name(DLFUSE_ATTR_ACTIVATION), "ACTIVATION");
+  EXPECT_STREQ(kit::attr_name(DLFUSE_ATTR_MULTIPLIER), "MULTIPLIER");
+  EXPECT_STREQ(kit::attr_name(DLFUSE_ATTR_ALLOW_TF32), "ALLOW_TF32");
+  EXPECT_STREQ(kit::attr_name(DLFUSE_ATTR_OUTPUT_ACTIVATION), "OUTPUT_ACTIVATION");
+  EXPECT_STREQ(kit::attr_name(0), "attribute");
+  EXPECT_STREQ(kit::attr_name(1000), "attribute");
+}
+
 TEST(PluginKit, ViewsHonourStridesOffsetsAndBroadcasting) {
   float data[12] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
   std::vector<int64_t> shape = {3, 4};

@@ -89,13 +89,22 @@ dlfuse_status_t guarded(const char* prefix, const dlfuse_kernel_args_t* args, F&
 /* ---- attributes --------------------------------------------------------------------- */
 
 inline const char* attr_name(int32_t key) {
-  switch (key) {
-    case DLFUSE_ATTR_ACTIVATION: return "ACTIVATION";
-    case DLFUSE_ATTR_MULTIPLIER: return "MULTIPLIER";
-    case DLFUSE_ATTR_ALLOW_TF32: return "ALLOW_TF32";
-    case DLFUSE_ATTR_OUTPUT_ACTIVATION: return "OUTPUT_ACTIVATION";
-    default: return "attribute";
-  }
+  /* ops.def's KEY of each attribute of the core ops (a key several ops share matches at its
+   * first); a key no core op has, such as a plugin's own op's, is "attribute". */
+  /* clang-format off */
+#define DLFUSE_OP(op, since)
+#define DLFUSE_IN(op, name, flags, since)
+#define DLFUSE_OUT(op, name, flags, rule, s0, s1, s2, alias)
+#define DLFUSE_ATTR(op, KEY, type, flags, def, lo, hi) if (key == DLFUSE_ATTR_##KEY) return #KEY;
+#define DLFUSE_END(op)
+#include "dlfuse/ops.def"
+#undef DLFUSE_OP
+#undef DLFUSE_IN
+#undef DLFUSE_OUT
+#undef DLFUSE_ATTR
+#undef DLFUSE_END
+  /* clang-format on */
+  return "attribute";
 }
 
 /* An INT64 attribute, or `fallback` when absent; a wrong type is an error. */
