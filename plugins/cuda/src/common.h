@@ -39,8 +39,7 @@ inline void throw_cuda(cudaError_t e, const char* what) {
 #define DLF_LAUNCHED(name) ::dlfuse_cuda::throw_cuda(cudaGetLastError(), name)
 
 // False when the environment sets `name` to "0": the plugin's switches for turning a path
-// off (DLFUSE_CUDA_AUTOTUNE, DLFUSE_CUDA_SMALL_GEMM, DLFUSE_CUDA_SMALL_BACKWARD,
-// DLFUSE_CUDA_PAD_ROWS). Callers
+// off (DLFUSE_CUDA_AUTOTUNE, DLFUSE_CUDA_SMALL_GEMM, DLFUSE_CUDA_SMALL_BACKWARD). Callers
 // read it once.
 inline bool env_enabled(const char* name) {
   const char* v = std::getenv(name);

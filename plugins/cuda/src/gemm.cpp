@@ -22,14 +22,9 @@ namespace {
 // misaligned matrix is rounded up to 16 bytes (K: the added products are 0 * 0; M or N: D's
 // extra rows or columns are dropped, the bias is padded with zeros), and D goes through such
 // a copy where needed, holding D's values where D is also the addend (beta != 0: a bias
-// broadcast into it, a residual). DLFUSE_CUDA_PAD_ROWS=0 turns it off.
+// broadcast into it, a residual).
 constexpr int64_t kRowBytes = 16;
 constexpr int64_t kPadWorkRatio = 64;  // multiply-adds per element copied, at least
-
-bool pad_rows_enabled() {
-  static const bool on = env_enabled("DLFUSE_CUDA_PAD_ROWS");
-  return on;
-}
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
@@ -81,7 +76,7 @@ void copy_back(const Mat& P, const Mat& D, DType dt, cudaStream_t s) {
 // enqueued) or where cuBLASLt has no algorithm for the padded problem (its copies enqueued,
 // unused): the caller then runs g as it is.
 GemmStatus run_padded(const Gemm& g, DeviceState& ds, cudaStream_t s) {
-  if (!pad_rows_enabled() || g.C || g.aux) return GemmStatus::kNoAlgo;
+  if (g.C || g.aux) return GemmStatus::kNoAlgo;
   for (int64_t d : g.batch_shape)
     if (d != 1) return GemmStatus::kNoAlgo;
   const DType dd = g.out_f32 ? DType::kF32 : g.out;

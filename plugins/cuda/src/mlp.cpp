@@ -93,12 +93,6 @@ int64_t row_pitch(const DLTensor* t) {
   return t->shape[0] > 1 ? elem_stride(t, 0) : t->shape[1];
 }
 
-// DLFUSE_CUDA_FUSED_MLP=0 turns every step of the plugin's own off (the layer-by-layer path).
-bool fused_mlp_enabled() {
-  static const bool on = env_enabled("DLFUSE_CUDA_FUSED_MLP");
-  return on;
-}
-
 #if DLFUSE_CUDA_CUTLASS
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
@@ -178,7 +172,7 @@ bool top_dz(CallContext& cx, const DLTensor* g, const DLTensor* out, int64_t act
   if (act == DLFUSE_ACT_IDENTITY) out = nullptr;  // its derivative reads no output
   p.ldg = row_pitch(g);
   p.ldh = out ? row_pitch(out) : 0;
-  if (!fused_mlp_enabled() || p.ldg < 0 || p.ldh < 0 || (!out && act != DLFUSE_ACT_IDENTITY)) return false;
+  if (p.ldg < 0 || p.ldh < 0 || (!out && act != DLFUSE_ACT_IDENTITY)) return false;
   p.M = g->shape[0];
   p.K = g->shape[1];
   p.g = base_of(g);
@@ -193,9 +187,8 @@ bool top_dz(CallContext& cx, const DLTensor* g, const DLTensor* out, int64_t act
 
 // Layer i - 1's dZ (and bias gradient) straight from layer i's dZ, where one kernel does it;
 // false, with nothing enqueued, where the layers take the GEMM and the pass.
-// DLFUSE_CUDA_FUSED_MLP=0 turns it off.
 bool edge(CallContext& cx, const Edge& e, BiasSums& sums) {
-  if (!fused_mlp_enabled() || !e.h || e.M < 1) return false;
+  if (!e.h || e.M < 1) return false;
   return gemm_edge(cx, e, sums) || outer_edge(cx, e, sums);
 }
 
