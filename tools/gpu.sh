@@ -50,11 +50,8 @@
 #                  from outside the tree with no DLFUSE_* variable set every op forward and
 #                  backward on CUDA tensors against float64: the package calls and dlfuse.torch's
 #                  C++ operators (bindings/python/tools/wheel_ops.py)
-#   bindings       bench/binding_techniques.py: add_mul_activation through the package's
-#                  dlfuse._ext, a plain CPython-API prototype, nanobind and apache-tvm-ffi (python3's,
-#                  else the carried .whl/apache_tvm_ffi-*.whl) on the same tensors: torch CUDA,
-#                  torch CPU, NumPy on the no-op plugin; then bench/python_overhead.py (torch CUDA,
-#                  NumPy + no-op plugin) over the same build; tables in summary.txt, JSON in $LOGS/bindings
+#   bindings       bench/python_overhead.py: the package's per-call cost (torch CUDA, NumPy on
+#                  the no-op plugin); tables in summary.txt, JSON in $LOGS/bindings
 #   mlp[=ARGS]     bench/mlp_step.py: DLRM-v2's dense-MLP training step, dlfuse.torch against PyTorch,
 #                  eager, CUDA graphs, torch.compile; ARGS are its options, e.g. mlp="--no-compile"
 # When $OUT is set (the device tool), everything is packed into $OUT/gpu-logs.tgz at the end.
@@ -248,25 +245,11 @@ job_python() {
 }
 
 job_bindings() (  # a subshell: its environment stays out of the jobs after it
-  local rc=0 noop=$B/bench/plugins/libdlfuse_noop.so whl
+  local rc=0 noop=$B/bench/plugins/libdlfuse_noop.so
   export DLFUSE_LIBRARY=$B/lib/libdlfuse.so DLFUSE_EXT_DIR=$B/python/dlfuse
   unset DLFUSE_PLUGIN_PATH DLFUSE_PREFER
-  if ! python3 -c "import tvm_ffi" 2>/dev/null; then
-    whl=$(ls "$ROOT"/.whl/apache_tvm_ffi-*.whl 2>/dev/null | head -1)
-    [ -n "$whl" ] && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target /tmp/tvm-ffi-site "$whl" && export PYTHONPATH=/tmp/tvm-ffi-site${PYTHONPATH:+:$PYTHONPATH}
-  fi
   # the no-op plugin is a bench target: built by gpu_build
   [ -f "$noop" ] || cmake --build "$B" --target dlfuse_noop -j"$(nproc)" >/dev/null
-  run() {  # run NAME ARGS...: one configuration, its table into the summary
-    python3 bench/binding_techniques.py --build-dir "$B/binding_techniques" --json "$J/$1.json" "${@:2}" \
-      >"$J/$1.log" 2>&1 || { rc=1; summary "bindings $1 FAILED"; tail -20 "$J/$1.log"; return; }
-    grep -v '^{' "$J/$1.log" | while read -r l; do summary "bindings: $l"; done
-  }
-  run torch_cuda --framework torch --device cuda
-  run torch_cpu --framework torch --device cpu
-  run torch_cpu_noop --framework torch --device cpu --noop "$noop"
-  run numpy_noop --framework numpy --noop "$noop"
   python3 bench/python_overhead.py --framework torch --device cuda --json "$J/overhead_torch_cuda.json" \
     >"$J/overhead_torch_cuda.log" 2>&1 || rc=1
   python3 bench/python_overhead.py --framework numpy --noop "$noop" --json "$J/overhead_numpy_noop.json" \
