@@ -9,11 +9,12 @@
 // A backend B is a struct of statics (every one may throw dlfuse::kit::Error):
 //   kName, kVersion, kDeviceType         the descriptor's name, version and DLPack device type
 //   State                                devices (unique_ptr<Device>) and kernels, the plugin's
-//                                        state; device(id) throws INVALID_ARGUMENT for a bad id
-//   Device, Queue                        one device; the queue a call runs on
-//   open_devices(State*)                 fills devices; throws UNAVAILABLE when none is usable
-//   has_fp16(const Device&)              whether the device runs the float16 kernels
-//   ops()                                its eight entry points (composition left NULL)
+//                                        state; device(id) throws INVALID_ARGUMENT for a bad id;
+//                                        open_devices(State*) in its namespace fills devices,
+//                                        and throws UNAVAILABLE when none is usable
+//   Device, Queue                        one device (its `fp16`: it runs the float16 kernels);
+//                                        the queue a call runs on
+//   ops()                                its eight entry points (DLFUSE_PLUGIN_FUSED_OPS)
 //   alloc(Device&, nbytes)               a buffer of at least nbytes (0 included)
 //   release(Device&, void* buffer)       the buffer, allocated by alloc() on that device
 //   queue(Device&, void* stream)         the queue of `stream` (NULL: the device's default);
@@ -61,11 +62,11 @@ struct DevicePlugin {
       out_pointer(state, "state");
       *state = nullptr;
       auto s = std::make_unique<State>();
-      B::open_devices(s.get());
+      open_devices(s.get());  // the backend's, found by argument-dependent lookup
       // float16 is declared when every device of the plugin has it (a call on a device
       // without it would have nothing to run); the backend's selector variable picks devices.
       bool fp16 = true;
-      for (const auto& d : s->devices) fp16 = fp16 && B::has_fp16(*d);
+      for (const auto& d : s->devices) fp16 = fp16 && d->fp16;
       // mlp and mlp_backward: a call of the layer kernels per layer, the backward's scratch
       // from alloc(). A constant of the plugin, as the kernel table requires.
       static const FusedOps ops = [] {

@@ -18,6 +18,14 @@ struct FusedOps {
   const Composition* composition;
 };
 
+// A plugin's FusedOps from the entry points its namespace declares (ops.h), named as the ops,
+// its composition to be set by the caller.
+#define DLFUSE_PLUGIN_FUSED_OPS                                                                                        \
+  ::dlfuse_plugin::FusedOps {                                                                                          \
+    matmul_add_relu, matmul_add_relu_backward, add_mul_activation, add_mul_activation_backward, matmul_add_activation, \
+        matmul_add_activation_backward, matmul_add_residual, matmul_add_residual_backward, nullptr                     \
+  }
+
 // The table on `device_type`, priority 100: float32, and float16 when `fp16` (declared only
 // when every device of the plugin has it: a call on one without would have nothing to run).
 std::unique_ptr<dlfuse::kit::KernelTable> fused_kernel_table(int32_t device_type, bool fp16, const FusedOps& ops);

@@ -15,20 +15,7 @@ struct Backend {
   using State = dlfuse_opencl::State;
   using Device = dlfuse_opencl::Device;
 
-  // Devices are picked with DLFUSE_OPENCL_DEVICE; float16 needs cl_khr_fp16.
-  static void open_devices(State* s) { dlfuse_opencl::open_devices(s); }
-  static bool has_fp16(const Device& d) { return d.fp16; }
-  static dlfuse_plugin::FusedOps ops() {
-    return {matmul_add_relu,
-            matmul_add_relu_backward,
-            add_mul_activation,
-            add_mul_activation_backward,
-            matmul_add_activation,
-            matmul_add_activation_backward,
-            matmul_add_residual,
-            matmul_add_residual_backward,
-            nullptr};
-  }
+  static dlfuse_plugin::FusedOps ops() { return DLFUSE_PLUGIN_FUSED_OPS; }
   // A zero-byte request still gets a valid (1-byte) buffer: OpenCL has no empty cl_mem.
   static void* alloc(Device& d, size_t nbytes) {
     cl_int rc = CL_SUCCESS;

@@ -15,20 +15,7 @@ struct Backend {
   using State = dlfuse_webgpu::State;
   using Device = dlfuse_webgpu::Device;
 
-  // Adapters are picked with DLFUSE_WEBGPU_ADAPTER.
-  static void open_devices(State* s) { dlfuse_webgpu::open_devices(s); }
-  static bool has_fp16(const Device& d) { return d.fp16; }
-  static dlfuse_plugin::FusedOps ops() {
-    return {matmul_add_relu,
-            matmul_add_relu_backward,
-            add_mul_activation,
-            add_mul_activation_backward,
-            matmul_add_activation,
-            matmul_add_activation_backward,
-            matmul_add_residual,
-            matmul_add_residual_backward,
-            nullptr};
-  }
+  static dlfuse_plugin::FusedOps ops() { return DLFUSE_PLUGIN_FUSED_OPS; }
   // A zero-byte request still gets a valid (16-byte) buffer: WebGPU binds no empty buffer.
   static void* alloc(Device& d, size_t nbytes) { return d.create_buffer(nbytes, true); }
   static void release(Device& d, void* p) { d.forget_buffer(static_cast<WGPUBuffer>(p)); }
