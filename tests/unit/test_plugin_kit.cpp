@@ -78,6 +78,19 @@ TEST(PluginKit, AttributeNamesComeFromOpsDef) {
   EXPECT_STREQ(kit::attr_name(1000), "attribute");
 }
 
+// Argument names for messages: inputs then outputs, as ops.def lists them.
+TEST(PluginKit, ArgumentNamesComeFromOpsDef) {
+  const auto& r = kit::arg_names::matmul_add_relu;
+  ASSERT_EQ(sizeof r / sizeof r[0], size_t(DLFUSE_NUM_INPUTS(matmul_add_relu) + DLFUSE_NUM_OUTPUTS(matmul_add_relu)));
+  EXPECT_STREQ(r[DLFUSE_INPUT(matmul_add_relu, bias)], "bias");
+  EXPECT_STREQ(r[DLFUSE_NUM_INPUTS(matmul_add_relu) + DLFUSE_OUTPUT(matmul_add_relu, out)], "out");
+  const auto& b = kit::arg_names::add_mul_activation_backward;
+  const int ni = DLFUSE_NUM_INPUTS(add_mul_activation_backward);
+  EXPECT_STREQ(b[DLFUSE_INPUT(add_mul_activation_backward, out)], "out");
+  EXPECT_STREQ(b[ni + DLFUSE_OUTPUT(add_mul_activation_backward, grad_bias)], "grad_bias");
+  EXPECT_EQ(sizeof b / sizeof b[0], size_t(ni + DLFUSE_NUM_OUTPUTS(add_mul_activation_backward)));
+}
+
 TEST(PluginKit, ViewsHonourStridesOffsetsAndBroadcasting) {
   float data[12] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
   std::vector<int64_t> shape = {3, 4};

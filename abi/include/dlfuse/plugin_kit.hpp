@@ -107,6 +107,24 @@ inline const char* attr_name(int32_t key) {
   return "attribute";
 }
 
+/* Each core op's argument names, its inputs then its outputs as ops.def lists them, for
+ * messages that name an argument: kit::arg_names::matmul_add_relu is {"a", "b", "bias", "out"}. */
+namespace arg_names {
+/* clang-format off */
+#define DLFUSE_OP(op, since) inline constexpr const char* op[] = {
+#define DLFUSE_IN(op, name, flags, since) #name,
+#define DLFUSE_OUT(op, name, flags, rule, s0, s1, s2, alias) #name,
+#define DLFUSE_ATTR(op, KEY, type, flags, def, lo, hi)
+#define DLFUSE_END(op) };
+#include "dlfuse/ops.def"
+#undef DLFUSE_OP
+#undef DLFUSE_IN
+#undef DLFUSE_OUT
+#undef DLFUSE_ATTR
+#undef DLFUSE_END
+/* clang-format on */
+}  // namespace arg_names
+
 /* An INT64 attribute, or `fallback` when absent; a wrong type is an error. */
 inline int64_t attr_int(const dlfuse_kernel_args_t* args, int32_t key, int64_t fallback) {
   const dlfuse_attr_t* a = dlfuse_find_attr(args, key);

@@ -51,14 +51,6 @@ struct Dz {
   Dims strides;
 };
 
-// Each matmul op's inputs then outputs, as messages name them.
-inline const char* const kReluFwdNames[] = {"a", "b", "bias", "out"};
-inline const char* const kReluBwdNames[] = {"grad_out", "a", "b", "out", "grad_a", "grad_b", "grad_bias"};
-inline const char* const kActFwdNames[] = {"a", "b", "bias", "out", "pre"};
-inline const char* const kActBwdNames[] = {"grad_out", "a", "b", "out", "pre", "grad_a", "grad_b", "grad_bias"};
-inline const char* const kResFwdNames[] = {"a", "b", "bias", "residual", "out"};
-inline const char* const kResBwdNames[] = {"grad_out", "a", "b", "grad_a", "grad_b", "grad_bias", "grad_residual"};
-
 // The buffer-free parts of the plan (matmul_plan.cpp).
 bool wanted(const DLTensor* t);
 const DLTensor* required_out(const dlfuse_kernel_args_t* args, int i, const char* name);

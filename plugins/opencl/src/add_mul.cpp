@@ -12,9 +12,11 @@
 namespace dlfuse_opencl {
 namespace {
 
-const char* const kFwdNames[] = {"x", "y", "bias", "out"};
-const char* const kBwdNames[] = {"grad_out", "x", "y", "bias", "out", "grad_x", "grad_y", "grad_bias"};
-const char* const kBwdNames10[] = {"grad_out", "x", "y", "bias", "grad_x", "grad_y", "grad_bias"};
+// ABI 1.0's four-input form of the backward: its names without input `out`.
+static_assert(DLFUSE_INPUT(add_mul_activation_backward, out) == 4 &&
+              DLFUSE_NUM_INPUTS(add_mul_activation_backward) == 5);
+constexpr const char* const* kBwd = kit::arg_names::add_mul_activation_backward;
+constexpr const char* kBwdNames10[] = {kBwd[0], kBwd[1], kBwd[2], kBwd[3], kBwd[5], kBwd[6], kBwd[7]};
 
 void read_attrs(const dlfuse_kernel_args_t* args, cl_int* act, cl_float* mult) {
   *act = cl_int(kit::activation(args));
@@ -44,7 +46,8 @@ void check_form(const DLTensor* x, const DLTensor* y, const DLTensor* b, const D
 
 dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(add_mul_activation), kFwdNames);
+    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(add_mul_activation),
+                          kit::arg_names::add_mul_activation);
     const DLTensor *x = args->inputs[0], *y = args->inputs[1], *b = args->inputs[2], *out = args->outputs[0];
     if (!out) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "argument 'out' is NULL");
     cl_int act;
@@ -75,7 +78,8 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
     Call c = prepare_call(static_cast<State*>(state), args,
                           five ? int(DLFUSE_NUM_INPUTS(add_mul_activation_backward))
                                : int(DLFUSE_BASE_INPUTS(add_mul_activation_backward)),
-                          DLFUSE_NUM_OUTPUTS(add_mul_activation_backward), five ? kBwdNames : kBwdNames10,
+                          DLFUSE_NUM_OUTPUTS(add_mul_activation_backward),
+                          five ? kit::arg_names::add_mul_activation_backward : kBwdNames10,
                           DLFUSE_OPTIONAL_INPUTS(add_mul_activation_backward));
     const DLTensor *g = args->inputs[0], *x = args->inputs[1], *y = args->inputs[2], *b = args->inputs[3];
     const DLTensor* out = five ? args->inputs[4] : nullptr;

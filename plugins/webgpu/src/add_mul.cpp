@@ -14,9 +14,11 @@
 namespace dlfuse_webgpu {
 namespace {
 
-const char* const kFwdNames[] = {"x", "y", "bias", "out"};
-const char* const kBwdNames[] = {"grad_out", "x", "y", "bias", "out", "grad_x", "grad_y", "grad_bias"};
-const char* const kBwdNames10[] = {"grad_out", "x", "y", "bias", "grad_x", "grad_y", "grad_bias"};
+// ABI 1.0's four-input form of the backward: its names without input `out`.
+static_assert(DLFUSE_INPUT(add_mul_activation_backward, out) == 4 &&
+              DLFUSE_NUM_INPUTS(add_mul_activation_backward) == 5);
+constexpr const char* const* kBwd = kit::arg_names::add_mul_activation_backward;
+constexpr const char* kBwdNames10[] = {kBwd[0], kBwd[1], kBwd[2], kBwd[3], kBwd[5], kBwd[6], kBwd[7]};
 
 // The backward's two forms (docs/ops.md): x, y and bias, or out alone, whose derivative
 // exists for identity, relu, sigmoid and tanh only.
@@ -88,7 +90,8 @@ bool forward4(Launch& l, const Call& c, const WGPUBuffer bufs[4], const std::vec
 
 dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(add_mul_activation), kFwdNames);
+    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(add_mul_activation),
+                          kit::arg_names::add_mul_activation);
     const DLTensor *x = args->inputs[0], *y = args->inputs[1], *b = args->inputs[2];
     const DLTensor* out = args->outputs[0];
     if (!out) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "out: expected a tensor, got NULL");
@@ -123,7 +126,8 @@ dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_ker
     Call c = prepare_call(static_cast<State*>(state), args,
                           five ? int(DLFUSE_NUM_INPUTS(add_mul_activation_backward))
                                : int(DLFUSE_BASE_INPUTS(add_mul_activation_backward)),
-                          DLFUSE_NUM_OUTPUTS(add_mul_activation_backward), five ? kBwdNames : kBwdNames10,
+                          DLFUSE_NUM_OUTPUTS(add_mul_activation_backward),
+                          five ? kit::arg_names::add_mul_activation_backward : kBwdNames10,
                           DLFUSE_OPTIONAL_INPUTS(add_mul_activation_backward));
     const DLTensor *g = args->inputs[0], *x = args->inputs[1], *y = args->inputs[2], *b = args->inputs[3];
     const DLTensor* out = five ? args->inputs[4] : nullptr;

@@ -47,7 +47,8 @@ struct Backend {
 
 dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_relu), kReluFwdNames);
+    Call c =
+        prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_relu), kit::arg_names::matmul_add_relu);
     const DLTensor* const* in = args->inputs;
     Launch l(*c.dev);
     Backend be{l, c};
@@ -59,7 +60,8 @@ dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* 
 
 dlfuse_status_t matmul_add_activation(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_activation), kActFwdNames);
+    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_activation),
+                          kit::arg_names::matmul_add_activation);
     const int act = kit::activation(args);
     const DLTensor* const* in = args->inputs;
     Launch l(*c.dev);
@@ -72,7 +74,8 @@ dlfuse_status_t matmul_add_activation(void* state, void*, const dlfuse_kernel_ar
 
 dlfuse_status_t matmul_add_residual(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_residual), kResFwdNames);
+    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_residual),
+                          kit::arg_names::matmul_add_residual);
     const DLTensor* const* in = args->inputs;
     Launch l(*c.dev);
     Backend be{l, c};
@@ -84,7 +87,8 @@ dlfuse_status_t matmul_add_residual(void* state, void*, const dlfuse_kernel_args
 
 dlfuse_status_t matmul_add_relu_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_relu_backward), kReluBwdNames);
+    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_relu_backward),
+                          kit::arg_names::matmul_add_relu_backward);
     const DLTensor* const* in = args->inputs;
     DLTensor* const* o = args->outputs;
     Launch l(*c.dev);
@@ -97,7 +101,8 @@ dlfuse_status_t matmul_add_relu_backward(void* state, void*, const dlfuse_kernel
 
 dlfuse_status_t matmul_add_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_activation_backward), kActBwdNames,
+    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_activation_backward),
+                          kit::arg_names::matmul_add_activation_backward,
                           DLFUSE_OPTIONAL_INPUTS(matmul_add_activation_backward));
     const int act = kit::activation(args);
     const DLTensor* const* in = args->inputs;
@@ -114,7 +119,8 @@ dlfuse_status_t matmul_add_activation_backward(void* state, void*, const dlfuse_
 
 dlfuse_status_t matmul_add_residual_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_residual_backward), kResBwdNames);
+    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_residual_backward),
+                          kit::arg_names::matmul_add_residual_backward);
     const DLTensor* const* in = args->inputs;
     DLTensor* const* o = args->outputs;
     Launch l(*c.dev);
