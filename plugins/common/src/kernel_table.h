@@ -18,12 +18,13 @@ struct FusedOps {
   const Composition* composition;
 };
 
-// A plugin's FusedOps from the entry points its namespace declares (ops.h), named as the ops,
-// its composition to be set by the caller.
-#define DLFUSE_PLUGIN_FUSED_OPS                                                                                        \
-  ::dlfuse_plugin::FusedOps {                                                                                          \
-    matmul_add_relu, matmul_add_relu_backward, add_mul_activation, add_mul_activation_backward, matmul_add_activation, \
-        matmul_add_activation_backward, matmul_add_residual, matmul_add_residual_backward, nullptr                     \
+// A plugin's FusedOps: M's matmul entry points (matmul_entries.hpp) and the add_mul ones its
+// namespace declares (ops.h), its composition to be set by the caller.
+#define DLFUSE_PLUGIN_FUSED_OPS(M)                                                                    \
+  ::dlfuse_plugin::FusedOps {                                                                         \
+    M::matmul_add_relu, M::matmul_add_relu_backward, add_mul_activation, add_mul_activation_backward, \
+        M::matmul_add_activation, M::matmul_add_activation_backward, M::matmul_add_residual,          \
+        M::matmul_add_residual_backward, nullptr                                                      \
   }
 
 // The table on `device_type`, priority 100: float32, and float16 when `fp16` (declared only

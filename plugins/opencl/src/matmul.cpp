@@ -1,14 +1,11 @@
 // The matmul ops (matmul_add_relu, matmul_add_activation, matmul_add_residual and their
 // backwards) over the one GEMM kernel; the plan (views, batch tables, the backward's
 // GEMMs and reductions) is plugins/common/src/matmul_plan.h, this file its device side.
+#include "matmul_entries.hpp"
 #include "ops.h"
 
 namespace dlfuse_opencl {
 namespace {
-
-using dlfuse_plugin::matmul_backward;
-using dlfuse_plugin::matmul_forward;
-using dlfuse_plugin::required_out;
 
 // The plan's device side (plugins/common/src/matmul_plan.h, Backend) on one call's queue.
 struct Backend {
@@ -44,80 +41,25 @@ struct Backend {
   }
 };
 
+// The matmul ops' entry points (plugins/common/src/matmul_entries.hpp) over this plugin's
+// checks (prepare_call) and Backend.
+struct MatmulPlugin {
+  static constexpr const char* kName = "opencl";
+  using Call = dlfuse_opencl::Call;
+  static Call prepare(void* state, const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs,
+                      const char* const* names, uint32_t optional_inputs) {
+    return prepare_call(static_cast<State*>(state), args, num_inputs, num_outputs, names, optional_inputs);
+  }
+  template <class F>
+  static void run(Call& c, F&& body) {
+    Backend be{c, {}};
+    body(be);  // enqueued on the call's queue as it goes
+  }
+};
+using Matmul = dlfuse_plugin::MatmulEntries<MatmulPlugin>;
+
 }  // namespace
 
-dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
-  return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c =
-        prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_relu), kit::arg_names::matmul_add_relu);
-    const DLTensor* const* in = args->inputs;
-    Backend be{c, {}};
-    matmul_forward(be, in[0], in[1], in[2], nullptr, required_out(args, 0, "out"), nullptr, DLFUSE_ACT_RELU);
-    return DLFUSE_STATUS_OK;
-  });
-}
-
-dlfuse_status_t matmul_add_activation(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
-  return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_activation),
-                          kit::arg_names::matmul_add_activation);
-    const int act = kit::activation(args);
-    const DLTensor* const* in = args->inputs;
-    Backend be{c, {}};
-    matmul_forward(be, in[0], in[1], in[2], nullptr, required_out(args, 0, "out"), args->outputs[1], act);
-    return DLFUSE_STATUS_OK;
-  });
-}
-
-dlfuse_status_t matmul_add_residual(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
-  return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_residual),
-                          kit::arg_names::matmul_add_residual);
-    const DLTensor* const* in = args->inputs;
-    Backend be{c, {}};
-    matmul_forward(be, in[0], in[1], in[2], in[3], required_out(args, 0, "out"), nullptr, DLFUSE_ACT_IDENTITY);
-    return DLFUSE_STATUS_OK;
-  });
-}
-
-dlfuse_status_t matmul_add_relu_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
-  return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_relu_backward),
-                          kit::arg_names::matmul_add_relu_backward);
-    const DLTensor* const* in = args->inputs;
-    DLTensor* const* o = args->outputs;
-    Backend be{c, {}};
-    matmul_backward(be, in[0], in[1], in[2], in[3], DLFUSE_ACT_RELU, true, o[0], o[1], {o[2]});
-    return DLFUSE_STATUS_OK;
-  });
-}
-
-dlfuse_status_t matmul_add_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
-  return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_activation_backward),
-                          kit::arg_names::matmul_add_activation_backward,
-                          DLFUSE_OPTIONAL_INPUTS(matmul_add_activation_backward));
-    const int act = kit::activation(args);
-    const DLTensor* const* in = args->inputs;
-    DLTensor* const* o = args->outputs;
-    const DLTensor *out = in[3], *pre = in[4];
-    check_act_backward_form(out, pre, act);
-    Backend be{c, {}};
-    matmul_backward(be, in[0], in[1], in[2], out ? out : pre, act, out != nullptr, o[0], o[1], {o[2]});
-    return DLFUSE_STATUS_OK;
-  });
-}
-
-dlfuse_status_t matmul_add_residual_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
-  return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(matmul_add_residual_backward),
-                          kit::arg_names::matmul_add_residual_backward);
-    const DLTensor* const* in = args->inputs;
-    DLTensor* const* o = args->outputs;
-    Backend be{c, {}};
-    matmul_backward(be, in[0], in[1], in[2], nullptr, DLFUSE_ACT_IDENTITY, false, o[0], o[1], {o[2], o[3]});
-    return DLFUSE_STATUS_OK;
-  });
-}
+dlfuse_plugin::FusedOps fused_ops() { return DLFUSE_PLUGIN_FUSED_OPS(Matmul); }
 
 }  // namespace dlfuse_opencl

@@ -4,6 +4,7 @@
 #define DLFUSE_OPENCL_OPS_H_
 
 #include "layout.h"
+#include "kernel_table.h"
 #include "matmul_plan.h"
 #include "runtime.h"
 
@@ -40,14 +41,12 @@ void gemm(Call& c, MatRef A, MatRef B, const MatRef& C, const Epilogue& ep, int6
 void reduce_into(Call& c, const Dims& shape, cl_mem src, int64_t src_off, const Dims& src_strides, bool src_is_float,
                  const DLTensor* dst, float scale);
 
-dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
-dlfuse_status_t matmul_add_relu_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
 dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
 dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
-dlfuse_status_t matmul_add_activation(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
-dlfuse_status_t matmul_add_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
-dlfuse_status_t matmul_add_residual(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
-dlfuse_status_t matmul_add_residual_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
+
+// Every entry point: the add_mul ones above, the matmul ones of
+// plugins/common/src/matmul_entries.hpp over this plugin's matmul backend (matmul.cpp).
+dlfuse_plugin::FusedOps fused_ops();
 
 inline cl_mem mem_of(const DLTensor* t) { return static_cast<cl_mem>(t->data); }
 

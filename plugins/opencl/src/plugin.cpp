@@ -15,7 +15,7 @@ struct Backend {
   using State = dlfuse_opencl::State;
   using Device = dlfuse_opencl::Device;
 
-  static dlfuse_plugin::FusedOps ops() { return DLFUSE_PLUGIN_FUSED_OPS; }
+  static dlfuse_plugin::FusedOps ops() { return fused_ops(); }
   // A zero-byte request still gets a valid (1-byte) buffer: OpenCL has no empty cl_mem.
   static void* alloc(Device& d, size_t nbytes) {
     cl_int rc = CL_SUCCESS;

@@ -4,6 +4,7 @@
 #define DLFUSE_WEBGPU_OPS_H_
 
 #include "layout.h"
+#include "kernel_table.h"
 #include "matmul_plan.h"
 #include "runtime.h"
 
@@ -50,14 +51,12 @@ void pointwise_dispatch(Launch& l, const Pipeline& p, const std::vector<WGPUBuff
 void push_view(std::vector<int32_t>& p, const ClView& v);
 int32_t float_bits(float f);
 
-dlfuse_status_t matmul_add_relu(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
-dlfuse_status_t matmul_add_relu_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
 dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
 dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
-dlfuse_status_t matmul_add_activation(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
-dlfuse_status_t matmul_add_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
-dlfuse_status_t matmul_add_residual(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
-dlfuse_status_t matmul_add_residual_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept;
+
+// Every entry point: the add_mul ones above, the matmul ones of
+// plugins/common/src/matmul_entries.hpp over this plugin's matmul backend (matmul.cpp).
+dlfuse_plugin::FusedOps fused_ops();
 
 inline WGPUBuffer buf_of(const DLTensor* t) { return static_cast<WGPUBuffer>(t->data); }
 

@@ -15,7 +15,7 @@ struct Backend {
   using State = dlfuse_webgpu::State;
   using Device = dlfuse_webgpu::Device;
 
-  static dlfuse_plugin::FusedOps ops() { return DLFUSE_PLUGIN_FUSED_OPS; }
+  static dlfuse_plugin::FusedOps ops() { return fused_ops(); }
   // A zero-byte request still gets a valid (16-byte) buffer: WebGPU binds no empty buffer.
   static void* alloc(Device& d, size_t nbytes) { return d.create_buffer(nbytes, true); }
   static void release(Device& d, void* p) { d.forget_buffer(static_cast<WGPUBuffer>(p)); }
