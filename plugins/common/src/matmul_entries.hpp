@@ -48,8 +48,8 @@ struct MatmulEntries {
 
   static dlfuse_status_t matmul_add_residual(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
     return dlfuse::kit::guarded(P::kName, args, [&] {
-      Call c = P::prepare(state, args, DLFUSE_ARITY(matmul_add_residual), dlfuse::kit::arg_names::matmul_add_residual,
-                          0);
+      Call c =
+          P::prepare(state, args, DLFUSE_ARITY(matmul_add_residual), dlfuse::kit::arg_names::matmul_add_residual, 0);
       const DLTensor* const* in = args->inputs;
       P::run(c, [&](auto& be) {
         matmul_forward(be, in[0], in[1], in[2], in[3], required_out(args, 0, "out"), nullptr, DLFUSE_ACT_IDENTITY);

@@ -12,34 +12,9 @@
 namespace dlfuse_opencl {
 namespace {
 
-// ABI 1.0's four-input form of the backward: its names without input `out`.
-static_assert(DLFUSE_INPUT(add_mul_activation_backward, out) == 4 &&
-              DLFUSE_NUM_INPUTS(add_mul_activation_backward) == 5);
-constexpr const char* const* kBwd = kit::arg_names::add_mul_activation_backward;
-constexpr const char* kBwdNames10[] = {kBwd[0], kBwd[1], kBwd[2], kBwd[3], kBwd[5], kBwd[6], kBwd[7]};
-
 void read_attrs(const dlfuse_kernel_args_t* args, cl_int* act, cl_float* mult) {
   *act = cl_int(kit::activation(args));
   *mult = cl_float(kit::multiplier(args));
-}
-
-// The backward's two forms (docs/ops.md): x, y and bias, or out alone, whose derivative
-// exists for identity, relu, sigmoid and tanh only. The registry checks this first; the
-// kernels would read NULL (or give NaN) otherwise.
-void check_form(const DLTensor* x, const DLTensor* y, const DLTensor* b, const DLTensor* out, int act) {
-  const auto bad = [](const std::string& m) { throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, m); };
-  if (out) {
-    if (x || y || b) bad("arguments 'x', 'y', 'bias' and 'out' are all given; expected x, y and bias, or out");
-    if (act > DLFUSE_ACT_TANH)
-      bad("argument 'out' is given with ACTIVATION " + std::to_string(act) +
-          "; expected IDENTITY, RELU, SIGMOID or TANH with 'out' (pass x, y and bias)");
-    return;
-  }
-  const char* names[3] = {"x", "y", "bias"};
-  const DLTensor* t[3] = {x, y, b};
-  for (int i = 0; i < 3; ++i)
-    if (!t[i])
-      bad(std::string("argument '") + names[i] + "' is NULL; expected the forward's input, or pass out instead");
 }
 
 }  // namespace
@@ -72,24 +47,17 @@ dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_
 
 dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    // The kernel declares DLFUSE_KERNEL_TAKES_V1_1_INPUTS, so the registry passes five
-    // inputs; four (the 1.0 form, out absent) are taken too, for a caller of the table.
-    const bool five = !args || args->num_inputs != 4;
-    Call c = prepare_call(static_cast<State*>(state), args,
-                          five ? int(DLFUSE_NUM_INPUTS(add_mul_activation_backward))
-                               : int(DLFUSE_BASE_INPUTS(add_mul_activation_backward)),
-                          DLFUSE_NUM_OUTPUTS(add_mul_activation_backward),
-                          five ? kit::arg_names::add_mul_activation_backward : kBwdNames10,
-                          DLFUSE_OPTIONAL_INPUTS(add_mul_activation_backward));
-    const DLTensor *g = args->inputs[0], *x = args->inputs[1], *y = args->inputs[2], *b = args->inputs[3];
-    const DLTensor* out = five ? args->inputs[4] : nullptr;
-    const DLTensor* grads[3] = {args->outputs[0], args->outputs[1], args->outputs[2]};
-    cl_int act;
-    cl_float mult;
-    read_attrs(args, &act, &mult);
-    check_form(x, y, b, out, act);
+    dlfuse_plugin::AddMulBackward f = dlfuse_plugin::add_mul_backward_form(args);
+    Call c =
+        prepare_call(static_cast<State*>(state), args, f.num_inputs, DLFUSE_NUM_OUTPUTS(add_mul_activation_backward),
+                     f.names, DLFUSE_OPTIONAL_INPUTS(add_mul_activation_backward));
+    dlfuse_plugin::read_add_mul_backward(args, f);
+    // the kernels read d_pre's source through x (y and bias unused in the out form)
+    const DLTensor *g = f.g, *x = f.src, *y = f.y, *b = f.b, *out = f.out;
+    const DLTensor* const* grads = f.grads;
+    const cl_int act = f.act;
+    const cl_float mult = f.mult;
     const cl_int from_out = out ? 1 : 0;
-    if (out) x = out;  // the kernels read d_pre's source through x (y and bias unused)
     const Dims oshape = shape_of(g);
     const int rank = int(oshape.size());
     const int64_t n = numel(oshape);

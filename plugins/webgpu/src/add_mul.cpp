@@ -14,29 +14,6 @@
 namespace dlfuse_webgpu {
 namespace {
 
-// ABI 1.0's four-input form of the backward: its names without input `out`.
-static_assert(DLFUSE_INPUT(add_mul_activation_backward, out) == 4 &&
-              DLFUSE_NUM_INPUTS(add_mul_activation_backward) == 5);
-constexpr const char* const* kBwd = kit::arg_names::add_mul_activation_backward;
-constexpr const char* kBwdNames10[] = {kBwd[0], kBwd[1], kBwd[2], kBwd[3], kBwd[5], kBwd[6], kBwd[7]};
-
-// The backward's two forms (docs/ops.md): x, y and bias, or out alone, whose derivative
-// exists for identity, relu, sigmoid and tanh only.
-void check_form(const DLTensor* x, const DLTensor* y, const DLTensor* b, const DLTensor* out, int act) {
-  const auto bad = [](const std::string& m) { throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, m); };
-  if (out) {
-    if (x || y || b) bad("x, y, bias, out: expected x, y and bias, or out, got all four");
-    if (act > DLFUSE_ACT_TANH)
-      bad("out: expected IDENTITY, RELU, SIGMOID or TANH with out (pass x, y and bias), got ACTIVATION " +
-          std::to_string(act));
-    return;
-  }
-  const char* names[3] = {"x", "y", "bias"};
-  const DLTensor* t[3] = {x, y, b};
-  for (int i = 0; i < 3; ++i)
-    if (!t[i]) bad(std::string(names[i]) + ": expected the forward's input (or out instead), got NULL");
-}
-
 // vec4s per invocation of the vec4 forward (kernels/pointwise4.wgsl): 2 was the fastest
 // on an H200 (docs/webgpu.md); DLFUSE_WEBGPU_PW_VEC4=1..8 overrides it, for tuning.
 // Read once per process, like the GEMM tile: not an environment lookup per call.
@@ -120,22 +97,16 @@ dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_
 
 dlfuse_status_t add_mul_activation_backward(void* state, void*, const dlfuse_kernel_args_t* args) noexcept {
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
-    // The kernel declares DLFUSE_KERNEL_TAKES_V1_1_INPUTS, so the registry passes five
-    // inputs; four (the 1.0 form, out absent) are taken too, for a caller of the table.
-    const bool five = !args || args->num_inputs != 4;
-    Call c = prepare_call(static_cast<State*>(state), args,
-                          five ? int(DLFUSE_NUM_INPUTS(add_mul_activation_backward))
-                               : int(DLFUSE_BASE_INPUTS(add_mul_activation_backward)),
-                          DLFUSE_NUM_OUTPUTS(add_mul_activation_backward),
-                          five ? kit::arg_names::add_mul_activation_backward : kBwdNames10,
-                          DLFUSE_OPTIONAL_INPUTS(add_mul_activation_backward));
-    const DLTensor *g = args->inputs[0], *x = args->inputs[1], *y = args->inputs[2], *b = args->inputs[3];
-    const DLTensor* out = five ? args->inputs[4] : nullptr;
-    const DLTensor* grads[3] = {args->outputs[0], args->outputs[1], args->outputs[2]};
-    const int act = kit::activation(args);
-    const float mult = float(kit::multiplier(args));
-    check_form(x, y, b, out, act);
-    if (out) x = out;  // the kernel reads d_pre's source through x (y and bias unused)
+    dlfuse_plugin::AddMulBackward f = dlfuse_plugin::add_mul_backward_form(args);
+    Call c =
+        prepare_call(static_cast<State*>(state), args, f.num_inputs, DLFUSE_NUM_OUTPUTS(add_mul_activation_backward),
+                     f.names, DLFUSE_OPTIONAL_INPUTS(add_mul_activation_backward));
+    dlfuse_plugin::read_add_mul_backward(args, f);
+    // the kernel reads d_pre's source through x (y and bias unused in the out form)
+    const DLTensor *g = f.g, *x = f.src, *y = f.y, *b = f.b, *out = f.out;
+    const DLTensor* const* grads = f.grads;
+    const int act = f.act;
+    const float mult = f.mult;
     const Dims oshape = shape_of(g);
     const int rank = int(oshape.size());
     const int64_t n = numel(oshape);
