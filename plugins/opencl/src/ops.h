@@ -19,9 +19,10 @@ struct Call {
   int64_t esize = 4;
 };
 
-// `names` gives each input then each output a name for messages. Checks that all tensors
-// are on one OpenCL device of this plugin, their cl_mem belongs to its context and holds
-// the view (byte_offset + extent within CL_MEM_SIZE), and the stream is a queue of it.
+// A call's checks (plugins/common/src/call_checks.hpp) with what only OpenCL knows: `names`
+// gives each input then each output a name for messages. Checks that all tensors are on one
+// OpenCL device of this plugin, their cl_mem belongs to its context and holds the view
+// (byte_offset + extent within CL_MEM_SIZE), and the stream is a queue of it.
 // Input i may be NULL where bit i of `optional_inputs` is set (never input 0); outputs
 // may always be NULL (the caller checks the ones it needs).
 Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs, const char* const* names,

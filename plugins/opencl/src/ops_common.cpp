@@ -1,69 +1,49 @@
 #include <climits>
 #include <vector>
 
+#include "call_checks.hpp"
 #include "ops.h"
 
 namespace dlfuse_opencl {
 
 namespace {
-bool is_dtype(DLDataType d, uint8_t code, uint8_t bits) { return d.code == code && d.bits == bits && d.lanes == 1; }
-}  // namespace
 
-Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs, const char* const* names,
-                  uint32_t optional_inputs) {
-  const auto bad = [&](const std::string& m) { throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, m); };
-  if (!args || args->num_inputs != num_inputs || args->num_outputs != num_outputs || !args->inputs || !args->outputs)
-    bad("expected " + std::to_string(num_inputs) + " inputs and " + std::to_string(num_outputs) + " outputs");
-  const DLTensor* first = args->inputs[0];
-  if (!first) bad(std::string("argument '") + names[0] + "' is NULL");
-  if (first->device.device_type != kDLOpenCL)
-    bad(std::string("argument '") + names[0] + "': device_type is " + std::to_string(first->device.device_type) +
-        "; expected kDLOpenCL (" + std::to_string(int(kDLOpenCL)) + ")");
-  Call c;
-  c.dev = &s->device(first->device.device_id);
-  if (is_dtype(first->dtype, kDLFloat, 32))
-    c.prec = Prec::kF32;
-  else if (is_dtype(first->dtype, kDLFloat, 16))
-    c.prec = Prec::kF16;
-  else
-    throw Error(DLFUSE_STATUS_UNSUPPORTED, "dtype is not float32 or float16");
-  if (c.prec == Prec::kF16 && !c.dev->fp16)
-    throw Error(DLFUSE_STATUS_UNSUPPORTED,
-                c.dev->label() + " does not report cl_khr_fp16: float16 is not supported there");
-  c.esize = c.prec == Prec::kF16 ? 2 : 4;
+// What only OpenCL knows of a call's tensors (call_checks.hpp): each cl_mem is an object of
+// the device's context and holds the view; sub-buffers (CL_MEM_ASSOCIATED_MEMOBJECT) of one
+// cl_mem are different handles to the registry, so overlaps through them are caught here.
+struct CallChecks {
+  static constexpr int32_t kDeviceType = kDLOpenCL;
+  static constexpr const char* kDeviceTypeName = "kDLOpenCL";
+  static constexpr const char* kBufferName = "cl_mem";
+  static constexpr const char* kFp16Missing = "does not report cl_khr_fp16";
+  using Call = dlfuse_opencl::Call;
 
-  // Byte ranges in the root buffer, for the sub-buffer overlap check below.
+  // Byte ranges in the root buffer, for the overlap check of finish().
   struct Range {
+    int i = 0;
     cl_mem root = nullptr, mem = nullptr;
     uint64_t lo = 0, hi = 0;
     bool sub = false;
   };
-  std::vector<Range> ranges(size_t(num_inputs + num_outputs));
-  for (int i = 0; i < num_inputs + num_outputs; ++i) {
-    const DLTensor* t = i < num_inputs ? args->inputs[i] : args->outputs[i - num_inputs];
-    const std::string arg = std::string("argument '") + names[i] + "'";
-    if (!t) {
-      if (i < num_inputs && (i == 0 || !((optional_inputs >> i) & 1u))) bad(arg + " is NULL");
-      continue;
-    }
-    if (t->device.device_type != kDLOpenCL || t->device.device_id != first->device.device_id)
-      bad(arg + ": not on opencl:" + std::to_string(first->device.device_id));
-    if (t->dtype.code != first->dtype.code || t->dtype.bits != first->dtype.bits || t->dtype.lanes != 1)
-      bad(arg + ": dtype differs from the first input's");
+  std::vector<Range> ranges;
+
+  void check_tensor(Call& c, const DLTensor* t, const std::string& arg, int i) {
+    const auto bad = [](const std::string& m) { throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, m); };
     for (int d = 0; d < t->ndim; ++d)
       if (t->shape[d] > INT_MAX / 2)
-        throw Error(DLFUSE_STATUS_UNSUPPORTED, arg + ": shape[" + std::to_string(d) + "] is " +
-                                                   std::to_string(t->shape[d]) + "; this plugin takes dims below 2^30");
+        throw Error(DLFUSE_STATUS_UNSUPPORTED, arg + ": shape[" + std::to_string(d) + "]: expected below 2^30 " +
+                                                   "(this plugin's limit), got " + std::to_string(t->shape[d]));
     const int64_t ext = extent(t);
-    if (ext == 0) continue;
-    if (!t->data) bad(arg + ": data is NULL; expected a cl_mem");
-    if (!same_icd(t->data, c.dev->ctx)) bad(arg + ": data is not a cl_mem (a pointer that is no OpenCL object)");
+    if (ext == 0) return;
+    if (!same_icd(t->data, c.dev->ctx))
+      bad(arg + ": data: expected a cl_mem of " + c.dev->label() + ", got a pointer that is no OpenCL object");
     cl_context ctx = nullptr;
-    cl_int rc = clGetMemObjectInfo(mem_of(t), CL_MEM_CONTEXT, sizeof ctx, &ctx, nullptr);
-    if (rc != CL_SUCCESS) bad(arg + ": data is not a cl_mem (" + cl_error_name(rc) + ")");
+    const cl_int rc = clGetMemObjectInfo(mem_of(t), CL_MEM_CONTEXT, sizeof ctx, &ctx, nullptr);
+    if (rc != CL_SUCCESS)
+      bad(arg + ": data: expected a cl_mem, got an object that is none (" + cl_error_name(rc) + ")");
     if (ctx != c.dev->ctx)
-      bad(arg + ": its cl_mem belongs to another OpenCL context, not the one of " + c.dev->label() +
-          " (allocate it with dlfuse_device_alloc)");
+      bad(arg + ": data: expected a cl_mem of " + c.dev->label() +
+          "'s context (dlfuse_device_alloc), got one of another context");
     size_t size = 0;
     check_cl(clGetMemObjectInfo(mem_of(t), CL_MEM_SIZE, sizeof size, &size, nullptr),
              "clGetMemObjectInfo(CL_MEM_SIZE)");
@@ -78,30 +58,34 @@ Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, in
     if (parent)
       check_cl(clGetMemObjectInfo(mem_of(t), CL_MEM_OFFSET, sizeof origin, &origin, nullptr),
                "clGetMemObjectInfo(CL_MEM_OFFSET)");
-    Range& r = ranges[size_t(i)];
-    r.mem = mem_of(t);
-    r.root = parent ? parent : mem_of(t);
-    r.sub = parent != nullptr;
-    r.lo = origin + t->byte_offset;
-    r.hi = origin + need;
-  }
-  // The registry compares views within one cl_mem handle; two sub-buffers (or a buffer and
-  // its sub-buffer) are different handles over the same memory, which only OpenCL knows.
-  for (int o = num_inputs; o < num_inputs + num_outputs; ++o) {
-    const Range& a = ranges[size_t(o)];
-    if (!a.root) continue;
-    for (int j = 0; j < num_inputs + num_outputs; ++j) {
-      const Range& b = ranges[size_t(j)];
-      if (j == o || !b.root || b.mem == a.mem || b.root != a.root || !(a.sub || b.sub)) continue;
-      if (a.lo < b.hi && b.lo < a.hi)
-        bad(std::string("argument '") + names[o] + "' overlaps argument '" + names[j] +
-            "' through sub-buffers of one cl_mem (bytes " + std::to_string(a.lo) + ".." + std::to_string(a.hi) +
-            " and " + std::to_string(b.lo) + ".." + std::to_string(b.hi) + " of the parent); expected disjoint memory");
-    }
+    ranges.push_back(
+        {i, parent ? parent : mem_of(t), mem_of(t), origin + t->byte_offset, origin + need, parent != nullptr});
   }
 
-  c.queue = queue_of(*c.dev, args->stream);
-  return c;
+  void finish(Call& c, const dlfuse_kernel_args_t* args, const char* const* names) {
+    // The registry compares views within one cl_mem handle; two sub-buffers (or a buffer
+    // and its sub-buffer) are different handles over the same memory, which only OpenCL knows.
+    for (const Range& a : ranges) {
+      if (a.i < args->num_inputs) continue;  // an output against every other tensor
+      for (const Range& b : ranges) {
+        if (b.i == a.i || b.mem == a.mem || b.root != a.root || !(a.sub || b.sub)) continue;
+        if (a.lo < b.hi && b.lo < a.hi)
+          throw Error(DLFUSE_STATUS_INVALID_ARGUMENT,
+                      std::string(names[a.i]) + ": expected memory disjoint from " + names[b.i] +
+                          "'s, got an overlap through sub-buffers of one cl_mem (bytes " + std::to_string(a.lo) + ".." +
+                          std::to_string(a.hi) + " and " + std::to_string(b.lo) + ".." + std::to_string(b.hi) +
+                          " of the parent)");
+      }
+    }
+    c.queue = queue_of(*c.dev, args->stream);
+  }
+};
+
+}  // namespace
+
+Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs, const char* const* names,
+                  uint32_t optional_inputs) {
+  return dlfuse_plugin::prepare_device_call<CallChecks>(s, args, num_inputs, num_outputs, names, optional_inputs);
 }
 
 void gemm(Call& c, MatRef A, MatRef B, const MatRef& C, const Epilogue& ep, int64_t M, int64_t N, int64_t K,

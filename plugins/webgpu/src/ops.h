@@ -18,8 +18,9 @@ struct Call {
   int64_t esize = 4;
 };
 
-// `names` gives each input then each output a name for messages. Checks that all tensors
-// are on one WebGPU device of this plugin, each WGPUBuffer is one this plugin allocated
+// A call's checks (plugins/common/src/call_checks.hpp) with what only the plugin knows: `names`
+// gives each input then each output a name for messages. Checks that all tensors are on one
+// WebGPU device of this plugin, each WGPUBuffer is one this plugin allocated
 // there and holds the view, that element indices fit the kernels' int32 arithmetic, and
 // that the stream is NULL or the device's WGPUQueue (WebGPU has one queue per device).
 // Input i may be NULL where bit i of `optional_inputs` is set (never input 0); outputs may

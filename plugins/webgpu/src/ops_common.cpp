@@ -3,53 +3,29 @@
 #include <cstring>
 #include <vector>
 
+#include "call_checks.hpp"
 #include "dlfuse_webgpu_kernels.h"
 #include "ops.h"
 
 namespace dlfuse_webgpu {
 
 namespace {
-bool is_dtype(DLDataType d, uint8_t code, uint8_t bits) { return d.code == code && d.bits == bits && d.lanes == 1; }
 constexpr int64_t kIndexLimit = int64_t(INT32_MAX);  // the kernels index elements in int32
-}  // namespace
 
-Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs, const char* const* names,
-                  uint32_t optional_inputs) {
-  const auto bad = [&](const std::string& m) { throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, m); };
-  if (!args || args->num_inputs != num_inputs || args->num_outputs != num_outputs || !args->inputs || !args->outputs)
-    bad("expected " + std::to_string(num_inputs) + " inputs and " + std::to_string(num_outputs) + " outputs");
-  const DLTensor* first = args->inputs[0];
-  if (!first) bad(std::string(names[0]) + ": expected a tensor, got NULL");
-  if (first->device.device_type != kDLWebGPU)
-    bad(std::string(names[0]) + ": device_type: expected kDLWebGPU (" + std::to_string(int(kDLWebGPU)) + "), got " +
-        std::to_string(first->device.device_type));
-  Call c;
-  c.dev = &s->device(first->device.device_id);
-  if (is_dtype(first->dtype, kDLFloat, 32))
-    c.prec = Prec::kF32;
-  else if (is_dtype(first->dtype, kDLFloat, 16))
-    c.prec = Prec::kF16;
-  else
-    throw Error(DLFUSE_STATUS_UNSUPPORTED, "dtype: expected float32 or float16, got another");
-  if (c.prec == Prec::kF16 && !c.dev->fp16)
-    throw Error(DLFUSE_STATUS_UNSUPPORTED, c.dev->label() + " lacks shader-f16: float16 is not supported there");
-  c.esize = c.prec == Prec::kF16 ? 2 : 4;
-  const uint64_t max_binding = c.dev->limits.maxStorageBufferBindingSize;
-  for (int i = 0; i < num_inputs + num_outputs; ++i) {
-    const DLTensor* t = i < num_inputs ? args->inputs[i] : args->outputs[i - num_inputs];
-    const std::string arg = names[i];
-    if (!t) {
-      if (i < num_inputs && (i == 0 || !((optional_inputs >> i) & 1u))) bad(arg + ": expected a tensor, got NULL");
-      continue;
-    }
-    if (t->device.device_type != kDLWebGPU || t->device.device_id != first->device.device_id)
-      bad(arg + ": expected a tensor on webgpu:" + std::to_string(first->device.device_id) + ", got device type " +
-          std::to_string(t->device.device_type) + " id " + std::to_string(t->device.device_id));
-    if (t->dtype.code != first->dtype.code || t->dtype.bits != first->dtype.bits || t->dtype.lanes != 1)
-      bad(arg + ": expected the dtype of " + names[0] + ", got another");
+// What only the plugin knows of a call's tensors (call_checks.hpp): each WGPUBuffer is one it
+// allocated on the device and holds the view, within the kernels' int32 element indices and
+// the device's largest storage binding; the stream is NULL or the device's one queue.
+struct CallChecks {
+  static constexpr int32_t kDeviceType = kDLWebGPU;
+  static constexpr const char* kDeviceTypeName = "kDLWebGPU";
+  static constexpr const char* kBufferName = "WGPUBuffer";
+  static constexpr const char* kFp16Missing = "lacks shader-f16";
+  using Call = dlfuse_webgpu::Call;
+
+  void check_tensor(Call& c, const DLTensor* t, const std::string& arg, int) {
+    const auto bad = [](const std::string& m) { throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, m); };
     const int64_t ext = extent(t);
-    if (ext == 0) continue;
-    if (!t->data) bad(arg + ": data: expected a WGPUBuffer, got NULL");
+    if (ext == 0) return;
     if (t->byte_offset % uint64_t(c.esize))
       bad(arg + ": byte_offset: expected a multiple of " + std::to_string(c.esize) + ", got " +
           std::to_string(t->byte_offset));
@@ -65,15 +41,25 @@ Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, in
       throw Error(DLFUSE_STATUS_UNSUPPORTED, arg + ": the view reaches element " +
                                                  std::to_string(elem_offset(t) + ext) +
                                                  "; this plugin indexes below 2^31 elements");
+    const uint64_t max_binding = c.dev->limits.maxStorageBufferBindingSize;
     if (size > max_binding)
       throw Error(DLFUSE_STATUS_UNSUPPORTED, arg + ": its buffer of " + std::to_string(size) + " bytes exceeds " +
                                                  c.dev->label() + "'s maxStorageBufferBindingSize " +
                                                  std::to_string(max_binding));
   }
-  if (args->stream && args->stream != static_cast<void*>(c.dev->queue))
-    bad("stream: expected NULL or the WGPUQueue of " + c.dev->label() +
-        " (WebGPU has one queue per device), got another");
-  return c;
+
+  void finish(Call& c, const dlfuse_kernel_args_t* args, const char* const*) {
+    if (args->stream && args->stream != static_cast<void*>(c.dev->queue))
+      throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "stream: expected NULL or the WGPUQueue of " + c.dev->label() +
+                                                      " (WebGPU has one queue per device), got another");
+  }
+};
+
+}  // namespace
+
+Call prepare_call(State* s, const dlfuse_kernel_args_t* args, int num_inputs, int num_outputs, const char* const* names,
+                  uint32_t optional_inputs) {
+  return dlfuse_plugin::prepare_device_call<CallChecks>(s, args, num_inputs, num_outputs, names, optional_inputs);
 }
 
 int32_t float_bits(float f) {
