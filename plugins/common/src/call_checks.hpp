@@ -49,8 +49,7 @@ typename B::Call prepare_device_call(State* s, const dlfuse_kernel_args_t* args,
                                                std::to_string(dt.code) + " bits " + std::to_string(dt.bits) +
                                                " lanes " + std::to_string(dt.lanes));
   if (f16 && !c.dev->fp16)
-    throw Error(DLFUSE_STATUS_UNSUPPORTED,
-                c.dev->label() + " " + B::kFp16Missing + ": float16 is not supported there");
+    throw Error(DLFUSE_STATUS_UNSUPPORTED, c.dev->label() + " " + B::kFp16Missing + ": float16 is not supported there");
   c.prec = f16 ? decltype(c.prec)::kF16 : decltype(c.prec)::kF32;
   c.esize = f16 ? 2 : 4;
   B checks;

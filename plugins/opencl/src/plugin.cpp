@@ -27,7 +27,7 @@ struct Backend {
   static cl_command_queue queue(Device& d, void* stream) { return queue_of(d, stream); }
   // A cl_mem of another context, or a handle that is no cl_mem, has no size here.
   static uint64_t size_of(Device& d, const void* p) {
-    if (!same_icd(p, d.ctx)) return 0;
+    if (!same_icd(p, d.mem_dispatch)) return 0;
     cl_context ctx = nullptr;
     if (clGetMemObjectInfo(mem(p), CL_MEM_CONTEXT, sizeof ctx, &ctx, nullptr) != CL_SUCCESS || ctx != d.ctx) return 0;
     size_t size = 0;

@@ -173,6 +173,10 @@ void open_devices(State* s) {
     if (rc != CL_SUCCESS) throw_cl(rc, "clCreateContext for " + d->label());
     d->queue = clCreateCommandQueue(d->ctx, cand.device, 0, &rc);
     if (rc != CL_SUCCESS) throw_cl(rc, "clCreateCommandQueue for " + d->label());
+    cl_mem probe = clCreateBuffer(d->ctx, CL_MEM_READ_WRITE, 1, nullptr, &rc);
+    if (rc != CL_SUCCESS) throw_cl(rc, "clCreateBuffer(1 byte) on " + d->label());
+    d->mem_dispatch = dispatch_of(probe);  // every cl_mem of the ICD starts with it
+    clReleaseMemObject(probe);
     s->devices.push_back(std::move(d));
   }
   // DLFUSE_OPENCL_VERBOSE=1: say which device got which device_id.
@@ -182,14 +186,14 @@ void open_devices(State* s) {
                    d->fp16 ? " [cl_khr_fp16]" : "");
 }
 
-bool same_icd(const void* p, const void* peer) {
+bool same_icd(const void* p, const void* dispatch) {
   if (!p) return false;
   // Read with process_vm_readv, which fails (EFAULT) on unmapped memory instead of faulting.
   // Where the call itself is refused (a seccomp policy), the handle is trusted as before.
   void* word = nullptr;
   iovec local{&word, sizeof word}, remote{const_cast<void*>(p), sizeof word};
   if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != ssize_t(sizeof word)) return errno != EFAULT;
-  return word == *static_cast<void* const*>(peer);
+  return word == dispatch;
 }
 
 cl_command_queue queue_of(const Device& d, void* stream) {
@@ -199,7 +203,7 @@ cl_command_queue queue_of(const Device& d, void* stream) {
     throw Error(DLFUSE_STATUS_INVALID_ARGUMENT,
                 "stream: expected NULL or a cl_command_queue of " + d.label() + " (docs/opencl.md), got " + got);
   };
-  if (!same_icd(q, d.queue)) refuse("a pointer that is no OpenCL object");
+  if (!same_icd(q, dispatch_of(d.queue))) refuse("a pointer that is no OpenCL object");
   cl_context ctx = nullptr;
   cl_device_id dev = nullptr;
   cl_int rc = clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof ctx, &ctx, nullptr);

@@ -25,11 +25,13 @@ namespace kit = dlfuse::kit;
 using kit::Error;
 [[noreturn]] void throw_cl(cl_int code, const std::string& what);
 
-// Whether `p` is an OpenCL object of the same ICD as `peer` (an object of this plugin: its
-// context or queue). A caller's handle goes to OpenCL only after this: the ICD loader reads
-// an object's first word as its vendor's dispatch table, so a pointer that is no OpenCL
-// object would crash inside the loader instead of failing.
-bool same_icd(const void* p, const void* peer);
+// Whether `p` starts with `dispatch`, the first word of an object of the same type from this
+// device's ICD (Device::mem_dispatch for a cl_mem, the queue's own for a cl_command_queue). A
+// caller's handle goes to OpenCL only after this: the ICD loader reads an object's first word
+// as its vendor's dispatch table, so a pointer that is no OpenCL object would crash inside the
+// loader instead of failing.
+bool same_icd(const void* p, const void* dispatch);
+inline const void* dispatch_of(const void* object) { return *static_cast<const void* const*>(object); }
 
 struct Device;
 // The queue a call runs on: the device's default for NULL, else `stream` once it is checked
@@ -52,7 +54,8 @@ struct Device {
   cl_platform_id platform = nullptr;
   cl_device_id id = nullptr;
   cl_context ctx = nullptr;
-  cl_command_queue queue = nullptr;  // the default stream
+  cl_command_queue queue = nullptr;    // the default stream
+  const void* mem_dispatch = nullptr;  // a cl_mem's first word on this device's ICD (same_icd)
   std::string platform_name, name;
   bool is_cpu = false, fp16 = false;
   // Which GEMM kernel runs: the CPU one on CPUs, the tiled one (128 or 64 tiles, by grid
