@@ -25,7 +25,7 @@ bool wanted(const DLTensor* t) { return t && numel(shape_of(t)) > 0; }
 
 const DLTensor* required_out(const dlfuse_kernel_args_t* args, int i, const char* name) {
   if (!args->outputs[i])
-    throw dlfuse::kit::Error(DLFUSE_STATUS_INVALID_ARGUMENT, std::string("argument '") + name + "' is NULL");
+    throw dlfuse::kit::Error(DLFUSE_STATUS_INVALID_ARGUMENT, std::string(name) + ": expected a tensor, got NULL");
   return args->outputs[i];
 }
 

@@ -23,8 +23,8 @@ dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_
   return guarded(args ? args->err : nullptr, args ? args->err_size : 0, [&] {
     Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(add_mul_activation),
                           kit::arg_names::add_mul_activation);
-    const DLTensor *x = args->inputs[0], *y = args->inputs[1], *b = args->inputs[2], *out = args->outputs[0];
-    if (!out) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "argument 'out' is NULL");
+    const DLTensor *x = args->inputs[0], *y = args->inputs[1], *b = args->inputs[2];
+    const DLTensor* out = dlfuse_plugin::required_out(args, 0, "out");
     cl_int act;
     cl_float mult;
     read_attrs(args, &act, &mult);

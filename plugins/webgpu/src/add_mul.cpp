@@ -70,8 +70,7 @@ dlfuse_status_t add_mul_activation(void* state, void*, const dlfuse_kernel_args_
     Call c = prepare_call(static_cast<State*>(state), args, DLFUSE_ARITY(add_mul_activation),
                           kit::arg_names::add_mul_activation);
     const DLTensor *x = args->inputs[0], *y = args->inputs[1], *b = args->inputs[2];
-    const DLTensor* out = args->outputs[0];
-    if (!out) throw Error(DLFUSE_STATUS_INVALID_ARGUMENT, "out: expected a tensor, got NULL");
+    const DLTensor* out = dlfuse_plugin::required_out(args, 0, "out");
     const int act = kit::activation(args);
     const float mult = float(kit::multiplier(args));
     const int rank = out->ndim;
