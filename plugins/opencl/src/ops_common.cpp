@@ -35,7 +35,7 @@ struct CallChecks {
                                                    "(this plugin's limit), got " + std::to_string(t->shape[d]));
     const int64_t ext = extent(t);
     if (ext == 0) return;
-    if (!same_icd(t->data, c.dev->mem_dispatch))
+    if (!c.dev->is_mem(t->data))
       bad(arg + ": data: expected a cl_mem of " + c.dev->label() + ", got a pointer that is no OpenCL object");
     cl_context ctx = nullptr;
     const cl_int rc = clGetMemObjectInfo(mem_of(t), CL_MEM_CONTEXT, sizeof ctx, &ctx, nullptr);

@@ -21,13 +21,17 @@ struct Backend {
     cl_int rc = CL_SUCCESS;
     cl_mem m = clCreateBuffer(d.ctx, CL_MEM_READ_WRITE, nbytes ? nbytes : 1, nullptr, &rc);
     if (rc != CL_SUCCESS) throw_cl(rc, "clCreateBuffer(" + std::to_string(nbytes) + " bytes) on " + d.label());
+    d.track(m);
     return m;
   }
-  static void release(Device&, void* p) { check_cl(clReleaseMemObject(mem(p)), "clReleaseMemObject"); }
+  static void release(Device& d, void* p) {
+    d.untrack(mem(p));
+    check_cl(clReleaseMemObject(mem(p)), "clReleaseMemObject");
+  }
   static cl_command_queue queue(Device& d, void* stream) { return queue_of(d, stream); }
   // A cl_mem of another context, or a handle that is no cl_mem, has no size here.
   static uint64_t size_of(Device& d, const void* p) {
-    if (!same_icd(p, d.mem_dispatch)) return 0;
+    if (!d.is_mem(p)) return 0;
     cl_context ctx = nullptr;
     if (clGetMemObjectInfo(mem(p), CL_MEM_CONTEXT, sizeof ctx, &ctx, nullptr) != CL_SUCCESS || ctx != d.ctx) return 0;
     size_t size = 0;

@@ -224,6 +224,21 @@ std::string Device::label() const {
   return "opencl:" + std::to_string(index) + " (" + platform_name + " / " + name + ")";
 }
 
+void Device::track(cl_mem m) {
+  std::lock_guard<std::mutex> lock(mem_mu_);
+  mems_.insert(m);
+}
+
+void Device::untrack(cl_mem m) {
+  std::lock_guard<std::mutex> lock(mem_mu_);
+  mems_.erase(m);
+}
+
+bool Device::owns(const void* p) {
+  std::lock_guard<std::mutex> lock(mem_mu_);
+  return mems_.count(p) != 0;
+}
+
 Device::~Device() {
   for (cl_program p : prog_)
     if (p) clReleaseProgram(p);

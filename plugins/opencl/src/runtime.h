@@ -15,6 +15,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace dlfuse_opencl {
@@ -72,9 +73,19 @@ struct Device {
   cl_kernel kernel(Prec p, const char* name);
   std::string label() const;  // "opencl:1 (Portable Computing Language / pthread-...)"
 
+  // The cl_mem handles this plugin allocated on the device and has not released: a handle
+  // among them is a cl_mem without asking (same_icd costs a system call, about 1 us).
+  void track(cl_mem m);
+  void untrack(cl_mem m);
+  bool owns(const void* p);
+  // Whether p is a cl_mem of this device's ICD: one the plugin owns, or one same_icd accepts.
+  bool is_mem(const void* p) { return owns(p) || same_icd(p, mem_dispatch); }
+
   ~Device();
 
  private:
+  std::mutex mem_mu_;
+  std::unordered_set<const void*> mems_;
   std::mutex mu_;
   bool tried_[2] = {false, false};
   cl_program prog_[2] = {nullptr, nullptr};
