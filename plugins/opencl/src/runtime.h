@@ -74,7 +74,7 @@ struct Device {
   std::string label() const;  // "opencl:1 (Portable Computing Language / pthread-...)"
 
   // The cl_mem handles this plugin allocated on the device and has not released: a handle
-  // among them is a cl_mem without asking (same_icd costs a system call, about 1 us).
+  // among them is a cl_mem without asking (same_icd costs a system call).
   void track(cl_mem m);
   void untrack(cl_mem m);
   bool owns(const void* p);
