@@ -26,11 +26,12 @@ uint16_t to_small(double v, Format f) {
   int exp = e - 1;    // a = 1.xxx * 2^exp
   if (a == 0.0 || exp < emin) {
     // Subnormal: a multiple of 2^(emin - mant); q == 2^mant carries into the smallest normal.
-    const double q = std::nearbyint(std::ldexp(a, f.mant - emin));
+    const double q = std::nearbyint(a * pow2(f.mant - emin));
     return uint16_t(sign | uint16_t(q));
   }
-  double q = std::nearbyint(std::ldexp(a, f.mant - exp));  // in [2^mant, 2^(mant+1)]
-  if (q >= std::ldexp(1.0, f.mant + 1)) {
+  // Exact: a scaled into [2^mant, 2^(mant+1)) by a power of two in range.
+  double q = std::nearbyint(a * pow2(f.mant - exp));  // in [2^mant, 2^(mant+1)]
+  if (q >= pow2(f.mant + 1)) {
     q /= 2;
     ++exp;
   }
@@ -44,13 +45,20 @@ double from_small(uint16_t b, Format f) {
   const int exp = (b >> f.mant) & ((1 << f.exp_bits) - 1);
   const int mant = b & ((1 << f.mant) - 1);
   if (exp == (1 << f.exp_bits) - 1) return mant ? std::nan("") : sign * INFINITY;
-  if (exp == 0) return sign * std::ldexp(double(mant), 1 - f.bias() - f.mant);
-  return sign * std::ldexp(double(mant + (1 << f.mant)), exp - f.bias() - f.mant);
+  if (exp == 0) return sign * (double(mant) * pow2(1 - f.bias() - f.mant));
+  return sign * (double(mant + (1 << f.mant)) * pow2(exp - f.bias() - f.mant));
 }
 
 bool is(DLDataType dt, int code, int bits) { return dt.code == code && dt.bits == bits && dt.lanes == 1; }
 
 }  // namespace
+
+double pow2(int k) {
+  const uint64_t bits = uint64_t(k + 1023) << 52;
+  double d;
+  std::memcpy(&d, &bits, sizeof d);
+  return d;
+}
 
 bool same_dtype(DLDataType a, DLDataType b) { return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes; }
 

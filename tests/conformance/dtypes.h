@@ -26,6 +26,10 @@ double decode(const void* src, DLDataType dt);
 // v rounded to the dtype, as a double.
 double round_to(double v, DLDataType dt);
 
+// 2^k for k in [-1022, 1023], from its bits: x * pow2(k) is std::ldexp(x, k) wherever the
+// product is neither rounded into the subnormals nor overflows, at a fraction of its cost.
+double pow2(int k);
+
 struct Tolerance {
   double rtol, atol;
 };

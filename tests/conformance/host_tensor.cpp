@@ -91,23 +91,40 @@ int64_t HostTensor::slot(int64_t i) const {
   return s;
 }
 
+template <class F>
+void HostTensor::for_each_slot(F f) const {
+  const int64_t n = numel();
+  const int r = int(shape_.size());
+  std::vector<int64_t> idx(size_t(r), 0);
+  int64_t s = offset_;
+  for (int64_t i = 0; i < n; ++i) {
+    f(i, s);
+    for (int d = r - 1; d >= 0; --d) {
+      s += strides_[size_t(d)];
+      if (++idx[size_t(d)] < shape_[size_t(d)]) break;
+      s -= idx[size_t(d)] * strides_[size_t(d)];
+      idx[size_t(d)] = 0;
+    }
+  }
+}
+
 double HostTensor::get(int64_t i) const { return decode(bytes_.data() + slot(i) * esize_, dtype_); }
 
 void HostTensor::set(int64_t i, double v) { encode(v, dtype_, bytes_.data() + slot(i) * esize_); }
 
 std::vector<double> HostTensor::values() const {
   std::vector<double> v(static_cast<size_t>(numel()));
-  for (int64_t i = 0; i < numel(); ++i) v[size_t(i)] = get(i);
+  for_each_slot([&](int64_t i, int64_t s) { v[size_t(i)] = decode(bytes_.data() + s * esize_, dtype_); });
   return v;
 }
 
 void HostTensor::fill_random(std::mt19937_64& rng, double lo, double hi, int grid) {
   std::uniform_real_distribution<double> dist(lo, hi);
-  for (int64_t i = 0; i < numel(); ++i) {
+  for_each_slot([&](int64_t, int64_t s) {
     double v = dist(rng);
-    if (grid > 0) v = std::ldexp(std::nearbyint(std::ldexp(v, grid)), -grid);
-    set(i, v);
-  }
+    if (grid > 0) v = std::nearbyint(v * pow2(grid)) * pow2(-grid);  // exact scalings
+    encode(v, dtype_, bytes_.data() + s * esize_);
+  });
 }
 
 void HostTensor::fill_buffer(double v) {
@@ -116,7 +133,7 @@ void HostTensor::fill_buffer(double v) {
 
 std::vector<bool> HostTensor::covered() const {
   std::vector<bool> c(bytes_.size() / esize_, false);
-  for (int64_t i = 0; i < numel(); ++i) c[size_t(slot(i))] = true;
+  for_each_slot([&](int64_t, int64_t s) { c[size_t(s)] = true; });
   return c;
 }
 

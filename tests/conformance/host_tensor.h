@@ -63,6 +63,9 @@ class HostTensor {
 
  private:
   int64_t slot(int64_t i) const;
+  // f(i, slot(i)) for every logical element i in order, the slots stepped without division.
+  template <class F>
+  void for_each_slot(F f) const;
 
   DLDataType dtype_{kDLFloat, 32, 1};
   size_t esize_ = 4;
