@@ -12,9 +12,10 @@
 #                  (every device: NVIDIA OpenCL, PoCL), plus forced float16 on the OpenCL GPU
 #   soak[=N]       tools/soak.sh: the commit-seed sweep (64 cases per kernel and dtype) at N seeds
 #                  (default 200) from $SOAK_BASE (else drawn) on the CUDA plugin and on the OpenCL
-#                  plugin's NVIDIA device, 16 seeds at a time; the counts go to docs/reliability.md.
-#                  A CUDA seed costs about 11 core-seconds (170 s per 16 on the H200 machine): 200
-#                  take several calls, e.g. soak=48 with SOAK_BASE=B, B+48, ...
+#                  plugin's NVIDIA device ($SOAK_PLUGINS, default "cuda opencl"), $SOAK_JOBS
+#                  seeds at a time (default 16), each plugin's seeds started within
+#                  $SOAK_SECONDS; SOAK_MPS=1 runs them under MPS. The counts go to
+#                  docs/reliability.md.
 #   coverage       line and branch coverage of the CUDA plugin's and the OpenCL plugin's host code
 #                  under `conform` (default seed, then the CUDA small forms off, as job conform),
 #                  from a second build with gcc --coverage; gcovr installed, or carried in .whl/ (gcovr,
@@ -104,13 +105,36 @@ job_conform() {
   return $rc
 }
 
+# MPS for the soak: its processes then share the GPU instead of taking time slices of it,
+# which a sweep's many small synchronized calls wait out (SOAK_MPS=1; started here, stopped
+# after, its pipes under the build folder).
+mps_start() {
+  [ "${SOAK_MPS:-0}" = 1 ] && command -v nvidia-cuda-mps-control >/dev/null || return 0
+  export CUDA_MPS_PIPE_DIRECTORY=$B/mps-pipe CUDA_MPS_LOG_DIRECTORY=$B/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if nvidia-cuda-mps-control -d; then
+    summary "soak: MPS started"
+  else
+    summary "soak: MPS did not start; without it"
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  fi
+}
+mps_stop() { [ -z "${CUDA_MPS_PIPE_DIRECTORY:-}" ] || echo quit | nvidia-cuda-mps-control; }
+
 job_soak() {
-  local n=${1:-200} rc=0
+  local n=${1:-200} rc=0 p
   export POCL_CACHE_DIR=$B/pocl-cache
-  bash tools/soak.sh "$CLI" "$PLUGINS/libdlfuse_cuda.so" "$n" 16 >"$J/cuda.log" 2>&1 || rc=1
-  DLFUSE_OPENCL_DEVICE=gpu bash tools/soak.sh "$CLI" "$PLUGINS/libdlfuse_opencl.so" "$n" 16 >"$J/opencl.log" 2>&1 || rc=1
-  summary "soak cuda: $(tail -1 "$J/cuda.log")"
-  summary "soak opencl (gpu): $(tail -1 "$J/opencl.log")"
+  mps_start
+  for p in ${SOAK_PLUGINS:-cuda opencl}; do
+    if [ "$p" = opencl ]; then
+      DLFUSE_OPENCL_DEVICE=gpu bash tools/soak.sh "$CLI" "$PLUGINS/libdlfuse_opencl.so" "$n" "${SOAK_JOBS:-16}" \
+        >"$J/$p.log" 2>&1 || rc=1
+    else
+      bash tools/soak.sh "$CLI" "$PLUGINS/libdlfuse_$p.so" "$n" "${SOAK_JOBS:-16}" >"$J/$p.log" 2>&1 || rc=1
+    fi
+    summary "soak $p: $(tail -1 "$J/$p.log")"
+  done
+  mps_stop
   return $rc
 }
 
