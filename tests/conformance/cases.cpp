@@ -95,6 +95,15 @@ std::vector<CaseSpec> matmul_cases(OpKind op) {
            }),
       with(mm("generic_call", op, 5, 7, 3, {3}), [](CaseSpec& s) { s.generic_call = true; }),
   };
+  // A batched GEMM past the CUDA plugin's small-GEMM kernel (2^18 multiply-adds) whose
+  // bias rows are padded to 19 elements: in 16-bit dtypes each batch's bias but the first is
+  // at a 2-byte address, which the kernel cuBLASLt is asked for must be able to read.
+  if (!bwd)
+    c.push_back(with(mm("bias_batch_padded_gemm", op, 7, 1024, 16, {3, 1, 16}), [](CaseSpec& s) {
+      s.a_batch = {3};
+      s.b_batch = {3};
+      s.layout["bias"] = Layout::kPadded;
+    }));
   // A long sum of same-signed terms (docs/ops.md, "Tolerances"): an accumulator of the
   // storage dtype stalls far outside the tolerance. Forward sums over K, backward over M.
   c.push_back(

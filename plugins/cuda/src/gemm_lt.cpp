@@ -44,6 +44,18 @@ uint64_t alignment(const char* base, const std::vector<int64_t>& bs, int esize) 
   return bits & (~bits + 1);
 }
 
+// The instance of a batched operand at the alignment above: the base, or the base one step
+// along the batch dim whose stride has the fewest trailing zero bits.
+const char* least_aligned(const char* base, const std::vector<int64_t>& bs, int esize) {
+  const auto low_bit = [](uint64_t v) { return (v | 256u) & (~(v | 256u) + 1); };
+  const char* worst = base;
+  for (int64_t s : bs) {
+    const char* p = base + s * esize;
+    if (low_bit(reinterpret_cast<uintptr_t>(p)) < low_bit(reinterpret_cast<uintptr_t>(worst))) worst = p;
+  }
+  return worst;
+}
+
 struct Batch {
   std::vector<int64_t> shape;  // the output's batch dims
   int split = 0;               // dims [split, nb) go into one strided-batched call
@@ -444,8 +456,11 @@ GemmStatus choose_algo(const Gemm& g, const LtProblem& p, PlanLease& lease, Devi
   DLF_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &d32, sizeof d32));
   const LtPlan& plan = *lease.plan;
   // The heuristic reads the bias pointer's alignment (a 16-bit bias at an odd offset needs
-  // other kernels): the real one, the same alignment class for every call of this key.
-  if (g.bias) set_bias(plan, g.bias);
+  // other kernels) and nothing of its batch stride: it gets the least aligned instance, the
+  // key's alignment class. Given the first, a 16-bit bias whose rows are 19 elements apart
+  // got a kernel reading 4 bytes at a time, which faulted on the second batch's bias
+  // (cudaErrorMisalignedAddress, which ends the CUDA context).
+  if (g.bias) set_bias(plan, least_aligned(g.bias, g.bias_bs, p.out_es));
   if (g.aux) set_aux(plan, g.aux->base);
   cublasLtMatmulHeuristicResult_t cands[kAutotuneCandidates];
   int found = 0;
