@@ -104,6 +104,16 @@ std::vector<CaseSpec> matmul_cases(OpKind op) {
       s.b_batch = {3};
       s.layout["bias"] = Layout::kPadded;
     }));
+  // Batch dims that do not collapse into one strided-batched cuBLASLt call (a broadcast
+  // over 2x3x4 in turn), past the small-GEMM kernel, with a bias that repeats over the first
+  // dim: each outer call must be given its own bias, also where its offset is back at 0.
+  if (!bwd)
+    c.push_back(with(mm("bias_outer_broadcast_gemm", op, 3, 1025, 5, {2, 3, 4, 1, 5}), [](CaseSpec& s) {
+      s.a_batch = {2, 3, 1};
+      s.b_batch = {1, 3, 4};
+      s.layout["bias"] = Layout::kZeroStride;
+      s.offset["bias"] = 1;
+    }));
   // A long sum of same-signed terms (docs/ops.md, "Tolerances"): an accumulator of the
   // storage dtype stalls far outside the tolerance. Forward sums over K, backward over M.
   c.push_back(

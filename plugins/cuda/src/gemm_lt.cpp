@@ -494,6 +494,7 @@ void enqueue(const Gemm& g, const LtProblem& p, const PlanLease& lease, DeviceSt
   int64_t outer_count = 1;
   for (int d = 0; d < bp.split; ++d) outer_count *= bp.shape[size_t(d)];
   std::vector<int64_t> idx(size_t(bp.split), 0);
+  int64_t last_bias = 0, last_aux = 0;
   for (int64_t it = 0; it < outer_count; ++it) {
     int64_t oa = 0, ob = 0, od = 0, oc = 0, obias = 0, oaux = 0;
     for (int d = 0; d < bp.split; ++d) {
@@ -504,8 +505,12 @@ void enqueue(const Gemm& g, const LtProblem& p, const PlanLease& lease, DeviceSt
       if (g.bias) obias += idx[size_t(d)] * g.bias_bs[size_t(d)];
       if (g.aux) oaux += idx[size_t(d)] * g.aux->bs[size_t(d)];
     }
-    if (g.bias && (it == 0 || obias != 0)) set_bias(plan, g.bias + obias * p.out_es);
-    if (g.aux && (it == 0 || oaux != 0)) set_aux(plan, g.aux->base + oaux * p.out_es);
+    // Set where the instance moved since the last call: an offset back at 0 (a stride-0
+    // outer dim after a strided one, bias [2, 3, 1, N] broadcast over the first) is a move too.
+    if (g.bias && (it == 0 || obias != last_bias)) set_bias(plan, g.bias + obias * p.out_es);
+    if (g.aux && (it == 0 || oaux != last_aux)) set_aux(plan, g.aux->base + oaux * p.out_es);
+    last_bias = obias;
+    last_aux = oaux;
     char* dptr = g.D.base + od * p.out_es;
     const char* cptr = g.C ? g.C->base + oc * p.out_es : dptr;
     DLF_LT(cublasLtMatmul(ds.lt, plan.desc, &alpha, p.MA->base + oa * p.in_es, plan.a, p.MB->base + ob * p.in_es,
