@@ -14,8 +14,9 @@
 #                  (default 200) from $SOAK_BASE (else drawn) on the CUDA plugin and on the OpenCL
 #                  plugin's NVIDIA device ($SOAK_PLUGINS, default "cuda opencl"), $SOAK_JOBS
 #                  seeds at a time (default 16), each plugin's seeds started within
-#                  $SOAK_SECONDS; SOAK_MPS=1 runs them under MPS. The counts go to
-#                  docs/reliability.md.
+#                  $SOAK_SECONDS; SOAK_MPS=1 runs them under MPS (a fault there fails every
+#                  seed then running: the failing CUDA seeds then run again alone, in order,
+#                  until one fails by itself). The counts go to docs/reliability.md.
 #   coverage       line and branch coverage of the CUDA plugin's and the OpenCL plugin's host code
 #                  under `conform` (default seed, then the CUDA small forms off, as job conform),
 #                  from a second build with gcc --coverage; gcovr installed, or carried in .whl/ (gcovr,
@@ -122,9 +123,10 @@ mps_start() {
 mps_stop() { [ -z "${CUDA_MPS_PIPE_DIRECTORY:-}" ] || echo quit | nvidia-cuda-mps-control; }
 
 job_soak() {
-  local n=${1:-200} rc=0 p
+  local n=${1:-200} rc=0 p s mps
   export POCL_CACHE_DIR=$B/pocl-cache
   mps_start
+  mps=${CUDA_MPS_PIPE_DIRECTORY:-}
   for p in ${SOAK_PLUGINS:-cuda opencl}; do
     if [ "$p" = opencl ]; then
       DLFUSE_OPENCL_DEVICE=gpu bash tools/soak.sh "$CLI" "$PLUGINS/libdlfuse_opencl.so" "$n" "${SOAK_JOBS:-16}" \
@@ -135,6 +137,18 @@ job_soak() {
     summary "soak $p: $(tail -1 "$J/$p.log")"
   done
   mps_stop
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  # Under MPS a fault in one process fails every process sharing the GPU with it: the
+  # failing CUDA seeds run again one at a time without MPS, in order, until one fails on its
+  # own (the culprit), whose log is kept and whose first failing row is summarized.
+  if [ -n "$mps" ] && [ -f "$J/cuda.log" ]; then
+    for s in $(grep -oE -- '--seed [0-9]+' "$J/cuda.log" | awk '{print $2}' | head -32); do
+      "$CLI" conform "$PLUGINS/libdlfuse_cuda.so" --seed "$s" --sweep 64 --no-bad-inputs --case sweep_ \
+        >"$J/alone_$s.log" 2>&1 && { rm "$J/alone_$s.log"; summary "soak cuda: seed $s passes alone"; continue; }
+      summary "soak cuda: seed $s fails alone: $(grep -m1 -A1 '^FAIL' "$J/alone_$s.log" | tr -s ' ' | tr '\n' ' ')"
+      break
+    done
+  fi
   return $rc
 }
 
