@@ -146,7 +146,8 @@ tag=$(tr -s ' \n' ' ' <"$WORK/auditwheel.txt" | grep -oE '"manylinux_2_[0-9]+_x8
 lap "same wheel, versions, auditwheel ($tag)"
 
 # 5. The repaired wheel, in a fresh venv, with nothing on the PATH but the venv.
-"$PY" -m auditwheel repair -w "$WORK/repaired" "$whl" >"$WORK/repair.log" 2>&1 || { tail -20 "$WORK/repair.log"; exit 1; }
+# docs/python.md's command ("libcublasLt" keeps a CUDA plugin's cuBLASLt out).
+"$PY" -m auditwheel repair --exclude 'libcublasLt.so.*' -w "$WORK/repaired" "$whl" >"$WORK/repair.log" 2>&1 || { tail -20 "$WORK/repair.log"; exit 1; }
 rwhl=$(ls "$WORK"/repaired/dlfuse-*.whl)
 R=$WORK/venv-repaired
 "$PY" -m venv "$R"
