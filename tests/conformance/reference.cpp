@@ -138,12 +138,10 @@ __attribute__((always_inline)) inline void add_rows(double* s, double* sc, int64
 // order: s_r[j] += c[r * c_row + i * c_step] v_i[j] and sc_r[j] += d[...] w_i[j], row i of
 // v and w at i * v_step. No output row overlaps an input. Every element adds its terms one
 // at a time in order: the result is the naive loop's, bit for bit.
-#if defined(__x86_64__) && defined(__linux__)
-__attribute__((target_clones("avx2", "default")))
-#endif
-void add_products(double* s, double* sc, int64_t out_step, int64_t rows, int64_t width, const double* c,
-                  const double* d, int64_t c_row, int64_t c_step, const double* v, const double* w, int64_t v_step,
-                  int64_t count) {
+__attribute__((always_inline)) inline void add_products_body(double* s, double* sc, int64_t out_step, int64_t rows,
+                                                             int64_t width, const double* c, const double* d,
+                                                             int64_t c_row, int64_t c_step, const double* v,
+                                                             const double* w, int64_t v_step, int64_t count) {
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4)
     add_rows<4>(s + r * out_step, sc + r * out_step, out_step, width, c + r * c_row, d + r * c_row, c_row, c_step, v, w,
@@ -151,6 +149,27 @@ void add_products(double* s, double* sc, int64_t out_step, int64_t rows, int64_t
   for (; r < rows; ++r)
     add_rows<1>(s + r * out_step, sc + r * out_step, out_step, width, c + r * c_row, d + r * c_row, c_row, c_step, v, w,
                 v_step, count);
+}
+
+// An AVX2 copy chosen at run time, not by an ifunc: a resolver runs during relocation,
+// before ThreadSanitizer's runtime is up, and the TSan build's executables crashed there.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx2"))) void add_products_avx2(double* s, double* sc, int64_t out_step, int64_t rows,
+                                                       int64_t width, const double* c, const double* d, int64_t c_row,
+                                                       int64_t c_step, const double* v, const double* w, int64_t v_step,
+                                                       int64_t count) {
+  add_products_body(s, sc, out_step, rows, width, c, d, c_row, c_step, v, w, v_step, count);
+}
+#endif
+
+void add_products(double* s, double* sc, int64_t out_step, int64_t rows, int64_t width, const double* c,
+                  const double* d, int64_t c_row, int64_t c_step, const double* v, const double* w, int64_t v_step,
+                  int64_t count) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) return add_products_avx2(s, sc, out_step, rows, width, c, d, c_row, c_step, v, w, v_step, count);
+#endif
+  add_products_body(s, sc, out_step, rows, width, c, d, c_row, c_step, v, w, v_step, count);
 }
 
 RefOut zeros(const std::vector<int64_t>& shape) {
