@@ -8,7 +8,12 @@ DLINC=$(python3 -c "import tvm_ffi.libinfo as l; print(l.find_dlpack_include_pat
 if [ -z "$DLINC" ] || [ ! -f "$DLINC/dlpack/dlpack.h" ]; then
   whl=$(ls "$ROOT"/.whl/apache_tvm_ffi-*.whl 2>/dev/null | head -1 || true)
   if [ -n "$whl" ]; then
-    python3 -c "import zipfile,sys; zipfile.ZipFile(sys.argv[1]).extract('tvm_ffi/include/dlpack/dlpack.h', '/tmp/dlpack-inc')" "$whl"
+    # Extracted once per wheel (the marker names it): a fresh copy's new mtime would rebuild
+    # everything that includes it, in every later gpu.sh call on a kept build folder.
+    if [ "$(cat /tmp/dlpack-inc/.from 2>/dev/null)" != "$(basename "$whl")" ]; then
+      python3 -c "import zipfile,sys; zipfile.ZipFile(sys.argv[1]).extract('tvm_ffi/include/dlpack/dlpack.h', '/tmp/dlpack-inc')" "$whl"
+      basename "$whl" >/tmp/dlpack-inc/.from
+    fi
     DLINC=/tmp/dlpack-inc/tvm_ffi/include
   else
     echo "gpu_env: no DLPack header: pip-install apache-tvm-ffi or carry .whl/apache_tvm_ffi-*.whl" >&2
@@ -21,8 +26,12 @@ CUTLASS_ARG=()
 if ! python3 -c "import importlib.util as u, sys; sys.exit(u.find_spec('cutlass_library') is None)" 2>/dev/null; then
   whl=$(ls "$ROOT"/.whl/nvidia_cutlass-*.whl 2>/dev/null | head -1 || true)
   if [ -n "$whl" ]; then
-    rm -rf /tmp/cutlass-inc && mkdir -p /tmp/cutlass-inc
-    python3 -c "import zipfile,sys; z=zipfile.ZipFile(sys.argv[1]); z.extractall('/tmp/cutlass-inc', [n for n in z.namelist() if n.startswith('cutlass_library/source/include/')])" "$whl"
+    # Extracted once per wheel, for the same reason.
+    if [ "$(cat /tmp/cutlass-inc/.from 2>/dev/null)" != "$(basename "$whl")" ]; then
+      rm -rf /tmp/cutlass-inc && mkdir -p /tmp/cutlass-inc
+      python3 -c "import zipfile,sys; z=zipfile.ZipFile(sys.argv[1]); z.extractall('/tmp/cutlass-inc', [n for n in z.namelist() if n.startswith('cutlass_library/source/include/')])" "$whl"
+      basename "$whl" >/tmp/cutlass-inc/.from
+    fi
     CUTLASS_ARG=(-DDLFUSE_CUTLASS_INCLUDE=/tmp/cutlass-inc/cutlass_library/source/include)
   fi
 fi
