@@ -37,17 +37,22 @@ void lt_check(cublasStatus_t s, const char* what) {
 }
 #define DLF_LT(call) lt_check((call), #call)
 
+// The largest power of two (<= 256) dividing v.
+uint64_t low_bit(uint64_t v) {
+  v |= 256u;
+  return v & (~v + 1);
+}
+
 // Largest power of two (<= 256) dividing every address a matrix's instances start at.
 uint64_t alignment(const char* base, const std::vector<int64_t>& bs, int esize) {
-  uint64_t bits = reinterpret_cast<uintptr_t>(base) | 256u;
+  uint64_t bits = reinterpret_cast<uintptr_t>(base);
   for (int64_t s : bs) bits |= uint64_t(s) * uint64_t(esize);
-  return bits & (~bits + 1);
+  return low_bit(bits);
 }
 
 // The instance of a batched operand at the alignment above: the base, or the base one step
 // along the batch dim whose stride has the fewest trailing zero bits.
 const char* least_aligned(const char* base, const std::vector<int64_t>& bs, int esize) {
-  const auto low_bit = [](uint64_t v) { return (v | 256u) & (~(v | 256u) + 1); };
   const char* worst = base;
   for (int64_t s : bs) {
     const char* p = base + s * esize;
