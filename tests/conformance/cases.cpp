@@ -325,6 +325,13 @@ std::vector<CaseSpec> matmul_residual_cases() {
   // address in 16-bit dtypes while D is aligned: C's alignment chooses the algorithm.
   c.push_back(with(with(mm("residual_offset4_gemm", op, 128, 64, 64, {64}), res({128, 64})),
                    [](CaseSpec& s) { s.offset["residual"] = 4; }));
+  // A cuBLASLt GEMM whose out has rows 259 elements apart (518 bytes in 16-bit dtypes) beside
+  // a compact residual, its C, and a at a 4-byte address: each of D's columns as cuBLASLt
+  // sees them, not only its base, sets the alignment its kernel must take.
+  c.push_back(with(with(mm("residual_padded_out_gemm", op, 256, 64, 256, {256}), res({256, 256})), [](CaseSpec& s) {
+    s.layout["out"] = Layout::kPadded;
+    s.offset["a"] = 2;
+  }));
   // In place on the padded path (above): the residual is D itself, bias along N or M.
   c.push_back(with(with(mm("in_place_unaligned_k287", op, 219, 287, 202, {202}), res({219, 202})),
                    [](CaseSpec& s) { s.in_place = true; }));

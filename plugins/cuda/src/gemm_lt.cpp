@@ -43,9 +43,11 @@ uint64_t low_bit(uint64_t v) {
   return v & (~v + 1);
 }
 
-// Largest power of two (<= 256) dividing every address a matrix's instances start at.
-uint64_t alignment(const char* base, const std::vector<int64_t>& bs, int esize) {
-  uint64_t bits = reinterpret_cast<uintptr_t>(base);
+// Largest power of two (<= 256) dividing every address a matrix's columns (as cuBLASLt sees
+// it: ld apart, where it has more than one) start at, in every batch instance. The heuristic
+// is given this rather than the base pointer's alignment.
+uint64_t alignment(const char* base, const std::vector<int64_t>& bs, int64_t ld, int esize) {
+  uint64_t bits = reinterpret_cast<uintptr_t>(base) | uint64_t(ld) * uint64_t(esize);
   for (int64_t s : bs) bits |= uint64_t(s) * uint64_t(esize);
   return low_bit(bits);
 }
@@ -204,12 +206,13 @@ bool describe(const Gemm& g, LtProblem& p) {
   p.sc = g.C ? inner_stride(p.bp, g.C->bs) : p.sd;
   p.saux = g.aux ? inner_stride(p.bp, g.aux->bs) : 0;
   // Every batch instance's start address counts (outer and inner strides, conservatively).
-  p.al_a = alignment(p.MA->base, p.MA->bs, p.in_es);
-  p.al_b = alignment(p.MB->base, p.MB->bs, p.in_es);
-  p.al_d = alignment(g.D.base, g.D.bs, p.out_es);
-  p.al_c = g.C ? alignment(g.C->base, g.C->bs, p.out_es) : p.al_d;
-  const uint64_t al_bias = g.bias ? alignment(g.bias, g.bias_bs, p.out_es) : 256;
-  const uint64_t al_aux = g.aux ? alignment(g.aux->base, g.aux->bs, p.out_es) : 256;
+  const auto ld_if = [](int64_t cols, int64_t ld) { return cols > 1 ? ld : 0; };
+  p.al_a = alignment(p.MA->base, p.MA->bs, ld_if(p.A.cols, p.A.ld), p.in_es);
+  p.al_b = alignment(p.MB->base, p.MB->bs, ld_if(p.B.cols, p.B.ld), p.in_es);
+  p.al_d = alignment(g.D.base, g.D.bs, ld_if(p.n, p.ldd), p.out_es);
+  p.al_c = g.C ? alignment(g.C->base, g.C->bs, ld_if(p.n, p.ldc), p.out_es) : p.al_d;
+  const uint64_t al_bias = g.bias ? alignment(g.bias, g.bias_bs, 0, p.out_es) : 256;
+  const uint64_t al_aux = g.aux ? alignment(g.aux->base, g.aux->bs, ld_if(p.n, p.ldaux), p.out_es) : 256;
 
   p.compute = g.in == DType::kF32 && g.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   p.in_t = cuda_type(g.in);
