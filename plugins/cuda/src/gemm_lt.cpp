@@ -45,7 +45,10 @@ uint64_t low_bit(uint64_t v) {
 
 // Largest power of two (<= 256) dividing every address a matrix's columns (as cuBLASLt sees
 // it: ld apart, where it has more than one) start at, in every batch instance. The heuristic
-// is given this rather than the base pointer's alignment.
+// is given this rather than the base pointer's alignment: given D's base alone, a float16 D
+// with 259-element rows beside a compact residual C got
+// cutlass_80_wmma_tensorop_f16_s161616gemm_f16_32x32_64x2_nn_align2, which stores 4 bytes at a
+// time (cudaErrorMisalignedAddress, which ends the CUDA context).
 uint64_t alignment(const char* base, const std::vector<int64_t>& bs, int64_t ld, int esize) {
   uint64_t bits = reinterpret_cast<uintptr_t>(base) | uint64_t(ld) * uint64_t(esize);
   for (int64_t s : bs) bits |= uint64_t(s) * uint64_t(esize);
